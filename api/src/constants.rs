@@ -1,0 +1,166 @@
+//! Names shared by every crate: API groups, annotation and label keys, finalizers, condition types
+//! and reasons, Event reasons. Keeping them here means a reader can find every string capi-lb puts on
+//! an object in one place.
+
+/// API group of the generic `LoadBalancer` resource.
+pub const GROUP: &str = "loadbalancer.cluster.x-k8s.io";
+/// API group of infrastructure provider resources such as `InMemoryLoadBalancer`.
+pub const INFRASTRUCTURE_GROUP: &str = "infrastructure.cluster.x-k8s.io";
+/// API version of every capi-lb resource.
+pub const VERSION: &str = "v1alpha1";
+
+/// Cluster API contract label put on our CRDs (value: the API versions that implement the contract).
+pub const CAPI_CONTRACT_LABEL: &str = "cluster.x-k8s.io/v1beta2";
+
+/// Field manager for every server-side apply capi-lb makes.
+pub const FIELD_MANAGER: &str = "capi-lb";
+/// Reporting controller name used for Events.
+pub const CONTROLLER_NAME: &str = "capi-lb";
+
+/// Finalizer on a `LoadBalancer`: provider resources and published objects must be cleaned up first.
+pub const LOADBALANCER_FINALIZER: &str = "loadbalancer.cluster.x-k8s.io/cleanup";
+/// Finalizer capi-lb puts on the infrastructure object a LoadBalancer uses, so that the provider
+/// configuration (credentials, pools) stays readable until the provider resources are gone.
+pub const INFRASTRUCTURE_FINALIZER: &str = "loadbalancer.cluster.x-k8s.io/infrastructure";
+
+// --- labels -------------------------------------------------------------------------------------
+
+/// Label on targets (proposal) and on every object capi-lb creates: the owning LoadBalancer's name.
+pub const LABEL_LB_NAME: &str = "loadbalancer.cluster.x-k8s.io/name";
+/// Standard "managed by" label on objects capi-lb creates.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`LABEL_MANAGED_BY`].
+pub const MANAGED_BY_VALUE: &str = "capi-lb";
+/// CAPI label carrying the cluster name.
+pub const LABEL_CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
+
+/// EndpointSlice label naming the Service the slice belongs to.
+pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+/// EndpointSlice label naming the controller that manages the slice.
+pub const LABEL_ENDPOINTSLICE_MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
+/// Value of [`LABEL_ENDPOINTSLICE_MANAGED_BY`]. A label value: no `/`, at most 63 characters.
+pub const ENDPOINTSLICE_MANAGED_BY_VALUE: &str = "capi-lb.loadbalancer.cluster.x-k8s.io";
+
+// --- annotations --------------------------------------------------------------------------------
+
+/// CAPI pause annotation: when present on a LoadBalancer, capi-lb does not reconcile it.
+pub const ANNOTATION_PAUSED: &str = "cluster.x-k8s.io/paused";
+/// Per-target status annotation (proposal).
+pub const ANNOTATION_TARGET_STATUS: &str = "loadbalancer.cluster.x-k8s.io/status";
+/// User annotation that temporarily takes a target out of the load balancer (proposal).
+pub const ANNOTATION_TARGET_DISABLED: &str = "loadbalancer.cluster.x-k8s.io/disabled";
+
+// --- defaults -----------------------------------------------------------------------------------
+
+/// Default suffix of the published Service: `<name>-ext`.
+pub const DEFAULT_PUBLICATION_SUFFIX: &str = "-ext";
+/// Default cluster DNS domain.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
+/// Default load balancer port (kube-apiserver).
+pub const DEFAULT_PORT: i32 = 6443;
+/// Name of the default port.
+pub const DEFAULT_PORT_NAME: &str = "kube-apiserver";
+/// CAPI API group (default target kind).
+pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
+/// CAPI Machine kind (default target kind).
+pub const MACHINE_KIND: &str = "Machine";
+/// Longest DNS label (Service names, label values).
+pub const DNS_LABEL_MAX: usize = 63;
+/// At most this many endpoints go into one EndpointSlice.
+pub const MAX_ENDPOINTS_PER_SLICE: usize = 1000;
+
+// --- conditions ---------------------------------------------------------------------------------
+
+/// Condition types on a `LoadBalancer`.
+pub mod condition {
+    /// Summary: the load balancer exists, has an address and its endpoint is published.
+    pub const READY: &str = "Ready";
+    /// The infrastructure provider's load balancer exists and is provisioned.
+    pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
+    /// Every selected target with an address is an active member.
+    pub const TARGETS_READY: &str = "TargetsReady";
+    /// The `<name>-ext` Service and its EndpointSlices reflect the load balancer's addresses.
+    pub const ENDPOINT_PUBLISHED: &str = "EndpointPublished";
+    /// Reconciliation is paused (CAPI contract).
+    pub const PAUSED: &str = "Paused";
+}
+
+/// Condition reasons. Each one is also the reason of the Event emitted for the same transition, so a
+/// user can search for it in `kubectl get events` and in `docs/`.
+pub mod reason {
+    // Ready
+    /// Everything is in place.
+    pub const READY: &str = "Ready";
+    /// Some part is still progressing; the message says which.
+    pub const NOT_READY: &str = "NotReady";
+    /// The object is being deleted.
+    pub const DELETING: &str = "Deleting";
+    /// The spec is invalid; nothing was changed. The message names the field.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+
+    // InfrastructureReady
+    /// The provider reports the load balancer as provisioned.
+    pub const PROVISIONED: &str = "Provisioned";
+    /// The provider is still provisioning.
+    pub const PROVISIONING: &str = "Provisioning";
+    /// `spec.infrastructureRef` names a kind no enabled provider handles.
+    pub const PROVIDER_NOT_ENABLED: &str = "ProviderNotEnabled";
+    /// The referenced infrastructure object does not exist.
+    pub const INFRASTRUCTURE_NOT_FOUND: &str = "InfrastructureNotFound";
+    /// The referenced infrastructure object is invalid.
+    pub const INVALID_INFRASTRUCTURE: &str = "InvalidInfrastructure";
+    /// The referenced infrastructure object is already used by another LoadBalancer.
+    pub const INFRASTRUCTURE_IN_USE: &str = "InfrastructureInUse";
+    /// The referenced infrastructure object is being deleted.
+    pub const INFRASTRUCTURE_DELETING: &str = "InfrastructureDeleting";
+    /// The provider failed and will be retried with back-off.
+    pub const PROVIDER_ERROR: &str = "ProviderError";
+    /// The provider failed in a way retrying cannot fix; the message says what to change.
+    pub const PROVIDER_FAILED: &str = "ProviderFailed";
+
+    // TargetsReady
+    /// Every target is an active member.
+    pub const TARGETS_ACTIVE: &str = "TargetsActive";
+    /// Some targets are still being added.
+    pub const TARGETS_PROGRESSING: &str = "TargetsProgressing";
+    /// Some selected targets have no usable address.
+    pub const TARGETS_WITHOUT_ADDRESS: &str = "TargetsWithoutAddress";
+    /// The selector matches no target.
+    pub const NO_TARGETS: &str = "NoTargets";
+    /// The target kind cannot be listed (not installed, or not known to capi-lb).
+    pub const TARGET_KIND_UNAVAILABLE: &str = "TargetKindUnavailable";
+
+    // EndpointPublished
+    /// The `-ext` Service and EndpointSlices are up to date.
+    pub const PUBLISHED: &str = "Published";
+    /// The provider has no address yet.
+    pub const WAITING_FOR_ADDRESS: &str = "WaitingForAddress";
+    /// Publication is disabled in the spec.
+    pub const PUBLICATION_DISABLED: &str = "PublicationDisabled";
+    /// An object with the `-ext` name exists and is not ours: it was left untouched.
+    pub const NAME_CONFLICT: &str = "NameConflict";
+
+    // Paused
+    /// Reconciliation is paused.
+    pub const PAUSED: &str = "Paused";
+    /// Reconciliation is not paused.
+    pub const NOT_PAUSED: &str = "NotPaused";
+}
+
+/// Event reasons that are not condition reasons.
+pub mod event {
+    /// The provider created the load balancer.
+    pub const LOAD_BALANCER_CREATED: &str = "LoadBalancerCreated";
+    /// The provider's addresses changed.
+    pub const ADDRESSES_CHANGED: &str = "AddressesChanged";
+    /// The member set changed.
+    pub const MEMBERS_CHANGED: &str = "MembersChanged";
+    /// The `-ext` objects were created or updated.
+    pub const ENDPOINT_PUBLISHED: &str = "EndpointPublished";
+    /// The `-ext` objects were removed.
+    pub const ENDPOINT_WITHDRAWN: &str = "EndpointWithdrawn";
+    /// The provider deleted the load balancer.
+    pub const LOAD_BALANCER_DELETED: &str = "LoadBalancerDeleted";
+    /// A previously used infrastructure object was released (its provider resources deleted).
+    pub const INFRASTRUCTURE_RELEASED: &str = "InfrastructureReleased";
+}

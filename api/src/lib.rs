@@ -1,0 +1,22 @@
+//! API types of capi-lb: the `LoadBalancer` and `InMemoryLoadBalancer` custom resources, read-only
+//! views of the Cluster API kinds capi-lb reads, shared constants, condition helpers, derived names
+//! and client-side schema validation. This crate does no I/O.
+
+pub mod capi;
+pub mod conditions;
+pub mod constants;
+pub mod inmemory;
+pub mod loadbalancer;
+pub mod naming;
+pub mod validation;
+
+pub use inmemory::{InMemoryLoadBalancer, InMemoryLoadBalancerSpec, InMemoryLoadBalancerStatus};
+pub use loadbalancer::{LoadBalancer, LoadBalancerSpec, LoadBalancerStatus};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// Every CRD capi-lb defines, in the order `capi-lb crds` prints them.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![LoadBalancer::crd(), InMemoryLoadBalancer::crd()]
+}

@@ -1,0 +1,412 @@
+//! The generic `LoadBalancer` resource (`loadbalancer.cluster.x-k8s.io/v1alpha1`), following the
+//! Cluster API load-balancer proposal: which targets to balance (a kind and a label selector), on which
+//! ports, through which infrastructure provider (`infrastructureRef`), and where the stable endpoint is
+//! published. The types carry the CRD schema: doc comments become `kubectl explain` text, schemars
+//! attributes become OpenAPI constraints and `x_kube` rules become CEL validations.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::constants::{
+    CAPI_GROUP, DEFAULT_PORT, DEFAULT_PORT_NAME, DEFAULT_PUBLICATION_SUFFIX, MACHINE_KIND,
+};
+
+/// Regex of an RFC 1123 DNS subdomain (object names, API groups).
+pub const DNS_SUBDOMAIN_PATTERN: &str =
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// Regex of an RFC 1035 DNS label (Service names).
+pub const DNS_LABEL_PATTERN: &str = r"^[a-z]([-a-z0-9]*[a-z0-9])?$";
+
+/// A load balancer in front of a set of targets (by default Cluster API Machines), realised by the
+/// infrastructure provider named in `infrastructureRef`, with a stable DNS endpoint published as the
+/// headless Service `<name><publication.suffix>`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "loadbalancer.cluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "LoadBalancer",
+    plural = "loadbalancers",
+    namespaced,
+    status = "LoadBalancerStatus",
+    shortname = "capilb",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    printcolumn = r#"{"name":"Ready","type":"boolean","jsonPath":".status.ready","description":"Load balancer provisioned and endpoint published"}"#,
+    printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".status.endpoint.host","description":"Stable endpoint host"}"#,
+    printcolumn = r#"{"name":"Address","type":"string","jsonPath":".status.addresses[0].address","description":"First address assigned by the provider"}"#,
+    printcolumn = r#"{"name":"Targets","type":"string","jsonPath":".status.readyTargets","description":"Active targets / selected targets"}"#,
+    printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.infrastructureRef.kind","description":"Infrastructure provider kind"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("!self.spec.publication.enabled || (size(self.metadata.name + self.spec.publication.suffix) <= 63 && (self.metadata.name + self.spec.publication.suffix).matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))").message(Message::Expression("'the published Service name ' + self.metadata.name + self.spec.publication.suffix + ' must be a DNS label (lowercase letters, digits and -, starting with a letter) of at most 63 characters: shorten the LoadBalancer name or spec.publication.suffix, or disable publication'".into())).field_path("spec.publication.suffix"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancerSpec {
+    /// Name of the Cluster API Cluster this load balancer belongs to. When set, the Cluster's
+    /// `spec.paused` pauses this load balancer too, and the default selector includes
+    /// `cluster.x-k8s.io/cluster-name=<clusterName>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    )]
+    pub cluster_name: Option<String>,
+
+    /// An externally managed endpoint (for example a DNS alias in front of the load balancer). When
+    /// set, it is reported as `status.endpoint` and never overwritten by the controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<ApiEndpoint>,
+
+    /// Ports the load balancer listens on. Each port forwards to `targetPort` on every target.
+    /// Defaults to one TCP port 6443 named `kube-apiserver`.
+    #[serde(default = "default_ports")]
+    #[schemars(length(min = 1, max = 32))]
+    #[x_kube(validation = Rule::new("self.all(p, self.exists_one(q, q.name == p.name))").message("port names must be unique").reason(Reason::FieldValueDuplicate))]
+    #[x_kube(validation = Rule::new("self.all(p, self.exists_one(q, q.port == p.port && q.protocol == p.protocol))").message("each port and protocol pair may appear only once").reason(Reason::FieldValueDuplicate))]
+    pub ports: Vec<LoadBalancerPort>,
+
+    /// Kind of the objects the selector picks as targets. Defaults to the Cluster API `Machine`.
+    #[serde(default)]
+    pub target_kind: TargetKind,
+
+    /// Label selector for the targets, in this LoadBalancer's namespace. When empty it defaults to
+    /// `cluster.x-k8s.io/cluster-name=<clusterName>` (if `clusterName` is set) and
+    /// `loadbalancer.cluster.x-k8s.io/name=<name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+
+    /// Which target address to use, in order of preference: the first type a target reports in
+    /// `status.addresses` wins. Defaults to `[InternalIP, ExternalIP]`.
+    #[serde(default = "default_address_types")]
+    #[schemars(length(min = 1, max = 5))]
+    #[x_kube(validation = Rule::new("self.all(t, self.exists_one(u, u == t))").message("address types must be unique").reason(Reason::FieldValueDuplicate))]
+    pub target_address_types: Vec<MachineAddressType>,
+
+    /// The infrastructure provider object that configures how this load balancer is realised, for
+    /// example an `InMemoryLoadBalancer`. It must be in the same namespace and may be used by only one
+    /// LoadBalancer.
+    pub infrastructure_ref: InfrastructureRef,
+
+    /// Publication of the stable endpoint as a headless Service `<name><suffix>` whose
+    /// EndpointSlices list the provider's addresses (an ExternalName Service when the provider only
+    /// has a hostname).
+    #[serde(default)]
+    pub publication: Publication,
+}
+
+/// A host and port, as in Cluster API's `APIEndpoint`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiEndpoint {
+    /// DNS name or IP address.
+    #[schemars(length(min = 1, max = 253))]
+    pub host: String,
+    /// TCP port.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+}
+
+/// One port of the load balancer.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancerPort {
+    /// Port name (an IANA service name: lowercase letters, digits and `-`, at most 15 characters,
+    /// with at least one letter). Used as the port name of the published Service and EndpointSlices.
+    #[schemars(
+        length(min = 1, max = 15),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    #[x_kube(validation = Rule::new("self.matches('[a-z]') && !self.contains('--')").message("must contain a letter and no '--'"))]
+    pub name: String,
+    /// Port the load balancer listens on.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// Port on the targets. Defaults to `port`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub target_port: Option<i32>,
+    /// Transport protocol. Defaults to TCP.
+    #[serde(default)]
+    pub protocol: Protocol,
+}
+
+impl LoadBalancerPort {
+    /// The port on the targets: `targetPort`, or `port` when unset.
+    pub fn effective_target_port(&self) -> i32 {
+        self.target_port.unwrap_or(self.port)
+    }
+}
+
+/// Transport protocol of a port.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// TCP.
+    #[default]
+    #[serde(rename = "TCP")]
+    Tcp,
+    /// UDP.
+    #[serde(rename = "UDP")]
+    Udp,
+}
+
+impl Protocol {
+    /// The Kubernetes spelling (`TCP`, `UDP`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+        }
+    }
+}
+
+/// The kind of object that targets are.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetKind {
+    /// API group of the target kind. Defaults to `cluster.x-k8s.io`.
+    #[serde(default = "default_target_group")]
+    #[schemars(length(max = 253))]
+    pub api_group: String,
+    /// Kind of the targets. Defaults to `Machine`.
+    #[serde(default = "default_target_kind")]
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[A-Z][A-Za-z0-9]*$"))]
+    pub kind: String,
+}
+
+impl Default for TargetKind {
+    fn default() -> Self {
+        Self {
+            api_group: default_target_group(),
+            kind: default_target_kind(),
+        }
+    }
+}
+
+impl std::fmt::Display for TargetKind {
+    /// `Kind.group`, the way kubectl names a resource kind (`Machine.cluster.x-k8s.io`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.api_group.is_empty() {
+            write!(f, "{}", self.kind)
+        } else {
+            write!(f, "{}.{}", self.kind, self.api_group)
+        }
+    }
+}
+
+/// Machine address types, as reported in a Cluster API Machine's `status.addresses`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MachineAddressType {
+    /// Node hostname.
+    Hostname,
+    /// Externally routable IP.
+    #[serde(rename = "ExternalIP")]
+    ExternalIp,
+    /// Cluster-internal IP.
+    #[serde(rename = "InternalIP")]
+    InternalIp,
+    /// Externally resolvable DNS name.
+    #[serde(rename = "ExternalDNS")]
+    ExternalDns,
+    /// Internally resolvable DNS name.
+    #[serde(rename = "InternalDNS")]
+    InternalDns,
+}
+
+impl MachineAddressType {
+    /// The spelling used in `status.addresses[].type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MachineAddressType::Hostname => "Hostname",
+            MachineAddressType::ExternalIp => "ExternalIP",
+            MachineAddressType::InternalIp => "InternalIP",
+            MachineAddressType::ExternalDns => "ExternalDNS",
+            MachineAddressType::InternalDns => "InternalDNS",
+        }
+    }
+}
+
+/// Reference to the infrastructure provider object, in the LoadBalancer's namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct InfrastructureRef {
+    /// API group of the provider object, e.g. `infrastructure.cluster.x-k8s.io`.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub api_group: String,
+    /// Kind of the provider object, e.g. `InMemoryLoadBalancer`.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[A-Z][A-Za-z0-9]*$"))]
+    pub kind: String,
+    /// Name of the provider object.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub name: String,
+}
+
+impl std::fmt::Display for InfrastructureRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}/{}", self.kind, self.api_group, self.name)
+    }
+}
+
+/// Publication of the stable endpoint.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Publication {
+    /// Publish the `<name><suffix>` Service. Defaults to true.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Suffix appended to the LoadBalancer name to form the Service name. Defaults to `-ext`.
+    #[serde(default = "default_suffix")]
+    #[schemars(length(min = 1, max = 62), regex(pattern = r"^[-a-z0-9]+$"))]
+    pub suffix: String,
+}
+
+impl Default for Publication {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            suffix: default_suffix(),
+        }
+    }
+}
+
+/// Observed state of a LoadBalancer. Everything here can be rebuilt from the spec and the outside
+/// world (`clusterctl move` does not keep status).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancerStatus {
+    /// The target kind as `Kind.group`.
+    #[serde(default)]
+    pub target_kind: Option<String>,
+    /// The effective target selector in string form (`key=value,...`).
+    #[serde(default)]
+    pub target_selector: Option<String>,
+    /// Names of the targets the selector matches.
+    #[serde(default)]
+    pub targets: Vec<String>,
+    /// Names of the targets that are active members of the load balancer.
+    #[serde(default)]
+    pub active_targets: Vec<String>,
+    /// `active/selected` target counts, for `kubectl get`.
+    #[serde(default)]
+    pub ready_targets: Option<String>,
+    /// Addresses the infrastructure provider assigned to the load balancer.
+    #[serde(default)]
+    pub addresses: Vec<LoadBalancerAddress>,
+    /// The stable endpoint: `spec.endpoint` when set, otherwise
+    /// `<name><suffix>.<namespace>.svc.<cluster-domain>` and the first port.
+    #[serde(default)]
+    pub endpoint: Option<ApiEndpoint>,
+    /// True when the provider's load balancer is provisioned, has an address and the endpoint is
+    /// published.
+    #[serde(default)]
+    pub ready: bool,
+    /// The infrastructure object the current provider resources belong to. When
+    /// `spec.infrastructureRef` changes, the resources of this one are released first.
+    #[serde(default)]
+    pub infrastructure_ref: Option<InfrastructureRef>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default)]
+    pub observed_generation: Option<i64>,
+    /// Conditions: Ready, InfrastructureReady, TargetsReady, EndpointPublished, Paused.
+    #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// An address assigned by the provider.
+#[derive(
+    KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancerAddress {
+    /// `IP` or `Hostname`.
+    #[serde(rename = "type")]
+    pub type_: AddressType,
+    /// The IP address or DNS name.
+    pub address: String,
+}
+
+impl LoadBalancerAddress {
+    /// An IP address.
+    pub fn ip(address: impl Into<String>) -> Self {
+        Self {
+            type_: AddressType::Ip,
+            address: address.into(),
+        }
+    }
+
+    /// A DNS name.
+    pub fn hostname(address: impl Into<String>) -> Self {
+        Self {
+            type_: AddressType::Hostname,
+            address: address.into(),
+        }
+    }
+}
+
+/// Kind of a load balancer address.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash,
+)]
+pub enum AddressType {
+    /// An IPv4 or IPv6 address.
+    #[serde(rename = "IP")]
+    Ip,
+    /// A DNS name.
+    Hostname,
+}
+
+fn default_ports() -> Vec<LoadBalancerPort> {
+    vec![LoadBalancerPort {
+        name: DEFAULT_PORT_NAME.to_string(),
+        port: DEFAULT_PORT,
+        target_port: None,
+        protocol: Protocol::Tcp,
+    }]
+}
+
+fn default_address_types() -> Vec<MachineAddressType> {
+    vec![
+        MachineAddressType::InternalIp,
+        MachineAddressType::ExternalIp,
+    ]
+}
+
+fn default_target_group() -> String {
+    CAPI_GROUP.to_string()
+}
+
+fn default_target_kind() -> String {
+    MACHINE_KIND.to_string()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_suffix() -> String {
+    DEFAULT_PUBLICATION_SUFFIX.to_string()
+}
+
+impl LoadBalancerSpec {
+    /// A spec with every default applied and the given infrastructure reference, as the apiserver
+    /// would store `spec: {infrastructureRef: ...}`.
+    pub fn with_infrastructure(infrastructure_ref: InfrastructureRef) -> Self {
+        Self {
+            cluster_name: None,
+            endpoint: None,
+            ports: default_ports(),
+            target_kind: TargetKind::default(),
+            selector: None,
+            target_address_types: default_address_types(),
+            infrastructure_ref,
+            publication: Publication::default(),
+        }
+    }
+}

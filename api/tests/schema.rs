@@ -1,0 +1,313 @@
+//! The generated CRD schemas and CEL rules, evaluated client-side: defaults apply, valid objects pass,
+//! and every rule rejects what it is meant to reject with an error naming the field.
+
+use capi_lb_api::constants::CAPI_CONTRACT_LABEL;
+use capi_lb_api::validation::{FieldErrors, parse};
+use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer, crds};
+use serde_json::{Value, json};
+
+fn lb(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1",
+        "kind": "LoadBalancer",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    })
+}
+
+fn infra_ref() -> Value {
+    json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryLoadBalancer", "name": "cp"})
+}
+
+fn errors_of(obj: Value) -> FieldErrors {
+    parse::<LoadBalancer>(&obj).expect_err("expected the object to be rejected")
+}
+
+fn assert_rejected(obj: Value, field: &str, fragment: &str) {
+    let errors = errors_of(obj);
+    assert!(
+        errors
+            .0
+            .iter()
+            .any(|e| e.field == field && e.message.contains(fragment)),
+        "expected an error on {field} containing {fragment:?}, got: {errors}"
+    );
+}
+
+#[test]
+fn minimal_loadbalancer_gets_every_default() {
+    let parsed: LoadBalancer = parse(&lb("cp", json!({"infrastructureRef": infra_ref()}))).unwrap();
+    let spec = &parsed.spec;
+    assert_eq!(spec.ports.len(), 1);
+    assert_eq!(spec.ports[0].port, 6443);
+    assert_eq!(spec.ports[0].name, "kube-apiserver");
+    assert_eq!(spec.target_kind.kind, "Machine");
+    assert_eq!(spec.target_kind.api_group, "cluster.x-k8s.io");
+    assert_eq!(spec.target_address_types.len(), 2);
+    assert!(spec.publication.enabled);
+    assert_eq!(spec.publication.suffix, "-ext");
+    assert_eq!(parsed.published_service_name().as_deref(), Some("cp-ext"));
+}
+
+#[test]
+fn infrastructure_ref_is_required() {
+    let errors = errors_of(lb("cp", json!({})));
+    assert!(errors.to_string().contains("infrastructureRef"), "{errors}");
+}
+
+#[test]
+fn port_out_of_range_is_rejected() {
+    assert_rejected(
+        lb(
+            "cp",
+            json!({"infrastructureRef": infra_ref(), "ports": [{"name": "api", "port": 70000}]}),
+        ),
+        "spec.ports[0].port",
+        "65535",
+    );
+}
+
+#[test]
+fn duplicate_port_names_are_rejected_by_cel() {
+    assert_rejected(
+        lb(
+            "cp",
+            json!({"infrastructureRef": infra_ref(), "ports": [
+                {"name": "api", "port": 6443}, {"name": "api", "port": 443}
+            ]}),
+        ),
+        "spec.ports",
+        "port names must be unique",
+    );
+}
+
+#[test]
+fn duplicate_port_protocol_pairs_are_rejected_but_tcp_and_udp_may_share_a_port() {
+    assert_rejected(
+        lb(
+            "cp",
+            json!({"infrastructureRef": infra_ref(), "ports": [
+                {"name": "a", "port": 53}, {"name": "b", "port": 53}
+            ]}),
+        ),
+        "spec.ports",
+        "each port and protocol pair",
+    );
+    parse::<LoadBalancer>(&lb(
+        "dns",
+        json!({"infrastructureRef": infra_ref(), "ports": [
+            {"name": "dns-tcp", "port": 53}, {"name": "dns-udp", "port": 53, "protocol": "UDP"}
+        ]}),
+    ))
+    .unwrap();
+}
+
+#[test]
+fn port_names_must_be_iana_service_names() {
+    assert_rejected(
+        lb(
+            "cp",
+            json!({"infrastructureRef": infra_ref(), "ports": [{"name": "6443", "port": 6443}]}),
+        ),
+        "spec.ports[0].name",
+        "letter",
+    );
+    assert_rejected(
+        lb(
+            "cp",
+            json!({"infrastructureRef": infra_ref(), "ports": [{"name": "Api", "port": 6443}]}),
+        ),
+        "spec.ports[0].name",
+        "does not match",
+    );
+}
+
+#[test]
+fn published_name_that_is_not_a_dns_label_is_rejected_by_cel() {
+    let long = "a".repeat(60);
+    assert_rejected(
+        lb(&long, json!({"infrastructureRef": infra_ref()})),
+        "spec.publication.suffix",
+        &format!("{long}-ext must be a DNS label"),
+    );
+    // A dotted name is a valid object name but not a valid Service name.
+    assert_rejected(
+        lb("cp.example", json!({"infrastructureRef": infra_ref()})),
+        "spec.publication.suffix",
+        "must be a DNS label",
+    );
+    // Without publication the same names are fine.
+    parse::<LoadBalancer>(&lb(
+        &long,
+        json!({"infrastructureRef": infra_ref(), "publication": {"enabled": false}}),
+    ))
+    .unwrap();
+    // 59 characters plus "-ext" is exactly 63.
+    parse::<LoadBalancer>(&lb(
+        &"a".repeat(59),
+        json!({"infrastructureRef": infra_ref()}),
+    ))
+    .unwrap();
+}
+
+#[test]
+fn unknown_fields_are_reported() {
+    assert_rejected(
+        lb(
+            "cp",
+            json!({"infrastructureRef": infra_ref(), "infrastructureref": {}}),
+        ),
+        "spec.infrastructureref",
+        "unknown field",
+    );
+}
+
+#[test]
+fn bad_infrastructure_ref_is_rejected() {
+    assert_rejected(
+        lb(
+            "cp",
+            json!({"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "inMemory", "name": "cp"}}),
+        ),
+        "spec.infrastructureRef.kind",
+        "does not match",
+    );
+}
+
+#[test]
+fn duplicate_address_types_are_rejected() {
+    assert_rejected(
+        lb(
+            "cp",
+            json!({"infrastructureRef": infra_ref(), "targetAddressTypes": ["InternalIP", "InternalIP"]}),
+        ),
+        "spec.targetAddressTypes",
+        "unique",
+    );
+}
+
+fn inmemory(spec: Value) -> Value {
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "InMemoryLoadBalancer",
+        "metadata": {"name": "cp", "namespace": "default"},
+        "spec": spec,
+    })
+}
+
+#[test]
+fn inmemory_defaults_and_rules() {
+    let parsed: InMemoryLoadBalancer = parse(&inmemory(json!({}))).unwrap();
+    assert_eq!(
+        parsed.spec.address_pools,
+        vec!["203.0.113.0/24".to_string()]
+    );
+    let errors = parse::<InMemoryLoadBalancer>(&inmemory(json!({"addressPools": ["not-a-cidr"]})))
+        .unwrap_err();
+    assert!(
+        errors.0.iter().any(|e| e.field == "spec.addressPools"),
+        "{errors}"
+    );
+    let errors = parse::<InMemoryLoadBalancer>(&inmemory(json!({"addressPools": []}))).unwrap_err();
+    assert!(
+        errors
+            .to_string()
+            .contains("at least one address pool or a hostname"),
+        "{errors}"
+    );
+    parse::<InMemoryLoadBalancer>(&inmemory(
+        json!({"addressPools": [], "hostname": "lb.example.com"}),
+    ))
+    .unwrap();
+    parse::<InMemoryLoadBalancer>(&inmemory(
+        json!({"addressPools": ["203.0.113.0/24", "2001:db8::/64"]}),
+    ))
+    .unwrap();
+}
+
+#[test]
+fn crds_carry_contract_label_names_and_columns() {
+    for crd in crds() {
+        let labels = crd.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get(CAPI_CONTRACT_LABEL).map(String::as_str),
+            Some("v1alpha1")
+        );
+        let name = crd.metadata.name.clone().unwrap();
+        assert_eq!(
+            name,
+            format!("{}.{}", crd.spec.names.plural, crd.spec.group)
+        );
+        let version = &crd.spec.versions[0];
+        assert!(
+            version
+                .subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some()
+        );
+    }
+    let lb_crd = LoadBalancer::crd_for_test();
+    let columns: Vec<String> = lb_crd.spec.versions[0]
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.name.to_uppercase())
+        .collect();
+    assert_eq!(
+        columns,
+        ["READY", "ENDPOINT", "ADDRESS", "TARGETS", "PROVIDER", "AGE"]
+    );
+}
+
+#[test]
+fn every_field_has_a_description() {
+    fn walk(schema: &Value, path: &str, missing: &mut Vec<String>) {
+        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+            for (name, child) in props {
+                let child_path = format!("{path}.{name}");
+                let top_level =
+                    path == "" && matches!(name.as_str(), "apiVersion" | "kind" | "metadata");
+                if !top_level && child.get("description").is_none() {
+                    missing.push(child_path.clone());
+                }
+                walk(child, &child_path, missing);
+            }
+        }
+        if let Some(items) = schema.get("items") {
+            walk(items, &format!("{path}[]"), missing);
+        }
+    }
+    for crd in crds() {
+        let schema = serde_json::to_value(
+            crd.spec.versions[0]
+                .schema
+                .as_ref()
+                .unwrap()
+                .open_api_v3_schema
+                .as_ref()
+                .unwrap(),
+        )
+        .unwrap();
+        let mut missing = Vec::new();
+        // Types from k8s-openapi (LabelSelector, Condition) carry their own upstream descriptions.
+        walk(&schema["properties"]["spec"], "spec", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "{}: fields without a description: {missing:?}",
+            crd.spec.names.kind
+        );
+    }
+}
+
+trait CrdForTest {
+    fn crd_for_test()
+    -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+}
+impl CrdForTest for LoadBalancer {
+    fn crd_for_test()
+    -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
+    {
+        <LoadBalancer as kube::CustomResourceExt>::crd()
+    }
+}
