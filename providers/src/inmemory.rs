@@ -1,0 +1,592 @@
+//! The in-memory provider. Its "cloud" is an [`InMemoryCloud`] held in process memory: load
+//! balancers with ownership tags, addresses allocated from the `InMemoryLoadBalancer`'s pools, listeners
+//! and members with states. It behaves like a real provider where it matters for the controller:
+//! provisioning, member addition and deletion take `provisioningDelaySeconds` (answered as
+//! [`Progress::Pending`], never by blocking), resources are found again by their ownership tags after a
+//! controller restart, a load balancer tagged for another owner is never adopted, and failures can be
+//! injected per operation. The cloud is cheap to clone and shared, so a test can restart the
+//! controller and keep the cloud.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use capi_lb_api::InMemoryLoadBalancer;
+use capi_lb_api::inmemory::{
+    FailureType, InMemoryLoadBalancerSpec, InjectedFailure, ProviderOperation,
+};
+use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
+use capi_lb_api::validation::parse;
+use ipnet::IpNet;
+use jiff::Timestamp;
+use kube::core::{ApiResource, DynamicObject};
+use serde_json::{Map, Value, json};
+
+use crate::clock::{SharedClock, after, until};
+use crate::error::{INVALID_CONFIGURATION, ProviderError};
+use crate::provider::{
+    DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, Listener, MemberState,
+    MemberStatus, MembersOutcome, MembersRequest, Progress, Provider,
+};
+
+/// Name of the in-memory provider for `--providers`.
+pub const NAME: &str = "inmemory";
+/// Reason of an injected permanent failure.
+pub const INJECTED_FAILURE: &str = "InjectedFailure";
+/// Reason when an address pool has no free address.
+pub const POOL_EXHAUSTED: &str = "AddressPoolExhausted";
+
+/// A load balancer in the in-memory cloud.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CloudLoadBalancer {
+    /// Provider ID, `imlb-0001`.
+    pub id: String,
+    /// Ownership tags.
+    pub tags: BTreeMap<String, String>,
+    /// Allocated addresses (IPs first, then the hostname).
+    pub addresses: Vec<LoadBalancerAddress>,
+    /// Configured listeners.
+    pub listeners: Vec<Listener>,
+    /// Members by target name.
+    pub members: BTreeMap<String, CloudMember>,
+    /// When provisioning completes.
+    pub ready_at: Timestamp,
+    /// Provisioning delay of this load balancer.
+    pub delay: Duration,
+    /// When deletion was requested.
+    pub deleting_since: Option<Timestamp>,
+}
+
+/// A member in the in-memory cloud.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CloudMember {
+    /// Address traffic goes to.
+    pub address: String,
+    /// State.
+    pub state: MemberState,
+    /// When an `Adding` member becomes `Active`.
+    pub active_at: Timestamp,
+}
+
+#[derive(Debug, Default)]
+struct CloudState {
+    next_id: u64,
+    load_balancers: BTreeMap<String, CloudLoadBalancer>,
+    /// Injected transient failures already returned, by (infrastructure object UID, failure index).
+    failures_returned: HashMap<(String, usize), u32>,
+    /// Calls made to the cloud (every provider method counts one).
+    calls: u64,
+}
+
+/// The in-memory cloud: shared state behind every [`InMemoryProvider`] built from it.
+#[derive(Clone, Debug)]
+pub struct InMemoryCloud {
+    state: Arc<Mutex<CloudState>>,
+    clock: SharedClock,
+}
+
+impl InMemoryCloud {
+    /// An empty cloud using `clock` for delays.
+    pub fn new(clock: SharedClock) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(CloudState::default())),
+            clock,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, CloudState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Every load balancer in the cloud.
+    pub fn load_balancers(&self) -> Vec<CloudLoadBalancer> {
+        self.lock().load_balancers.values().cloned().collect()
+    }
+
+    /// Number of provider calls made so far.
+    pub fn calls(&self) -> u64 {
+        self.lock().calls
+    }
+
+    /// Put a load balancer into the cloud as if someone else created it (tests: a foreign load
+    /// balancer with the same name must never be adopted). Returns its ID.
+    pub fn insert_foreign(&self, tags: BTreeMap<String, String>, address: &str) -> String {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        state.next_id += 1;
+        let id = format!("imlb-{:04}", state.next_id);
+        state.load_balancers.insert(
+            id.clone(),
+            CloudLoadBalancer {
+                id: id.clone(),
+                tags,
+                addresses: vec![LoadBalancerAddress::ip(address)],
+                listeners: Vec::new(),
+                members: BTreeMap::new(),
+                ready_at: now,
+                delay: Duration::ZERO,
+                deleting_since: None,
+            },
+        );
+        id
+    }
+}
+
+/// The in-memory provider.
+#[derive(Clone, Debug)]
+pub struct InMemoryProvider {
+    cloud: InMemoryCloud,
+}
+
+impl InMemoryProvider {
+    /// A provider backed by `cloud`.
+    pub fn new(cloud: InMemoryCloud) -> Self {
+        Self { cloud }
+    }
+
+    /// The cloud behind this provider.
+    pub fn cloud(&self) -> &InMemoryCloud {
+        &self.cloud
+    }
+
+    /// Return the first injected failure configured for `op` that is still due.
+    fn injected_failure(
+        &self,
+        state: &mut CloudState,
+        infra_uid: &str,
+        op: ProviderOperation,
+        failures: &[InjectedFailure],
+    ) -> Result<(), ProviderError> {
+        for (index, failure) in failures.iter().enumerate() {
+            if failure.operation != op {
+                continue;
+            }
+            let message = failure
+                .message
+                .clone()
+                .unwrap_or_else(|| format!("injected {:?} failure of {op:?}", failure.type_));
+            match failure.type_ {
+                FailureType::Permanent => {
+                    return Err(ProviderError::permanent(INJECTED_FAILURE, message));
+                }
+                FailureType::Transient => {
+                    let returned = state
+                        .failures_returned
+                        .entry((infra_uid.to_string(), index))
+                        .or_insert(0);
+                    if *returned < failure.times {
+                        *returned += 1;
+                        return Err(ProviderError::transient(message));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn parse_spec(infra: &DynamicObject) -> Result<InMemoryLoadBalancerSpec, ProviderError> {
+    let value = serde_json::to_value(infra).map_err(|e| {
+        ProviderError::permanent(INVALID_CONFIGURATION, format!("cannot read: {e}"))
+    })?;
+    parse::<InMemoryLoadBalancer>(&value)
+        .map(|o| o.spec)
+        .map_err(|e| {
+            ProviderError::permanent(
+                INVALID_CONFIGURATION,
+                format!(
+                    "InMemoryLoadBalancer {} is invalid: {e}",
+                    infra.metadata.name.as_deref().unwrap_or_default()
+                ),
+            )
+        })
+}
+
+fn infra_uid(infra: &DynamicObject) -> String {
+    infra.metadata.uid.clone().unwrap_or_default()
+}
+
+fn delay_of(spec: &InMemoryLoadBalancerSpec) -> Duration {
+    Duration::from_secs(u64::from(spec.provisioning_delay_seconds))
+}
+
+/// Addresses in use by every load balancer except `except`.
+fn used_addresses(state: &CloudState, except: Option<&str>) -> BTreeSet<IpAddr> {
+    state
+        .load_balancers
+        .values()
+        .filter(|lb| Some(lb.id.as_str()) != except)
+        .flat_map(|lb| lb.addresses.iter())
+        .filter(|a| a.type_ == AddressType::Ip)
+        .filter_map(|a| a.address.parse().ok())
+        .collect()
+}
+
+/// The addresses a load balancer should have under `spec`: one per pool (keeping a current address
+/// that is still inside its pool), then the hostname.
+fn plan_addresses(
+    spec: &InMemoryLoadBalancerSpec,
+    current: &[LoadBalancerAddress],
+    used: &BTreeSet<IpAddr>,
+) -> Result<Vec<LoadBalancerAddress>, ProviderError> {
+    let mut out = Vec::new();
+    for pool in &spec.address_pools {
+        let net: IpNet = pool.parse().map_err(|e| {
+            ProviderError::permanent(INVALID_CONFIGURATION, format!("address pool {pool}: {e}"))
+        })?;
+        let kept = current
+            .iter()
+            .filter(|a| a.type_ == AddressType::Ip)
+            .filter_map(|a| a.address.parse::<IpAddr>().ok())
+            .find(|ip| net.contains(ip));
+        let ip = match kept {
+            Some(ip) => ip,
+            // The network address is never a host (for IPv6 it is the subnet-router anycast).
+            None => net
+                .hosts()
+                .find(|ip| *ip != net.network() && !used.contains(ip))
+                .ok_or_else(|| {
+                    ProviderError::permanent(
+                        POOL_EXHAUSTED,
+                        format!("address pool {pool} has no free address"),
+                    )
+                })?,
+        };
+        out.push(LoadBalancerAddress::ip(ip.to_string()));
+    }
+    if let Some(hostname) = &spec.hostname {
+        out.push(LoadBalancerAddress::hostname(hostname.clone()));
+    }
+    Ok(out)
+}
+
+fn describe_addresses(addresses: &[LoadBalancerAddress]) -> String {
+    let list: Vec<&str> = addresses.iter().map(|a| a.address.as_str()).collect();
+    if list.is_empty() {
+        "none".to_string()
+    } else {
+        list.join(", ")
+    }
+}
+
+fn members_of(lb: &CloudLoadBalancer) -> Vec<MemberStatus> {
+    lb.members
+        .iter()
+        .map(|(name, m)| MemberStatus {
+            name: name.clone(),
+            address: m.address.clone(),
+            state: m.state,
+        })
+        .collect()
+}
+
+/// The infrastructure object's status for this load balancer (or for none).
+fn status_of(lb: Option<&CloudLoadBalancer>, now: Timestamp) -> Map<String, Value> {
+    let value = match lb {
+        Some(lb) => json!({
+            "ready": now >= lb.ready_at,
+            "loadBalancerId": lb.id,
+            "addresses": lb.addresses,
+            "ports": lb.listeners.iter().map(|l| l.port).collect::<Vec<_>>(),
+            "members": lb.members.iter().map(|(name, m)| json!({
+                "name": name, "address": m.address, "state": m.state.as_str(),
+            })).collect::<Vec<_>>(),
+            "memberCount": lb.members.len(),
+        }),
+        None => json!({
+            "ready": false, "loadBalancerId": null, "addresses": [], "ports": [],
+            "members": [], "memberCount": 0,
+        }),
+    };
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+fn pending(message: impl Into<String>, retry_after: Duration) -> Progress {
+    Progress::Pending {
+        message: message.into(),
+        // Never ask to be called again in less than 100ms: a zero delay would spin.
+        retry_after: retry_after.max(Duration::from_millis(100)),
+    }
+}
+
+#[async_trait]
+impl Provider for InMemoryProvider {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn infrastructure_resource(&self) -> ApiResource {
+        ApiResource::erase::<InMemoryLoadBalancer>(&())
+    }
+
+    async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
+        let spec = parse_spec(request.infra)?;
+        let now = self.cloud.clock.now();
+        let mut state = self.cloud.lock();
+        state.calls += 1;
+        self.injected_failure(
+            &mut state,
+            &infra_uid(request.infra),
+            ProviderOperation::Ensure,
+            &spec.failures,
+        )?;
+        let delay = delay_of(&spec);
+        let mut changes = Vec::new();
+        let existing = state
+            .load_balancers
+            .values()
+            .find(|lb| request.identity.owns(&lb.tags))
+            .map(|lb| lb.id.clone());
+        let id = match existing {
+            Some(id) => {
+                let used = used_addresses(&state, Some(&id));
+                let Some(lb) = state.load_balancers.get_mut(&id) else {
+                    return Err(ProviderError::transient("load balancer vanished"));
+                };
+                if let Some(since) = lb.deleting_since {
+                    let done = after(since, lb.delay);
+                    return Ok(EnsureOutcome {
+                        progress: pending(
+                            format!("load balancer {} is still being deleted", lb.id),
+                            until(now, done),
+                        ),
+                        addresses: Vec::new(),
+                        changes,
+                        status: status_of(None, now),
+                    });
+                }
+                let addresses = plan_addresses(&spec, &lb.addresses, &used)?;
+                if addresses != lb.addresses {
+                    changes.push(format!(
+                        "load balancer {} addresses changed from {} to {}",
+                        lb.id,
+                        describe_addresses(&lb.addresses),
+                        describe_addresses(&addresses)
+                    ));
+                    lb.addresses = addresses;
+                }
+                if lb.listeners != request.listeners {
+                    changes.push(format!(
+                        "load balancer {} listeners set to ports {:?}",
+                        lb.id,
+                        request.listeners.iter().map(|l| l.port).collect::<Vec<_>>()
+                    ));
+                    lb.listeners = request.listeners.to_vec();
+                }
+                lb.delay = delay;
+                id
+            }
+            None => {
+                let used = used_addresses(&state, None);
+                let addresses = plan_addresses(&spec, &[], &used)?;
+                state.next_id += 1;
+                let id = format!("imlb-{:04}", state.next_id);
+                changes.push(format!(
+                    "created load balancer {id} for {} with addresses {}",
+                    request.identity.display(),
+                    describe_addresses(&addresses)
+                ));
+                state.load_balancers.insert(
+                    id.clone(),
+                    CloudLoadBalancer {
+                        id: id.clone(),
+                        tags: request.identity.tags(),
+                        addresses,
+                        listeners: request.listeners.to_vec(),
+                        members: BTreeMap::new(),
+                        ready_at: after(now, delay),
+                        delay,
+                        deleting_since: None,
+                    },
+                );
+                id
+            }
+        };
+        let lb = state.load_balancers.get(&id);
+        let progress = match lb {
+            Some(lb) if now >= lb.ready_at => Progress::Done,
+            Some(lb) => pending(
+                format!("load balancer {id} is provisioning"),
+                until(now, lb.ready_at),
+            ),
+            None => return Err(ProviderError::transient("load balancer vanished")),
+        };
+        Ok(EnsureOutcome {
+            progress,
+            addresses: lb.map(|lb| lb.addresses.clone()).unwrap_or_default(),
+            changes,
+            status: status_of(lb, now),
+        })
+    }
+
+    async fn converge_members(
+        &self,
+        request: MembersRequest<'_>,
+    ) -> Result<MembersOutcome, ProviderError> {
+        let spec = parse_spec(request.infra)?;
+        let now = self.cloud.clock.now();
+        let mut state = self.cloud.lock();
+        state.calls += 1;
+        self.injected_failure(
+            &mut state,
+            &infra_uid(request.infra),
+            ProviderOperation::Members,
+            &spec.failures,
+        )?;
+        let delay = delay_of(&spec);
+        let Some(lb) = state
+            .load_balancers
+            .values_mut()
+            .find(|lb| request.identity.owns(&lb.tags))
+        else {
+            return Err(ProviderError::transient(format!(
+                "no load balancer for {} yet",
+                request.identity.display()
+            )));
+        };
+        let mut changes = Vec::new();
+        let desired_names: BTreeSet<&str> =
+            request.members.iter().map(|m| m.name.as_str()).collect();
+        let removed: Vec<String> = lb
+            .members
+            .keys()
+            .filter(|name| !desired_names.contains(name.as_str()))
+            .cloned()
+            .collect();
+        for name in removed {
+            lb.members.remove(&name);
+            changes.push(format!("removed member {name} from {}", lb.id));
+        }
+        for desired in request.members {
+            let joining_state = |drain: bool| {
+                if drain {
+                    MemberState::Draining
+                } else if delay.is_zero() {
+                    MemberState::Active
+                } else {
+                    MemberState::Adding
+                }
+            };
+            match lb.members.get_mut(&desired.name) {
+                None => {
+                    lb.members.insert(
+                        desired.name.clone(),
+                        CloudMember {
+                            address: desired.address.clone(),
+                            state: joining_state(desired.drain),
+                            active_at: after(now, delay),
+                        },
+                    );
+                    changes.push(format!(
+                        "added member {} ({}) to {}",
+                        desired.name, desired.address, lb.id
+                    ));
+                }
+                Some(member) => {
+                    if member.address != desired.address {
+                        changes.push(format!(
+                            "member {} of {} moved from {} to {}",
+                            desired.name, lb.id, member.address, desired.address
+                        ));
+                        member.address = desired.address.clone();
+                        member.state = joining_state(desired.drain);
+                        member.active_at = after(now, delay);
+                    } else if desired.drain && member.state != MemberState::Draining {
+                        member.state = MemberState::Draining;
+                        changes.push(format!("draining member {} of {}", desired.name, lb.id));
+                    } else if !desired.drain && member.state == MemberState::Draining {
+                        member.state = MemberState::Active;
+                        changes.push(format!(
+                            "member {} of {} takes new connections again",
+                            desired.name, lb.id
+                        ));
+                    }
+                }
+            }
+        }
+        let mut next: Option<Duration> = None;
+        for (name, member) in lb.members.iter_mut() {
+            if member.state == MemberState::Adding {
+                if now >= member.active_at {
+                    member.state = MemberState::Active;
+                    changes.push(format!("member {name} of {} is active", lb.id));
+                } else {
+                    let wait = until(now, member.active_at);
+                    next = Some(next.map_or(wait, |n| n.min(wait)));
+                }
+            }
+        }
+        let progress = match next {
+            Some(wait) => pending(format!("members of {} are being added", lb.id), wait),
+            None => Progress::Done,
+        };
+        let members = members_of(lb);
+        let status = status_of(Some(lb), now);
+        Ok(MembersOutcome {
+            progress,
+            members,
+            changes,
+            status,
+        })
+    }
+
+    async fn delete(&self, request: DeleteRequest<'_>) -> Result<DeleteOutcome, ProviderError> {
+        let now = self.cloud.clock.now();
+        let mut state = self.cloud.lock();
+        state.calls += 1;
+        if let Some(infra) = request.infra {
+            // An invalid infrastructure object must not block deletion: only injected failures of a
+            // readable spec apply.
+            if let Ok(spec) = parse_spec(infra) {
+                self.injected_failure(
+                    &mut state,
+                    &infra_uid(infra),
+                    ProviderOperation::Delete,
+                    &spec.failures,
+                )?;
+            }
+        }
+        let Some(lb) = state
+            .load_balancers
+            .values_mut()
+            .find(|lb| request.identity.owns(&lb.tags))
+        else {
+            return Ok(DeleteOutcome {
+                progress: Progress::Done,
+                changes: Vec::new(),
+            });
+        };
+        let mut changes = Vec::new();
+        let since = match lb.deleting_since {
+            Some(since) => since,
+            None => {
+                lb.deleting_since = Some(now);
+                changes.push(format!("deleting load balancer {}", lb.id));
+                now
+            }
+        };
+        let done_at = after(since, lb.delay);
+        if now >= done_at {
+            let id = lb.id.clone();
+            state.load_balancers.remove(&id);
+            changes.push(format!("deleted load balancer {id}"));
+            Ok(DeleteOutcome {
+                progress: Progress::Done,
+                changes,
+            })
+        } else {
+            Ok(DeleteOutcome {
+                progress: pending(
+                    format!("load balancer {} is being deleted", lb.id),
+                    until(now, done_at),
+                ),
+                changes,
+            })
+        }
+    }
+}

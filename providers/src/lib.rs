@@ -1,0 +1,17 @@
+//! Infrastructure providers of capi-lb: the [`Provider`] trait every provider implements, typed
+//! errors, the registry that maps an `infrastructureRef` to a provider, the clock providers use, and
+//! the in-memory provider (no cloud needed: tests, demos and `capi-lb simulate`).
+
+pub mod clock;
+pub mod error;
+pub mod inmemory;
+pub mod provider;
+pub mod registry;
+
+pub use error::ProviderError;
+pub use provider::{
+    DeleteOutcome, DeleteRequest, DesiredMember, EnsureOutcome, EnsureRequest, Listener,
+    LoadBalancerIdentity, MemberState, MemberStatus, MembersOutcome, MembersRequest, Progress,
+    Provider,
+};
+pub use registry::ProviderRegistry;

@@ -1,0 +1,260 @@
+//! The provider trait every infrastructure provider implements, and the data that crosses it.
+//!
+//! Cloud load balancers are slow and asynchronous: an Octavia load balancer can be PENDING for minutes
+//! and writes are refused with "busy, retry" meanwhile; a kube-dc EIp is allocated by another
+//! controller. So no call blocks waiting: each one does the next step it can, and answers with
+//! [`Progress`] — done, or "pending, ask again in N seconds". The reconciler requeues instead of
+//! waiting.
+//!
+//! State that must survive a controller restart lives in two places a provider controls: ownership
+//! tags on the cloud resources (derived from [`LoadBalancerIdentity`], so a restarted controller finds
+//! and adopts its resources instead of creating duplicates), and the `status` fragment a provider
+//! returns, which the reconciler writes to the infrastructure object's status.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use capi_lb_api::loadbalancer::{LoadBalancerAddress, Protocol};
+use kube::core::{ApiResource, DynamicObject};
+use serde_json::{Map, Value};
+
+use crate::error::ProviderError;
+
+/// Tag keys every provider puts on the cloud resources it creates.
+pub mod tags {
+    /// Namespace of the owning LoadBalancer.
+    pub const NAMESPACE: &str = "capi-lb.loadbalancer.cluster.x-k8s.io/namespace";
+    /// Name of the owning LoadBalancer.
+    pub const NAME: &str = "capi-lb.loadbalancer.cluster.x-k8s.io/name";
+    /// UID of the owning LoadBalancer: the ownership proof.
+    pub const UID: &str = "capi-lb.loadbalancer.cluster.x-k8s.io/uid";
+    /// Cluster name, when the LoadBalancer has one.
+    pub const CLUSTER: &str = "capi-lb.loadbalancer.cluster.x-k8s.io/cluster";
+}
+
+/// Which LoadBalancer a cloud resource belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LoadBalancerIdentity {
+    /// Namespace of the LoadBalancer.
+    pub namespace: String,
+    /// Name of the LoadBalancer.
+    pub name: String,
+    /// UID of the LoadBalancer.
+    pub uid: String,
+    /// `spec.clusterName`, if any.
+    pub cluster_name: Option<String>,
+}
+
+impl LoadBalancerIdentity {
+    /// Ownership tags for cloud resources.
+    pub fn tags(&self) -> BTreeMap<String, String> {
+        let mut tags = BTreeMap::from([
+            (tags::NAMESPACE.to_string(), self.namespace.clone()),
+            (tags::NAME.to_string(), self.name.clone()),
+            (tags::UID.to_string(), self.uid.clone()),
+        ]);
+        if let Some(cluster) = &self.cluster_name {
+            tags.insert(tags::CLUSTER.to_string(), cluster.clone());
+        }
+        tags
+    }
+
+    /// True when `tags` mark a resource as owned by this LoadBalancer. The UID decides: a resource
+    /// with the same namespace and name but another UID belongs to an earlier, deleted LoadBalancer
+    /// (or to someone else) and is never adopted.
+    pub fn owns(&self, tags: &BTreeMap<String, String>) -> bool {
+        tags.get(tags::UID) == Some(&self.uid)
+    }
+
+    /// `namespace/name`, for messages.
+    pub fn display(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One listener of the load balancer (one entry of `LoadBalancer.spec.ports`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Listener {
+    /// Port name.
+    pub name: String,
+    /// Port the load balancer listens on.
+    pub port: i32,
+    /// Port on the members.
+    pub target_port: i32,
+    /// Protocol.
+    pub protocol: Protocol,
+}
+
+/// A member the reconciler wants in the load balancer.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DesiredMember {
+    /// Name of the target (unique within the LoadBalancer).
+    pub name: String,
+    /// Address traffic goes to (an IP, or a DNS name where the target only has one).
+    pub address: String,
+    /// When true the member must stop taking new connections but keep serving existing ones
+    /// (weight 0); it is removed later by leaving it out of the desired set.
+    pub drain: bool,
+}
+
+/// State of a member as the provider sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemberState {
+    /// Requested, not yet serving.
+    Adding,
+    /// Serving new connections.
+    Active,
+    /// Taking no new connections (weight 0), still serving existing ones.
+    Draining,
+}
+
+impl MemberState {
+    /// `Adding`, `Active` or `Draining`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemberState::Adding => "Adding",
+            MemberState::Active => "Active",
+            MemberState::Draining => "Draining",
+        }
+    }
+}
+
+/// A member that exists in the provider.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct MemberStatus {
+    /// Name of the target.
+    pub name: String,
+    /// Address traffic goes to.
+    pub address: String,
+    /// Current state.
+    pub state: MemberState,
+}
+
+/// How far an operation got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Done: the load balancer is provisioned / the members converged / it is deleted.
+    Done,
+    /// Still in progress (the cloud is provisioning, an object is PENDING, a write was refused as
+    /// busy). Ask again after `retry_after`.
+    Pending {
+        /// What is being waited for, for conditions.
+        message: String,
+        /// When to ask again.
+        retry_after: Duration,
+    },
+}
+
+impl Progress {
+    /// True when done.
+    pub fn is_done(&self) -> bool {
+        matches!(self, Progress::Done)
+    }
+
+    /// The retry delay of a pending operation.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Progress::Done => None,
+            Progress::Pending { retry_after, .. } => Some(*retry_after),
+        }
+    }
+}
+
+/// Everything the reconciler needs to ask for a load balancer.
+#[derive(Clone, Copy, Debug)]
+pub struct EnsureRequest<'a> {
+    /// Owner identity (ownership tags).
+    pub identity: &'a LoadBalancerIdentity,
+    /// The infrastructure object (`spec.infrastructureRef`), with its spec and status.
+    pub infra: &'a DynamicObject,
+    /// Listeners to configure.
+    pub listeners: &'a [Listener],
+}
+
+/// Answer to [`Provider::ensure`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct EnsureOutcome {
+    /// Provisioned, or still pending.
+    pub progress: Progress,
+    /// Addresses assigned so far (may be known before the load balancer is ready).
+    pub addresses: Vec<LoadBalancerAddress>,
+    /// What this call changed in the cloud, for Events and the simulate timeline.
+    pub changes: Vec<String>,
+    /// Fields to write to the infrastructure object's status.
+    pub status: Map<String, Value>,
+}
+
+/// Everything the reconciler needs to converge members.
+#[derive(Clone, Copy, Debug)]
+pub struct MembersRequest<'a> {
+    /// Owner identity.
+    pub identity: &'a LoadBalancerIdentity,
+    /// The infrastructure object.
+    pub infra: &'a DynamicObject,
+    /// Listeners (members receive traffic on each listener's target port).
+    pub listeners: &'a [Listener],
+    /// The complete desired member set: members not listed are removed.
+    pub members: &'a [DesiredMember],
+}
+
+/// Answer to [`Provider::converge_members`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct MembersOutcome {
+    /// Converged, or still pending (members being added).
+    pub progress: Progress,
+    /// Members as the provider now has them.
+    pub members: Vec<MemberStatus>,
+    /// What this call changed.
+    pub changes: Vec<String>,
+    /// Fields to write to the infrastructure object's status.
+    pub status: Map<String, Value>,
+}
+
+/// Everything the reconciler needs to delete a load balancer.
+#[derive(Clone, Copy, Debug)]
+pub struct DeleteRequest<'a> {
+    /// Owner identity.
+    pub identity: &'a LoadBalancerIdentity,
+    /// The infrastructure object, when it still exists.
+    pub infra: Option<&'a DynamicObject>,
+}
+
+/// Answer to [`Provider::delete`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeleteOutcome {
+    /// Gone (`Done`), or deletion still in progress.
+    pub progress: Progress,
+    /// What this call changed.
+    pub changes: Vec<String>,
+}
+
+/// An infrastructure provider: realises LoadBalancers whose `spec.infrastructureRef` names its kind.
+///
+/// Every method is idempotent and never blocks waiting for the cloud: call it again and it continues
+/// where it left off. Errors are typed: [`ProviderError::Transient`] is retried with back-off,
+/// [`ProviderError::Permanent`] is reported until the configuration changes.
+#[async_trait]
+pub trait Provider: Send + Sync + 'static {
+    /// Short name used by `capi-lb run --providers` (e.g. `inmemory`).
+    fn name(&self) -> &'static str;
+
+    /// The infrastructure kind this provider handles (group, version, kind, plural).
+    fn infrastructure_resource(&self) -> ApiResource;
+
+    /// Create or update the load balancer and its listeners. Finds an existing load balancer by its
+    /// ownership tags before creating one.
+    async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError>;
+
+    /// Make the member set equal to `request.members`: add missing members, drain members marked
+    /// `drain`, remove members not listed (including members no target claims). Called only after
+    /// `ensure` reported the load balancer as provisioned.
+    async fn converge_members(
+        &self,
+        request: MembersRequest<'_>,
+    ) -> Result<MembersOutcome, ProviderError>;
+
+    /// Delete everything the provider created for this LoadBalancer (found by ownership tags), and
+    /// nothing else. Done when the cloud reports it gone.
+    async fn delete(&self, request: DeleteRequest<'_>) -> Result<DeleteOutcome, ProviderError>;
+}
