@@ -151,6 +151,8 @@ pub mod reason {
 pub mod event {
     /// The provider created the load balancer.
     pub const LOAD_BALANCER_CREATED: &str = "LoadBalancerCreated";
+    /// The provider changed the load balancer (listeners, addresses, configuration).
+    pub const LOAD_BALANCER_UPDATED: &str = "LoadBalancerUpdated";
     /// The provider's addresses changed.
     pub const ADDRESSES_CHANGED: &str = "AddressesChanged";
     /// The member set changed.

@@ -1,0 +1,100 @@
+//! What every reconcile shares: the API client, the enabled providers, the target kind resolver,
+//! configuration, the clock, the event sink, and per-object back-off for transient failures.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use capi_lb_providers::ProviderRegistry;
+use capi_lb_providers::clock::SharedClock;
+
+use crate::events::EventSink;
+use crate::kinds::KindResolver;
+
+/// Controller configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Cluster DNS domain used in published endpoint names.
+    pub cluster_domain: String,
+    /// How often an unchanged LoadBalancer is reconciled anyway, to repair drift in the cloud.
+    pub resync: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            cluster_domain: capi_lb_api::constants::DEFAULT_CLUSTER_DOMAIN.to_string(),
+            resync: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Shared state of the reconcilers.
+pub struct Context {
+    /// Kubernetes API client.
+    pub client: kube::Client,
+    /// Enabled providers.
+    pub providers: ProviderRegistry,
+    /// Target kind resolver.
+    pub kinds: KindResolver,
+    /// Configuration.
+    pub config: Config,
+    /// Clock (conditions' transition times, back-off).
+    pub clock: SharedClock,
+    /// Events.
+    pub events: EventSink,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("providers", &self.providers)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Shortest and longest retry delay after a transient failure.
+const BACKOFF_MIN: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+impl Context {
+    /// A new context.
+    pub fn new(
+        client: kube::Client,
+        providers: ProviderRegistry,
+        kinds: KindResolver,
+        config: Config,
+        clock: SharedClock,
+        events: EventSink,
+    ) -> Self {
+        Self {
+            client,
+            providers,
+            kinds,
+            config,
+            clock,
+            events,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Record a transient failure of `key` and return how long to wait before the next attempt:
+    /// 1s, 2s, 4s, ... up to 5 minutes.
+    pub fn backoff(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let attempts = failures.entry(key.to_string()).or_insert(0);
+        let delay = BACKOFF_MIN.saturating_mul(1u32 << (*attempts).min(16));
+        *attempts = attempts.saturating_add(1);
+        delay.min(BACKOFF_MAX)
+    }
+
+    /// Forget the failures of `key` after a success.
+    pub fn reset_backoff(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+}

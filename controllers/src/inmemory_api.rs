@@ -1,0 +1,332 @@
+//! An in-memory Kubernetes API for `capi-lb simulate` and the tests: kube-fake-client (server-side
+//! apply, resourceVersion conflicts, label selectors, status subresource, owner-reference cascades)
+//! with capi-lb's kinds and the Cluster API kinds registered, behind a thin layer that adds what the
+//! fake lacks and a real apiserver does:
+//!
+//! - two-phase deletion: deleting an object that has finalizers only sets `deletionTimestamp`; the
+//!   object goes away when a later write empties its finalizers (the fake would delete at once);
+//! - a count and log of write requests, so tests can assert that a reconcile of an unchanged object
+//!   makes no writes.
+//!
+//! There is no watch: callers drive reconcilers directly.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use capi_lb_api::capi::{Cluster, Machine};
+use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
+use capi_lb_providers::clock::SharedClock;
+use futures::future::BoxFuture;
+use http::{Method, Request, Response};
+use http_body_util::BodyExt;
+use kube::client::Body;
+use serde_json::Value;
+
+/// Counts and records write requests.
+#[derive(Clone, Debug, Default)]
+pub struct ApiStats {
+    writes: Arc<AtomicU64>,
+    event_writes: Arc<AtomicU64>,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl ApiStats {
+    /// Number of write requests (POST, PUT, PATCH, DELETE) so far.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::SeqCst)
+    }
+
+    /// Write requests so far, not counting Events.
+    pub fn writes_excluding_events(&self) -> u64 {
+        self.writes() - self.event_writes.load(Ordering::SeqCst)
+    }
+
+    /// Every write request so far, as `METHOD path`.
+    pub fn log(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn record(&self, entry: String) {
+        if entry.contains("/events") {
+            self.event_writes.fetch_add(1, Ordering::SeqCst);
+        }
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(entry);
+    }
+}
+
+/// Errors building the in-memory API.
+#[derive(Debug, thiserror::Error)]
+pub enum InMemoryApiError {
+    /// The fake client refused the initial objects.
+    #[error("in-memory API: {0}")]
+    Fake(#[from] kube_fake_client::Error),
+}
+
+/// Builder of an [`InMemoryApi`].
+pub struct InMemoryApiBuilder {
+    builder: kube_fake_client::ClientBuilder,
+    clock: SharedClock,
+}
+
+impl std::fmt::Debug for InMemoryApiBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InMemoryApiBuilder").finish_non_exhaustive()
+    }
+}
+
+/// An in-memory Kubernetes API.
+#[derive(Clone)]
+pub struct InMemoryApi {
+    /// A kube client talking to it.
+    pub client: kube::Client,
+    /// Write statistics.
+    pub stats: ApiStats,
+}
+
+impl std::fmt::Debug for InMemoryApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InMemoryApi")
+            .field("writes", &self.stats.writes())
+            .finish()
+    }
+}
+
+impl InMemoryApiBuilder {
+    /// A builder with capi-lb's and Cluster API's kinds registered. `clock` stamps deletion
+    /// timestamps.
+    pub fn new(clock: SharedClock) -> Self {
+        let builder = kube_fake_client::ClientBuilder::new()
+            .with_resource::<LoadBalancer>()
+            .with_resource::<InMemoryLoadBalancer>()
+            .with_resource::<Machine>()
+            .with_resource::<Cluster>();
+        Self { builder, clock }
+    }
+
+    /// Add initial objects (each a full object with `apiVersion` and `kind`).
+    pub fn with_objects(mut self, objects: Vec<Value>) -> Self {
+        self.builder = self.builder.with_runtime_objects(objects);
+        self
+    }
+
+    /// Register another kind (for tests of other target kinds).
+    pub fn with_resource<K: kube::Resource<DynamicType = ()>>(mut self) -> Self {
+        self.builder = self.builder.with_resource::<K>();
+        self
+    }
+
+    /// Build the API.
+    pub async fn build(self) -> Result<InMemoryApi, InMemoryApiError> {
+        let fake = self.builder.build().await?;
+        let stats = ApiStats::default();
+        let service = Emulator {
+            inner: fake,
+            terminating: Arc::new(Mutex::new(HashMap::new())),
+            stats: stats.clone(),
+            clock: self.clock,
+        };
+        Ok(InMemoryApi {
+            client: kube::Client::new(service, "default"),
+            stats,
+        })
+    }
+}
+
+/// The emulation layer in front of the fake client.
+#[derive(Clone)]
+struct Emulator {
+    inner: kube::Client,
+    /// Objects being deleted: UID -> deletionTimestamp.
+    terminating: Arc<Mutex<HashMap<String, String>>>,
+    stats: ApiStats,
+    clock: SharedClock,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower::Service<Request<Body>> for Emulator {
+    type Response = Response<Body>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<Response<Body>, BoxError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move { this.handle(request).await })
+    }
+}
+
+fn finalizers_empty(object: &Value) -> bool {
+    object
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_none_or(|f| f.is_empty())
+}
+
+fn uid_of(object: &Value) -> Option<String> {
+    object
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+/// A path that names one object (not a collection, not a subresource): after `/api/v1` or
+/// `/apis/{group}/{version}` come `{resource}/{name}` (cluster-scoped) or
+/// `namespaces/{ns}/{resource}/{name}` (namespaced).
+fn names_one_object(path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let prefix = if parts.first() == Some(&"api") { 2 } else { 3 };
+    matches!(parts.len().saturating_sub(prefix), 2 | 4)
+}
+
+impl Emulator {
+    async fn handle(&self, request: Request<Body>) -> Result<Response<Body>, BoxError> {
+        let (parts, body) = request.into_parts();
+        let method = parts.method.clone();
+        let path = parts.uri.path().to_string();
+        let mut body = body.collect().await?.to_bytes();
+
+        if method != Method::GET {
+            self.stats.record(format!("{method} {path}"));
+        }
+
+        if method == Method::DELETE && names_one_object(&path) {
+            let get = Request::builder()
+                .method(Method::GET)
+                .uri(parts.uri.clone())
+                .body(Body::from(Vec::new()))?;
+            let current = self.inner.send(get).await?;
+            if current.status().is_success() {
+                let bytes = current.into_body().collect().await?.to_bytes();
+                let mut object: Value = serde_json::from_slice(&bytes)?;
+                if !finalizers_empty(&object)
+                    && let Some(uid) = uid_of(&object)
+                {
+                    let timestamp = {
+                        let mut terminating = self
+                            .terminating
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner);
+                        terminating
+                            .entry(uid)
+                            .or_insert_with(|| self.clock.now().to_string())
+                            .clone()
+                    };
+                    object["metadata"]["deletionTimestamp"] = Value::String(timestamp);
+                    return json_response(http::StatusCode::OK, &object);
+                }
+            }
+        }
+
+        if method == Method::PUT {
+            // The fake treats deletionTimestamp as immutable and has none stored: drop ours.
+            if let Ok(mut object) = serde_json::from_slice::<Value>(&body)
+                && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
+                && meta.remove("deletionTimestamp").is_some()
+            {
+                body = Bytes::from(serde_json::to_vec(&object)?);
+            }
+        }
+
+        let forwarded = Request::from_parts(parts.clone(), Body::from(body));
+        let response = self.inner.send(forwarded).await?;
+        let status = response.status();
+        let bytes = response.into_body().collect().await?.to_bytes();
+        let Ok(mut value) = serde_json::from_slice::<Value>(&bytes) else {
+            return Ok(Response::builder().status(status).body(Body::from(bytes))?);
+        };
+        if !status.is_success() {
+            return json_response(status, &value);
+        }
+
+        let terminating = self
+            .terminating
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if terminating.is_empty() {
+            return json_response(status, &value);
+        }
+        if let Some(items) = value.get_mut("items").and_then(Value::as_array_mut) {
+            for item in items {
+                mark(item, &terminating);
+            }
+            return json_response(status, &value);
+        }
+        mark(&mut value, &terminating);
+        let is_write = method == Method::PATCH || method == Method::PUT;
+        if is_write
+            && let Some(uid) = uid_of(&value)
+            && terminating.contains_key(&uid)
+            && finalizers_empty(&value)
+        {
+            // The last finalizer is gone: now the object really goes away.
+            self.terminating
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&uid);
+            let mut object_path = path.clone();
+            if let Some(stripped) = object_path.strip_suffix("/status") {
+                object_path = stripped.to_string();
+            }
+            let delete = Request::builder()
+                .method(Method::DELETE)
+                .uri(object_path)
+                .body(Body::from(Vec::new()))?;
+            let _ = self.inner.send(delete).await?;
+        }
+        json_response(status, &value)
+    }
+}
+
+fn mark(object: &mut Value, terminating: &HashMap<String, String>) {
+    if let Some(uid) = uid_of(object)
+        && let Some(ts) = terminating.get(&uid)
+        && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        meta.insert("deletionTimestamp".into(), Value::String(ts.clone()));
+    }
+}
+
+fn json_response(status: http::StatusCode, value: &Value) -> Result<Response<Body>, BoxError> {
+    Ok(Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Body::from(serde_json::to_vec(value)?))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_single_object_paths() {
+        assert!(names_one_object(
+            "/apis/loadbalancer.cluster.x-k8s.io/v1alpha1/namespaces/default/loadbalancers/cp"
+        ));
+        assert!(!names_one_object(
+            "/apis/loadbalancer.cluster.x-k8s.io/v1alpha1/namespaces/default/loadbalancers"
+        ));
+        assert!(names_one_object(
+            "/api/v1/namespaces/default/services/cp-ext"
+        ));
+        assert!(!names_one_object("/api/v1/namespaces/default/services"));
+        assert!(names_one_object("/api/v1/namespaces/default"));
+        assert!(!names_one_object(
+            "/api/v1/namespaces/default/services/cp-ext/status"
+        ));
+    }
+}

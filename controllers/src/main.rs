@@ -1,0 +1,3 @@
+//! The `capi-lb` binary.
+
+fn main() {}

@@ -1,0 +1,169 @@
+//! Careful metadata edits: adding or removing one finalizer or one owner reference with a JSON patch
+//! that first tests the object's resourceVersion. A concurrent change makes the patch fail (and the
+//! reconcile retry) instead of silently overwriting someone else's finalizers or owner references.
+
+use std::fmt::Debug;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+fn guarded_set(
+    obj: &impl Resource,
+    path: &str,
+    value: Value,
+) -> Result<json_patch::Patch, kube::Error> {
+    let ops = json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": obj.meta().resource_version},
+        {"op": "add", "path": path, "value": value},
+    ]);
+    serde_json::from_value(ops).map_err(kube::Error::SerdeError)
+}
+
+async fn patch<K>(api: &Api<K>, obj: &K, path: &str, value: Value) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let patch = guarded_set(obj, path, value)?;
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Json::<()>(patch),
+    )
+    .await
+}
+
+/// Add `finalizer` unless present. Returns the updated object (or the unchanged one).
+pub async fn add_finalizer<K>(api: &Api<K>, obj: &K, finalizer: &str) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    if obj.finalizers().iter().any(|f| f == finalizer) {
+        return Ok(obj.clone());
+    }
+    let mut finalizers = obj.finalizers().to_vec();
+    finalizers.push(finalizer.to_string());
+    patch(api, obj, "/metadata/finalizers", json!(finalizers)).await
+}
+
+/// Remove `finalizer` if present.
+pub async fn remove_finalizer<K>(api: &Api<K>, obj: &K, finalizer: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    if !obj.finalizers().iter().any(|f| f == finalizer) {
+        return Ok(());
+    }
+    let finalizers: Vec<&String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .collect();
+    match patch(api, obj, "/metadata/finalizers", json!(finalizers)).await {
+        Ok(_) => Ok(()),
+        Err(e) if crate::error::is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Claim `obj`: add the controller owner reference `owner` and the finalizer `finalizer` (each
+/// unless present) in one guarded patch. Returns the updated object (or the unchanged one).
+pub async fn claim<K>(
+    api: &Api<K>,
+    obj: &K,
+    owner: OwnerReference,
+    finalizer: &str,
+) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let has_ref = obj.owner_references().iter().any(|r| r.uid == owner.uid);
+    let has_finalizer = obj.finalizers().iter().any(|f| f == finalizer);
+    if has_ref && has_finalizer {
+        return Ok(obj.clone());
+    }
+    let mut refs = obj.owner_references().to_vec();
+    if !has_ref {
+        refs.push(owner);
+    }
+    let mut finalizers = obj.finalizers().to_vec();
+    if !has_finalizer {
+        finalizers.push(finalizer.to_string());
+    }
+    let ops = json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": obj.meta().resource_version},
+        {"op": "add", "path": "/metadata/ownerReferences", "value": refs},
+        {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
+    ]);
+    let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Json::<()>(patch),
+    )
+    .await
+}
+
+/// Remove the finalizer `finalizer` and, unless `keep_owner_reference`, the owner reference with
+/// `uid`, in one guarded patch.
+pub async fn release<K>(
+    api: &Api<K>,
+    obj: &K,
+    uid: &str,
+    finalizer: &str,
+    keep_owner_reference: bool,
+) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let has_ref = !keep_owner_reference && obj.owner_references().iter().any(|r| r.uid == uid);
+    let has_finalizer = obj.finalizers().iter().any(|f| f == finalizer);
+    if !has_ref && !has_finalizer {
+        return Ok(());
+    }
+    let refs: Vec<&OwnerReference> = obj
+        .owner_references()
+        .iter()
+        .filter(|r| keep_owner_reference || r.uid != uid)
+        .collect();
+    let finalizers: Vec<&String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .collect();
+    let ops = json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": obj.meta().resource_version},
+        {"op": "add", "path": "/metadata/ownerReferences", "value": refs},
+        {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
+    ]);
+    let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
+    match api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if crate::error::is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The controller owner reference of `obj`, if any.
+pub fn controller_of(obj: &impl Resource) -> Option<&OwnerReference> {
+    obj.meta()
+        .owner_references
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|r| r.controller == Some(true))
+}
+
+/// True when `obj`'s controller owner reference points at the object with `uid`.
+pub fn is_controlled_by(obj: &impl Resource, uid: &str) -> bool {
+    controller_of(obj).is_some_and(|r| r.uid == uid)
+}

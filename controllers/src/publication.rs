@@ -1,0 +1,740 @@
+//! Publication of a load balancer's addresses under a stable DNS name.
+//!
+//! For a LoadBalancer `<name>` (publication enabled) capi-lb maintains a selectorless headless
+//! Service `<name><suffix>` (ports from `spec.ports`, `port == targetPort`) with a controller owner
+//! reference to the LoadBalancer, and one `discovery.k8s.io/v1` EndpointSlice per IP family
+//! (`<service>-ipv4`, `<service>-ipv6`) listing every provider address of that family, owned by the
+//! Service. Cluster DNS then answers `<service>.<namespace>.svc.<cluster-domain>` with those addresses,
+//! whatever the provider and however often the addresses change. When the provider only has a
+//! hostname, the Service is an ExternalName Service (a CNAME) instead.
+//!
+//! The plan ([`plan`]) is pure. [`publish`] applies it: it never touches an object it does not own
+//! (a Service without our controller reference, a slice without our managed-by label), writes only
+//! when the observed object differs from the plan, updates slices in place, and removes what is no
+//! longer planned (a family that disappeared, the Service of an old suffix, everything when
+//! publication is disabled).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_api::constants::{
+    ENDPOINTSLICE_MANAGED_BY_VALUE, FIELD_MANAGER, LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_LB_NAME,
+    LABEL_MANAGED_BY, LABEL_SERVICE_NAME, MANAGED_BY_VALUE, MAX_ENDPOINTS_PER_SLICE,
+};
+use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::{Resource, ResourceExt};
+
+use crate::error::{Result, is_not_found, kube_err};
+use crate::metadata::is_controlled_by;
+
+/// Addresses sorted into what can be published.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Classified {
+    /// IPv4 addresses, in provider order, without duplicates.
+    pub ipv4: Vec<String>,
+    /// IPv6 addresses, in provider order, without duplicates.
+    pub ipv6: Vec<String>,
+    /// DNS names.
+    pub hostnames: Vec<String>,
+    /// Addresses that cannot be published, with the reason (EndpointSlices reject loopback,
+    /// link-local, unspecified and multicast addresses).
+    pub skipped: Vec<String>,
+}
+
+/// Sort provider addresses into IPv4, IPv6, hostnames and unpublishable ones.
+pub fn classify(addresses: &[LoadBalancerAddress]) -> Classified {
+    let mut out = Classified::default();
+    for a in addresses {
+        match a.type_ {
+            AddressType::Hostname => {
+                if !out.hostnames.contains(&a.address) {
+                    out.hostnames.push(a.address.clone());
+                }
+            }
+            AddressType::Ip => match a.address.parse::<IpAddr>() {
+                Err(_) => out
+                    .skipped
+                    .push(format!("{} (not an IP address)", a.address)),
+                Ok(ip) => {
+                    if let Some(reason) = unpublishable(ip) {
+                        out.skipped.push(format!("{ip} ({reason})"));
+                        continue;
+                    }
+                    let list = if ip.is_ipv4() {
+                        &mut out.ipv4
+                    } else {
+                        &mut out.ipv6
+                    };
+                    let text = ip.to_string();
+                    if !list.contains(&text) {
+                        list.push(text);
+                    }
+                }
+            },
+        }
+    }
+    for list in [&mut out.ipv4, &mut out.ipv6] {
+        if list.len() > MAX_ENDPOINTS_PER_SLICE {
+            for ip in list.drain(MAX_ENDPOINTS_PER_SLICE..) {
+                out.skipped.push(format!(
+                    "{ip} (more than {MAX_ENDPOINTS_PER_SLICE} addresses)"
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn unpublishable(ip: IpAddr) -> Option<&'static str> {
+    if ip.is_loopback() {
+        return Some("loopback");
+    }
+    if ip.is_unspecified() {
+        return Some("unspecified");
+    }
+    if ip.is_multicast() {
+        return Some("multicast");
+    }
+    match ip {
+        IpAddr::V4(v4) if v4.is_link_local() => Some("link-local"),
+        IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80 => Some("link-local"),
+        _ => None,
+    }
+}
+
+/// What publication should look like for a LoadBalancer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The Service to apply.
+    pub service: Service,
+    /// The EndpointSlices to apply (owner reference to the Service added at apply time).
+    pub slices: Vec<EndpointSlice>,
+    /// Addresses that were left out, with reasons.
+    pub skipped: Vec<String>,
+    /// True when there is at least one published address (slices or an ExternalName).
+    pub has_address: bool,
+}
+
+/// Labels on every object publication creates.
+pub fn managed_labels(lb_name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_MANAGED_BY.to_string(), MANAGED_BY_VALUE.to_string()),
+        (LABEL_LB_NAME.to_string(), lb_name.to_string()),
+    ])
+}
+
+/// A controller owner reference to `owner`.
+pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReference> {
+    let mut r = owner.controller_owner_ref(&())?;
+    r.block_owner_deletion = Some(true);
+    Some(r)
+}
+
+/// The publication plan of `lb` for `addresses`, or `None` when publication is disabled. Endpoints
+/// are marked ready (and so resolvable in DNS) only when `ready`, i.e. once the load balancer is
+/// provisioned.
+pub fn plan(lb: &LoadBalancer, addresses: &[LoadBalancerAddress], ready: bool) -> Option<Plan> {
+    let service_name = lb.published_service_name()?;
+    let namespace = lb.namespace();
+    let classified = classify(addresses);
+    let ports: Vec<ServicePort> = lb
+        .spec
+        .ports
+        .iter()
+        .map(|p| ServicePort {
+            name: Some(p.name.clone()),
+            port: p.port,
+            target_port: Some(IntOrString::Int(p.port)),
+            protocol: Some(p.protocol.as_str().to_string()),
+            ..Default::default()
+        })
+        .collect();
+    let has_ips = !(classified.ipv4.is_empty() && classified.ipv6.is_empty());
+    let external_name = (!has_ips)
+        .then(|| classified.hostnames.first().cloned())
+        .flatten();
+    let spec = match &external_name {
+        Some(host) => ServiceSpec {
+            type_: Some("ExternalName".into()),
+            external_name: Some(host.clone()),
+            ports: Some(ports),
+            ..Default::default()
+        },
+        None => ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            cluster_ip: Some("None".into()),
+            ports: Some(ports),
+            ..Default::default()
+        },
+    };
+    let service = Service {
+        metadata: ObjectMeta {
+            name: Some(service_name.clone()),
+            namespace: namespace.clone(),
+            labels: Some(managed_labels(&lb.name_any())),
+            owner_references: controller_ref(lb).map(|r| vec![r]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    let mut slice_labels = managed_labels(&lb.name_any());
+    slice_labels.insert(LABEL_SERVICE_NAME.into(), service_name.clone());
+    slice_labels.insert(
+        LABEL_ENDPOINTSLICE_MANAGED_BY.into(),
+        ENDPOINTSLICE_MANAGED_BY_VALUE.into(),
+    );
+    let slice_ports: Vec<EndpointPort> = lb
+        .spec
+        .ports
+        .iter()
+        .map(|p| EndpointPort {
+            name: Some(p.name.clone()),
+            port: Some(p.port),
+            protocol: Some(p.protocol.as_str().to_string()),
+            app_protocol: None,
+        })
+        .collect();
+    let slices = [
+        ("IPv4", "ipv4", &classified.ipv4),
+        ("IPv6", "ipv6", &classified.ipv6),
+    ]
+    .into_iter()
+    .filter(|(_, _, ips)| !ips.is_empty())
+    .map(|(address_type, suffix, ips)| EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(format!("{service_name}-{suffix}")),
+            namespace: namespace.clone(),
+            labels: Some(slice_labels.clone()),
+            ..Default::default()
+        },
+        address_type: address_type.into(),
+        endpoints: ips
+            .iter()
+            .map(|ip| Endpoint {
+                addresses: vec![ip.clone()],
+                conditions: Some(EndpointConditions {
+                    ready: Some(ready),
+                    serving: Some(ready),
+                    terminating: Some(false),
+                }),
+                ..Default::default()
+            })
+            .collect(),
+        ports: Some(slice_ports.clone()),
+    })
+    .collect();
+    Some(Plan {
+        service,
+        slices,
+        skipped: classified.skipped,
+        has_address: has_ips || external_name.is_some(),
+    })
+}
+
+/// How publication ended up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Published {
+    /// Publication is disabled; nothing is published.
+    Disabled,
+    /// The Service exists; the provider has no publishable address yet.
+    WaitingForAddress {
+        /// Service name.
+        service: String,
+        /// Addresses that could not be published.
+        skipped: Vec<String>,
+    },
+    /// The Service and its EndpointSlices (or the ExternalName) are up to date.
+    Published {
+        /// Service name.
+        service: String,
+        /// Addresses that could not be published.
+        skipped: Vec<String>,
+    },
+    /// An object with our name exists and is not ours; nothing was touched.
+    Conflict {
+        /// What is in the way and what to do.
+        message: String,
+    },
+}
+
+/// Result of [`publish`]: the state and what was changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// The resulting state.
+    pub state: Published,
+    /// Human-readable changes made (empty when nothing was written).
+    pub changes: Vec<String>,
+}
+
+fn ports_key(service: &Service) -> Vec<(String, i32, String, String)> {
+    let mut ports: Vec<_> = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let target = match &p.target_port {
+                Some(IntOrString::Int(i)) => i.to_string(),
+                Some(IntOrString::String(s)) => s.clone(),
+                None => p.port.to_string(),
+            };
+            (
+                p.name.clone().unwrap_or_default(),
+                p.port,
+                target,
+                p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+            )
+        })
+        .collect();
+    ports.sort();
+    ports
+}
+
+fn labels_contain(observed: &ObjectMeta, desired: &ObjectMeta) -> bool {
+    let observed = observed.labels.clone().unwrap_or_default();
+    desired
+        .labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| observed.get(k) == Some(v))
+}
+
+fn owner_refs_contain(observed: &ObjectMeta, desired: &ObjectMeta) -> bool {
+    let observed = observed.owner_references.clone().unwrap_or_default();
+    desired.owner_references.iter().flatten().all(|d| {
+        observed
+            .iter()
+            .any(|o| o.uid == d.uid && o.controller == d.controller)
+    })
+}
+
+fn service_kind(service: &Service) -> &str {
+    service
+        .spec
+        .as_ref()
+        .and_then(|s| s.type_.as_deref())
+        .unwrap_or("ClusterIP")
+}
+
+/// True when `observed` already is what `desired` asks for (fields capi-lb manages only; the
+/// apiserver's defaults are ignored).
+pub fn service_matches(observed: &Service, desired: &Service) -> bool {
+    let (Some(o), Some(d)) = (observed.spec.as_ref(), desired.spec.as_ref()) else {
+        return false;
+    };
+    labels_contain(&observed.metadata, &desired.metadata)
+        && owner_refs_contain(&observed.metadata, &desired.metadata)
+        && service_kind(observed) == service_kind(desired)
+        && (d.cluster_ip.is_none() || o.cluster_ip == d.cluster_ip)
+        && o.external_name == d.external_name
+        && ports_key(observed) == ports_key(desired)
+}
+
+fn endpoints_key(slice: &EndpointSlice) -> Vec<(Vec<String>, bool)> {
+    slice
+        .endpoints
+        .iter()
+        .map(|e| {
+            (
+                e.addresses.clone(),
+                e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true),
+            )
+        })
+        .collect()
+}
+
+fn slice_ports_key(slice: &EndpointSlice) -> Vec<(String, i32, String)> {
+    let mut ports: Vec<_> = slice
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| {
+            (
+                p.name.clone().unwrap_or_default(),
+                p.port.unwrap_or_default(),
+                p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+            )
+        })
+        .collect();
+    ports.sort();
+    ports
+}
+
+/// True when `observed` already is what `desired` asks for.
+pub fn slice_matches(observed: &EndpointSlice, desired: &EndpointSlice) -> bool {
+    labels_contain(&observed.metadata, &desired.metadata)
+        && owner_refs_contain(&observed.metadata, &desired.metadata)
+        && observed.address_type == desired.address_type
+        && endpoints_key(observed) == endpoints_key(desired)
+        && slice_ports_key(observed) == slice_ports_key(desired)
+}
+
+/// A slice capi-lb manages for this LoadBalancer (managed-by label and LoadBalancer name label).
+fn is_our_slice(slice: &EndpointSlice, lb_name: &str) -> bool {
+    let labels = slice.labels();
+    labels
+        .get(LABEL_ENDPOINTSLICE_MANAGED_BY)
+        .map(String::as_str)
+        == Some(ENDPOINTSLICE_MANAGED_BY_VALUE)
+        && labels.get(LABEL_LB_NAME).map(String::as_str) == Some(lb_name)
+}
+
+fn addresses_of(slice: &EndpointSlice) -> String {
+    let ips: Vec<&str> = slice
+        .endpoints
+        .iter()
+        .flat_map(|e| e.addresses.iter().map(String::as_str))
+        .collect();
+    ips.join(", ")
+}
+
+async fn delete_exact<K>(api: &Api<K>, obj: &K, what: &str) -> Result<()>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: obj.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&obj.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(kube_err("delete", what.to_string())(e)),
+    }
+}
+
+/// Delete every EndpointSlice of Service `service` that this LoadBalancer manages, except `keep`.
+async fn prune_slices(
+    slices: &Api<EndpointSlice>,
+    service: &str,
+    lb_name: &str,
+    keep: &[String],
+    changes: &mut Vec<String>,
+) -> Result<()> {
+    let listed = slices
+        .list(&ListParams::default().labels(&format!("{LABEL_SERVICE_NAME}={service}")))
+        .await
+        .map_err(kube_err("list EndpointSlices of", service.to_string()))?;
+    for slice in listed.items {
+        let name = slice.name_any();
+        if is_our_slice(&slice, lb_name) && !keep.contains(&name) {
+            delete_exact(slices, &slice, &format!("EndpointSlice {name}")).await?;
+            changes.push(format!("removed EndpointSlice {name}"));
+        }
+    }
+    Ok(())
+}
+
+/// Remove everything publication created for `lb` except the Service named `keep`.
+pub async fn withdraw(
+    client: &kube::Client,
+    lb: &LoadBalancer,
+    keep: Option<&str>,
+) -> Result<Vec<String>> {
+    let namespace = lb.namespace().unwrap_or_default();
+    let lb_name = lb.name_any();
+    let lb_uid = lb.uid().unwrap_or_default();
+    let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &namespace);
+    let mut changes = Vec::new();
+    let listed = services
+        .list(&ListParams::default().labels(&format!("{LABEL_LB_NAME}={lb_name}")))
+        .await
+        .map_err(kube_err(
+            "list Services of",
+            format!("LoadBalancer {namespace}/{lb_name}"),
+        ))?;
+    for service in listed.items {
+        let name = service.name_any();
+        if Some(name.as_str()) == keep || !is_controlled_by(&service, &lb_uid) {
+            continue;
+        }
+        prune_slices(&slices, &name, &lb_name, &[], &mut changes).await?;
+        delete_exact(&services, &service, &format!("Service {namespace}/{name}")).await?;
+        changes.push(format!("removed Service {name}"));
+    }
+    Ok(changes)
+}
+
+/// Bring the published objects of `lb` in line with `addresses`.
+pub async fn publish(
+    client: &kube::Client,
+    lb: &LoadBalancer,
+    addresses: &[LoadBalancerAddress],
+    ready: bool,
+) -> Result<Report> {
+    let namespace = lb.namespace().unwrap_or_default();
+    let lb_name = lb.name_any();
+    let lb_uid = lb.uid().unwrap_or_default();
+    let plan = plan(lb, addresses, ready);
+    let keep = plan.as_ref().and_then(|p| p.service.metadata.name.clone());
+    let mut changes = withdraw(client, lb, keep.as_deref()).await?;
+    let Some(plan) = plan else {
+        return Ok(Report {
+            state: Published::Disabled,
+            changes,
+        });
+    };
+    let service_name = keep.unwrap_or_default();
+    let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &namespace);
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+
+    // The Service.
+    let observed = services.get_opt(&service_name).await.map_err(kube_err(
+        "get",
+        format!("Service {namespace}/{service_name}"),
+    ))?;
+    let service = match observed {
+        Some(existing) if !is_controlled_by(&existing, &lb_uid) => {
+            return Ok(Report {
+                state: Published::Conflict {
+                    message: format!(
+                        "Service {namespace}/{service_name} already exists and is not managed by this LoadBalancer; it was left untouched. Delete or rename it, or set spec.publication.suffix"
+                    ),
+                },
+                changes,
+            });
+        }
+        Some(existing) if service_matches(&existing, &plan.service) => existing,
+        Some(existing) => {
+            if service_kind(&existing) != service_kind(&plan.service) {
+                // ClusterIP <-> ExternalName cannot be changed in place cleanly: recreate.
+                delete_exact(
+                    &services,
+                    &existing,
+                    &format!("Service {namespace}/{service_name}"),
+                )
+                .await?;
+            }
+            let applied = services
+                .patch(&service_name, &apply, &Patch::Apply(&plan.service))
+                .await
+                .map_err(kube_err(
+                    "apply",
+                    format!("Service {namespace}/{service_name}"),
+                ))?;
+            changes.push(format!("updated Service {service_name}"));
+            applied
+        }
+        None => {
+            let applied = services
+                .patch(&service_name, &apply, &Patch::Apply(&plan.service))
+                .await
+                .map_err(kube_err(
+                    "apply",
+                    format!("Service {namespace}/{service_name}"),
+                ))?;
+            changes.push(format!("created Service {service_name}"));
+            applied
+        }
+    };
+
+    // The EndpointSlices, owned by the Service.
+    let owner = controller_ref(&service);
+    let mut keep_slices = Vec::new();
+    for mut desired in plan.slices {
+        let name = desired.name_any();
+        desired.metadata.owner_references = owner.clone().map(|r| vec![r]);
+        let observed = slices
+            .get_opt(&name)
+            .await
+            .map_err(kube_err("get", format!("EndpointSlice {namespace}/{name}")))?;
+        match observed {
+            Some(existing) if !is_our_slice(&existing, &lb_name) => {
+                return Ok(Report {
+                    state: Published::Conflict {
+                        message: format!(
+                            "EndpointSlice {namespace}/{name} already exists and is not managed by capi-lb for this LoadBalancer; it was left untouched"
+                        ),
+                    },
+                    changes,
+                });
+            }
+            Some(existing) if slice_matches(&existing, &desired) => {}
+            existing => {
+                slices
+                    .patch(&name, &apply, &Patch::Apply(&desired))
+                    .await
+                    .map_err(kube_err(
+                        "apply",
+                        format!("EndpointSlice {namespace}/{name}"),
+                    ))?;
+                changes.push(match existing {
+                    Some(old) => format!(
+                        "updated EndpointSlice {name}: {} -> {}",
+                        addresses_of(&old),
+                        addresses_of(&desired)
+                    ),
+                    None => format!(
+                        "created EndpointSlice {name} with {}",
+                        addresses_of(&desired)
+                    ),
+                });
+            }
+        }
+        keep_slices.push(name);
+    }
+    prune_slices(&slices, &service_name, &lb_name, &keep_slices, &mut changes).await?;
+
+    let state = if plan.has_address {
+        Published::Published {
+            service: service_name,
+            skipped: plan.skipped,
+        }
+    } else {
+        Published::WaitingForAddress {
+            service: service_name,
+            skipped: plan.skipped,
+        }
+    };
+    Ok(Report { state, changes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capi_lb_api::loadbalancer::{InfrastructureRef, LoadBalancerSpec};
+
+    fn lb() -> LoadBalancer {
+        let mut lb = LoadBalancer::new(
+            "cp",
+            LoadBalancerSpec::with_infrastructure(InfrastructureRef {
+                api_group: "infrastructure.cluster.x-k8s.io".into(),
+                kind: "InMemoryLoadBalancer".into(),
+                name: "cp".into(),
+            }),
+        );
+        lb.metadata.namespace = Some("default".into());
+        lb.metadata.uid = Some("uid-cp".into());
+        lb
+    }
+
+    #[test]
+    fn classifies_families_and_refuses_unpublishable_addresses() {
+        let c = classify(&[
+            LoadBalancerAddress::ip("203.0.113.1"),
+            LoadBalancerAddress::ip("2001:db8::1"),
+            LoadBalancerAddress::ip("203.0.113.1"),
+            LoadBalancerAddress::ip("127.0.0.1"),
+            LoadBalancerAddress::ip("169.254.1.1"),
+            LoadBalancerAddress::ip("fe80::1"),
+            LoadBalancerAddress::ip("::1"),
+            LoadBalancerAddress::ip("0.0.0.0"),
+            LoadBalancerAddress::hostname("lb.example.com"),
+        ]);
+        assert_eq!(c.ipv4, vec!["203.0.113.1"]);
+        assert_eq!(c.ipv6, vec!["2001:db8::1"]);
+        assert_eq!(c.hostnames, vec!["lb.example.com"]);
+        assert_eq!(c.skipped.len(), 5, "{:?}", c.skipped);
+    }
+
+    #[test]
+    fn plans_a_headless_service_and_one_slice_per_family() {
+        let p = plan(
+            &lb(),
+            &[
+                LoadBalancerAddress::ip("203.0.113.1"),
+                LoadBalancerAddress::ip("2001:db8::1"),
+            ],
+            true,
+        )
+        .unwrap();
+        let spec = p.service.spec.as_ref().unwrap();
+        assert_eq!(p.service.metadata.name.as_deref(), Some("cp-ext"));
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert!(spec.selector.is_none(), "selectorless");
+        let port = &spec.ports.as_ref().unwrap()[0];
+        assert_eq!(port.target_port, Some(IntOrString::Int(port.port)));
+        let owner = &p.service.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("LoadBalancer", Some(true))
+        );
+        let names: Vec<_> = p.slices.iter().map(|s| s.name_any()).collect();
+        assert_eq!(names, ["cp-ext-ipv4", "cp-ext-ipv6"]);
+        let labels = p.slices[0].labels();
+        assert_eq!(labels[LABEL_SERVICE_NAME], "cp-ext");
+        assert_eq!(
+            labels[LABEL_ENDPOINTSLICE_MANAGED_BY],
+            "capi-lb.loadbalancer.cluster.x-k8s.io"
+        );
+        assert!(!labels[LABEL_ENDPOINTSLICE_MANAGED_BY].contains('/'));
+        assert_eq!(p.slices[1].address_type, "IPv6");
+        assert!(p.has_address);
+    }
+
+    #[test]
+    fn plans_an_external_name_for_a_hostname_only_provider() {
+        let p = plan(
+            &lb(),
+            &[LoadBalancerAddress::hostname("lb.example.com")],
+            true,
+        )
+        .unwrap();
+        let spec = p.service.spec.as_ref().unwrap();
+        assert_eq!(spec.type_.as_deref(), Some("ExternalName"));
+        assert_eq!(spec.external_name.as_deref(), Some("lb.example.com"));
+        assert!(spec.cluster_ip.is_none());
+        assert!(p.slices.is_empty());
+        // IPs win over a hostname.
+        let p = plan(
+            &lb(),
+            &[
+                LoadBalancerAddress::hostname("lb.example.com"),
+                LoadBalancerAddress::ip("203.0.113.9"),
+            ],
+            true,
+        )
+        .unwrap();
+        assert_eq!(p.service.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+    }
+
+    #[test]
+    fn no_plan_when_publication_is_disabled_and_no_slices_without_addresses() {
+        let mut disabled = lb();
+        disabled.spec.publication.enabled = false;
+        assert!(plan(&disabled, &[LoadBalancerAddress::ip("203.0.113.1")], true).is_none());
+        let p = plan(&lb(), &[], true).unwrap();
+        assert!(p.slices.is_empty() && !p.has_address);
+    }
+
+    #[test]
+    fn matching_ignores_apiserver_defaults_but_sees_real_changes() {
+        let p = plan(&lb(), &[LoadBalancerAddress::ip("203.0.113.1")], true).unwrap();
+        let mut observed = p.service.clone();
+        let spec = observed.spec.as_mut().unwrap();
+        spec.session_affinity = Some("None".into());
+        spec.ip_families = Some(vec!["IPv4".into()]);
+        observed
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("extra".into(), "x".into());
+        assert!(service_matches(&observed, &p.service));
+        observed.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 443;
+        assert!(!service_matches(&observed, &p.service));
+
+        let mut slice = p.slices[0].clone();
+        assert!(slice_matches(&slice, &p.slices[0]));
+        let not_ready = plan(&lb(), &[LoadBalancerAddress::ip("203.0.113.1")], false).unwrap();
+        assert!(
+            !slice_matches(&not_ready.slices[0], &p.slices[0]),
+            "readiness is part of the slice"
+        );
+        slice.endpoints[0].addresses = vec!["203.0.113.2".into()];
+        assert!(!slice_matches(&slice, &p.slices[0]));
+    }
+}

@@ -1,0 +1,928 @@
+//! The LoadBalancer reconciler.
+//!
+//! One pass: honour pause, validate the spec (the CRD's own schema and CEL rules, evaluated again
+//! here), release a previously used infrastructure object if `infrastructureRef` changed, claim the
+//! infrastructure object (controller owner reference + finalizer, so its configuration outlives the
+//! cloud resources), ask the provider to ensure the load balancer, resolve the targets, converge the
+//! members, publish the `-ext` Service, and write the infrastructure object's status and the
+//! LoadBalancer's status — each only when it differs from what is stored. Nothing blocks: pending
+//! provider work and transient failures come back as a requeue delay.
+//!
+//! Deletion (finalizer): the provider deletes what it created (found by ownership tags), the
+//! infrastructure object is released, the published objects are removed, then the finalizer. Each
+//! step is idempotent and derived from the world, so a restart half-way continues where it stopped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_api::capi::Cluster;
+use capi_lb_api::conditions::{DesiredCondition, merge_conditions};
+use capi_lb_api::constants::{
+    ANNOTATION_PAUSED, FIELD_MANAGER, INFRASTRUCTURE_FINALIZER, LOADBALANCER_FINALIZER,
+    condition as c, event, reason as r,
+};
+use capi_lb_api::loadbalancer::{InfrastructureRef, LoadBalancerAddress, LoadBalancerStatus};
+use capi_lb_api::naming::selector_string;
+use capi_lb_api::validation::check;
+use capi_lb_providers::{
+    DeleteRequest, DesiredMember, EnsureRequest, Listener, LoadBalancerIdentity, MembersRequest,
+    Progress, Provider, ProviderError,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::{DynamicObject, Selector};
+use kube::{Resource, ResourceExt};
+use serde_json::{Map, Value, json};
+
+use crate::context::Context;
+use crate::error::{Error, Result, kube_err};
+use crate::metadata::{self, controller_of, is_controlled_by};
+use crate::publication;
+use crate::status::{
+    InfraState, MembersState, TargetsState, active_targets, infrastructure_condition, is_warning,
+    publication_condition, ready_condition, targets_condition,
+};
+use crate::targets;
+
+/// What a reconcile asks of the scheduler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Reconcile again after this long; `None` means "only when something changes" (plus the
+    /// periodic resync in `run`).
+    pub requeue_after: Option<Duration>,
+}
+
+impl Outcome {
+    /// Nothing to wait for.
+    pub fn done() -> Self {
+        Self::default()
+    }
+
+    /// Reconcile again after `after`.
+    pub fn requeue(after: Duration) -> Self {
+        Self {
+            requeue_after: Some(after),
+        }
+    }
+
+    /// The earlier of two requeue requests.
+    fn min(self, other: Option<Duration>) -> Self {
+        Self {
+            requeue_after: match (self.requeue_after, other) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+}
+
+/// Reconcile one LoadBalancer.
+pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outcome> {
+    let namespace = lb
+        .namespace()
+        .ok_or_else(|| Error::MissingField(describe(&lb), "namespace"))?;
+    let api: Api<LoadBalancer> = Api::namespaced(ctx.client.clone(), &namespace);
+    if lb.meta().deletion_timestamp.is_some() {
+        return cleanup(&lb, &ctx, &api).await;
+    }
+    // The finalizer goes on before anything is created anywhere.
+    let lb = metadata::add_finalizer(&api, &lb, LOADBALANCER_FINALIZER)
+        .await
+        .map_err(kube_err("add finalizer to", describe(&lb)))?;
+    Reconciliation::new(&lb, &ctx, api)?.apply().await
+}
+
+fn describe(lb: &LoadBalancer) -> String {
+    format!(
+        "LoadBalancer {}/{}",
+        lb.namespace().unwrap_or_default(),
+        lb.name_any()
+    )
+}
+
+fn identity(lb: &LoadBalancer) -> Result<LoadBalancerIdentity> {
+    Ok(LoadBalancerIdentity {
+        namespace: lb.namespace().unwrap_or_default(),
+        name: lb.name_any(),
+        uid: lb
+            .uid()
+            .ok_or_else(|| Error::MissingField(describe(lb), "uid"))?,
+        cluster_name: lb.spec.cluster_name.clone(),
+    })
+}
+
+fn listeners(lb: &LoadBalancer) -> Vec<Listener> {
+    lb.spec
+        .ports
+        .iter()
+        .map(|p| Listener {
+            name: p.name.clone(),
+            port: p.port,
+            target_port: p.effective_target_port(),
+            protocol: p.protocol,
+        })
+        .collect()
+}
+
+/// Group changes from one phase into one Event.
+struct Note {
+    warning: bool,
+    reason: &'static str,
+    message: String,
+}
+
+/// How releasing an infrastructure object went.
+enum Release {
+    /// Nothing of ours is left on it.
+    Done(Vec<String>),
+    /// The provider is still deleting.
+    Pending(String, Duration),
+    /// It cannot be released until the user acts (the message says how).
+    Blocked(&'static str, String),
+}
+
+/// State of one reconcile pass.
+struct Reconciliation<'a> {
+    lb: &'a LoadBalancer,
+    ctx: &'a Context,
+    api: Api<LoadBalancer>,
+    identity: LoadBalancerIdentity,
+    namespace: String,
+    /// The status being built, starting from the stored one.
+    status: LoadBalancerStatus,
+    /// Conditions computed in this pass (others are kept as they are).
+    conditions: Vec<DesiredCondition>,
+    notes: Vec<Note>,
+    outcome: Outcome,
+    /// A transient failure happened in this pass (back-off is kept, not reset).
+    transient_failure: bool,
+}
+
+impl<'a> Reconciliation<'a> {
+    fn new(lb: &'a LoadBalancer, ctx: &'a Context, api: Api<LoadBalancer>) -> Result<Self> {
+        Ok(Self {
+            identity: identity(lb)?,
+            namespace: lb.namespace().unwrap_or_default(),
+            status: lb.status.clone().unwrap_or_default(),
+            lb,
+            ctx,
+            api,
+            conditions: Vec::new(),
+            notes: Vec::new(),
+            outcome: Outcome::done(),
+            transient_failure: false,
+        })
+    }
+
+    fn note(&mut self, warning: bool, reason: &'static str, changes: Vec<String>) {
+        if !changes.is_empty() {
+            self.notes.push(Note {
+                warning,
+                reason,
+                message: changes.join("; "),
+            });
+        }
+    }
+
+    /// Retry a transient failure with back-off.
+    fn backoff(&mut self) {
+        self.transient_failure = true;
+        let delay = self.ctx.backoff(&self.identity.uid);
+        self.outcome = self.outcome.min(Some(delay));
+    }
+
+    async fn apply(mut self) -> Result<Outcome> {
+        // Pause: touch nothing but the Paused condition.
+        if let Some(why) = self.paused().await? {
+            self.conditions
+                .push(DesiredCondition::true_(c::PAUSED, r::PAUSED, why));
+            return self.finish().await;
+        }
+        self.conditions.push(DesiredCondition::false_(
+            c::PAUSED,
+            r::NOT_PAUSED,
+            "reconciliation is not paused",
+        ));
+
+        // The spec, checked against the CRD's own schema and CEL rules.
+        let selector = match check(self.lb)
+            .map_err(|e| e.to_string())
+            .and_then(|()| self.lb.effective_selector().map_err(|e| e.to_string()))
+        {
+            Ok(selector) => selector,
+            Err(message) => {
+                self.conditions.push(DesiredCondition::false_(
+                    c::READY,
+                    r::INVALID_SPEC,
+                    format!("invalid spec, nothing was changed: {message}"),
+                ));
+                return self.finish().await;
+            }
+        };
+
+        // A changed infrastructureRef: release the previous one first (break before make).
+        let spec_ref = self.lb.spec.infrastructure_ref.clone();
+        if let Some(previous) = self.status.infrastructure_ref.clone()
+            && previous != spec_ref
+        {
+            match self.release(&previous, false).await? {
+                Release::Done(changes) => {
+                    self.status.infrastructure_ref = None;
+                    self.status.addresses.clear();
+                    self.note(false, event::INFRASTRUCTURE_RELEASED, changes);
+                }
+                Release::Pending(message, retry) => {
+                    self.outcome = self.outcome.min(Some(retry));
+                    return self
+                        .infra_problem(
+                            r::PROVISIONING,
+                            format!("releasing the previous infrastructure {previous}: {message}"),
+                        )
+                        .await;
+                }
+                Release::Blocked(reason, message) => {
+                    return self
+                        .infra_problem(
+                            reason,
+                            format!(
+                                "cannot release the previous infrastructure {previous}: {message}"
+                            ),
+                        )
+                        .await;
+                }
+            }
+        }
+
+        // The provider and its infrastructure object.
+        let Some(provider) = self.ctx.providers.get(&spec_ref.api_group, &spec_ref.kind) else {
+            let message = format!(
+                "no enabled provider handles {}.{}; enabled: {}",
+                spec_ref.kind,
+                spec_ref.api_group,
+                self.ctx.providers.describe()
+            );
+            return self.infra_problem(r::PROVIDER_NOT_ENABLED, message).await;
+        };
+        let infra_api: Api<DynamicObject> = Api::namespaced_with(
+            self.ctx.client.clone(),
+            &self.namespace,
+            &provider.infrastructure_resource(),
+        );
+        let infra = infra_api
+            .get_opt(&spec_ref.name)
+            .await
+            .map_err(kube_err("get", format!("{spec_ref}")))?;
+        let Some(infra) = infra else {
+            let message = format!(
+                "{} {}/{} does not exist",
+                spec_ref.kind, self.namespace, spec_ref.name
+            );
+            return self
+                .infra_problem(r::INFRASTRUCTURE_NOT_FOUND, message)
+                .await;
+        };
+        if let Some(owner) = controller_of(&infra)
+            && owner.uid != self.identity.uid
+        {
+            let message = format!(
+                "{} {} is already used by {} {}; each LoadBalancer needs its own infrastructure object",
+                spec_ref.kind, spec_ref.name, owner.kind, owner.name
+            );
+            return self.infra_problem(r::INFRASTRUCTURE_IN_USE, message).await;
+        }
+        if infra.metadata.deletion_timestamp.is_some() {
+            return self.infra_deleting(&spec_ref).await;
+        }
+        let Some(owner) = publication::controller_ref(self.lb) else {
+            return Err(Error::MissingField(describe(self.lb), "uid"));
+        };
+        let infra = metadata::claim(&infra_api, &infra, owner, INFRASTRUCTURE_FINALIZER)
+            .await
+            .map_err(kube_err("claim", format!("{spec_ref}")))?;
+        let first_provisioning = self.status.infrastructure_ref.is_none();
+        self.status.infrastructure_ref = Some(spec_ref.clone());
+
+        // Ensure the load balancer.
+        let listeners = listeners(self.lb);
+        let ensured = provider
+            .ensure(EnsureRequest {
+                identity: &self.identity,
+                infra: &infra,
+                listeners: &listeners,
+            })
+            .await;
+        let (infra_state, mut infra_status) = match ensured {
+            Ok(out) => {
+                let reason = if first_provisioning {
+                    event::LOAD_BALANCER_CREATED
+                } else {
+                    event::LOAD_BALANCER_UPDATED
+                };
+                self.note(false, reason, out.changes);
+                if out.addresses != self.status.addresses {
+                    let describe = |a: &[LoadBalancerAddress]| {
+                        a.iter()
+                            .map(|a| a.address.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    };
+                    let message = format!(
+                        "addresses changed from [{}] to [{}]",
+                        describe(&self.status.addresses),
+                        describe(&out.addresses)
+                    );
+                    self.note(false, event::ADDRESSES_CHANGED, vec![message]);
+                    self.status.addresses = out.addresses;
+                }
+                let state = match out.progress {
+                    Progress::Done => InfraState::Provisioned,
+                    Progress::Pending {
+                        message,
+                        retry_after,
+                    } => {
+                        self.outcome = self.outcome.min(Some(retry_after));
+                        InfraState::Provisioning(message)
+                    }
+                };
+                (state, out.status)
+            }
+            Err(error) => {
+                let state = self.provider_problem(provider.name(), "ensure", error);
+                (state, Map::new())
+            }
+        };
+        let infra_ready = infra_state == InfraState::Provisioned;
+
+        // Targets and members.
+        let targets = self.targets(&selector).await;
+        let targets = match targets {
+            TargetsState::Listed { targets, .. } if infra_ready => {
+                let members = self
+                    .converge(
+                        provider.as_ref(),
+                        &infra,
+                        &listeners,
+                        &targets,
+                        &mut infra_status,
+                    )
+                    .await;
+                TargetsState::Listed { targets, members }
+            }
+            TargetsState::Listed { targets, .. } => TargetsState::Listed {
+                targets,
+                members: MembersState::NotConverged(
+                    "members are added once the load balancer is provisioned".into(),
+                ),
+            },
+            unavailable => unavailable,
+        };
+        self.record_targets(&selector, &targets);
+
+        // The provider's view, on the infrastructure object.
+        if !infra_status.is_empty() {
+            self.write_infra_status(&infra_api, &infra, infra_status)
+                .await?;
+        }
+
+        // Publication.
+        let infra_condition = infrastructure_condition(&infra_state);
+        let published = if matches!(infra_state, InfraState::Problem { .. }) {
+            None
+        } else {
+            let report = publication::publish(
+                &self.ctx.client,
+                self.lb,
+                &self.status.addresses,
+                infra_ready,
+            )
+            .await?;
+            // A conflict is reported through the EndpointPublished condition's Warning event.
+            self.note(false, event::ENDPOINT_PUBLISHED, report.changes);
+            Some(report.state)
+        };
+        self.status.endpoint = self
+            .lb
+            .stable_endpoint(&self.ctx.config.cluster_domain, &self.status.addresses);
+        let publication_condition = published
+            .as_ref()
+            .map(|p| publication_condition(p, infra_ready));
+        if let Some(pc) = &publication_condition {
+            let endpoint = self
+                .status
+                .endpoint
+                .as_ref()
+                .map(|e| format!("{}:{}", e.host, e.port));
+            let ready = ready_condition(
+                &infra_condition,
+                pc,
+                !self.status.addresses.is_empty(),
+                endpoint.as_deref(),
+            );
+            self.conditions.push(ready);
+        } else {
+            self.conditions.push(DesiredCondition::false_(
+                c::READY,
+                r::NOT_READY,
+                infra_condition.message.clone(),
+            ));
+        }
+        self.conditions.push(infra_condition);
+        self.conditions
+            .push(self.targets_condition(&selector, &targets));
+        if let Some(pc) = publication_condition {
+            self.conditions.push(pc);
+        }
+        self.finish().await
+    }
+
+    fn targets_condition(&self, selector: &Selector, targets: &TargetsState) -> DesiredCondition {
+        let types: Vec<&str> = self
+            .lb
+            .spec
+            .target_address_types
+            .iter()
+            .map(|t| t.as_str())
+            .collect();
+        targets_condition(
+            targets,
+            &self.lb.spec.target_kind.to_string(),
+            &selector_string(selector),
+            &types.join(", "),
+        )
+    }
+
+    /// Why reconciliation is paused, if it is.
+    async fn paused(&self) -> Result<Option<String>> {
+        if self.lb.annotations().contains_key(ANNOTATION_PAUSED) {
+            return Ok(Some(format!(
+                "the LoadBalancer has the {ANNOTATION_PAUSED} annotation"
+            )));
+        }
+        let Some(cluster) = &self.lb.spec.cluster_name else {
+            return Ok(None);
+        };
+        let clusters: Api<Cluster> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+        // A missing Cluster (or Cluster API not installed) does not pause anything.
+        let found = clusters.get_opt(cluster).await.map_err(kube_err(
+            "get",
+            format!("Cluster {}/{cluster}", self.namespace),
+        ))?;
+        Ok(found
+            .filter(|c| c.spec.paused == Some(true))
+            .map(|_| format!("Cluster {cluster} has spec.paused set")))
+    }
+
+    /// Stop after an infrastructure problem: report it, keep everything else.
+    async fn infra_problem(mut self, reason: &'static str, message: String) -> Result<Outcome> {
+        let infra = InfraState::Problem { reason, message };
+        let condition = infrastructure_condition(&infra);
+        self.conditions.push(DesiredCondition::false_(
+            c::READY,
+            r::NOT_READY,
+            condition.message.clone(),
+        ));
+        self.conditions.push(condition);
+        self.finish().await
+    }
+
+    /// The infrastructure object is being deleted: delete the provider's load balancer, release the
+    /// object, withdraw the addresses.
+    async fn infra_deleting(mut self, spec_ref: &InfrastructureRef) -> Result<Outcome> {
+        let message = match self.release(spec_ref, false).await? {
+            Release::Done(changes) => {
+                self.note(false, event::LOAD_BALANCER_DELETED, changes);
+                self.status.infrastructure_ref = None;
+                self.status.addresses.clear();
+                let report = publication::publish(&self.ctx.client, self.lb, &[], false).await?;
+                self.note(false, event::ENDPOINT_WITHDRAWN, report.changes);
+                format!("{spec_ref} is being deleted; its load balancer was deleted")
+            }
+            Release::Pending(message, retry) => {
+                self.outcome = self.outcome.min(Some(retry));
+                format!("{spec_ref} is being deleted: {message}")
+            }
+            Release::Blocked(_, message) => format!("{spec_ref} is being deleted: {message}"),
+        };
+        self.infra_problem(r::INFRASTRUCTURE_DELETING, message)
+            .await
+    }
+
+    /// Turn a provider error into an infrastructure state (and a requeue for transient ones).
+    fn provider_problem(&mut self, provider: &str, op: &str, error: ProviderError) -> InfraState {
+        match error {
+            ProviderError::Transient {
+                message,
+                retry_after,
+            } => {
+                self.backoff();
+                if let Some(after) = retry_after {
+                    self.outcome = self.outcome.min(Some(after));
+                }
+                InfraState::Problem {
+                    reason: r::PROVIDER_ERROR,
+                    message: format!("{provider} provider {op} failed, retrying: {message}"),
+                }
+            }
+            ProviderError::Permanent { reason, message } => InfraState::Problem {
+                reason: r::PROVIDER_FAILED,
+                message: format!("{provider} provider {op} failed ({reason}): {message}"),
+            },
+        }
+    }
+
+    async fn targets(&self, selector: &Selector) -> TargetsState {
+        let kind = &self.lb.spec.target_kind;
+        let resource = match self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await {
+            Ok(resource) => resource,
+            Err(message) => return TargetsState::Unavailable(message),
+        };
+        match targets::list(&self.ctx.client, &resource, &self.namespace, selector).await {
+            Ok(objects) => TargetsState::Listed {
+                targets: targets::to_targets(&objects, &self.lb.spec.target_address_types),
+                members: MembersState::NotConverged(String::new()),
+            },
+            Err(e) => TargetsState::Unavailable(format!("cannot list {kind}: {e}")),
+        }
+    }
+
+    async fn converge(
+        &mut self,
+        provider: &dyn Provider,
+        infra: &DynamicObject,
+        listeners: &[Listener],
+        targets: &[targets::Target],
+        infra_status: &mut Map<String, Value>,
+    ) -> MembersState {
+        // Every selected target with an address that is not being deleted is a member; anything
+        // else the provider has is removed (including members no target claims).
+        let members: Vec<DesiredMember> = targets
+            .iter()
+            .filter(|t| !t.deleting)
+            .filter_map(|t| {
+                t.address.as_ref().map(|address| DesiredMember {
+                    name: t.name.clone(),
+                    address: address.clone(),
+                    drain: false,
+                })
+            })
+            .collect();
+        let result = provider
+            .converge_members(MembersRequest {
+                identity: &self.identity,
+                infra,
+                listeners,
+                members: &members,
+            })
+            .await;
+        match result {
+            Ok(out) => {
+                self.note(false, event::MEMBERS_CHANGED, out.changes);
+                if let Some(retry) = out.progress.retry_after() {
+                    self.outcome = self.outcome.min(Some(retry));
+                }
+                infra_status.extend(out.status);
+                MembersState::Converged(out.members)
+            }
+            Err(error) => match self.provider_problem(provider.name(), "member update", error) {
+                InfraState::Problem { reason, message } => {
+                    MembersState::Problem { reason, message }
+                }
+                _ => MembersState::NotConverged(String::new()),
+            },
+        }
+    }
+
+    fn record_targets(&mut self, selector: &Selector, targets: &TargetsState) {
+        self.status.target_kind = Some(self.lb.spec.target_kind.to_string());
+        self.status.target_selector = Some(selector_string(selector));
+        if let TargetsState::Listed { targets, members } = targets {
+            self.status.targets = targets.iter().map(|t| t.name.clone()).collect();
+            if !matches!(members, MembersState::Problem { .. }) {
+                self.status.active_targets = active_targets(members)
+                    .into_iter()
+                    .filter(|name| self.status.targets.contains(name))
+                    .collect();
+            }
+        }
+        self.status.ready_targets = Some(format!(
+            "{}/{}",
+            self.status.active_targets.len(),
+            self.status.targets.len()
+        ));
+    }
+
+    async fn write_infra_status(
+        &self,
+        api: &Api<DynamicObject>,
+        infra: &DynamicObject,
+        status: Map<String, Value>,
+    ) -> Result<()> {
+        let current = infra.data.get("status");
+        let unchanged = status
+            .iter()
+            .all(|(k, v)| current.and_then(|s| s.get(k)) == Some(v));
+        if unchanged {
+            return Ok(());
+        }
+        let types = infra.types.clone().unwrap_or_default();
+        let patch = json!({
+            "apiVersion": types.api_version,
+            "kind": types.kind,
+            "status": status,
+        });
+        api.patch_status(
+            &infra.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(kube_err(
+            "apply status of",
+            format!("{} {}", types.kind, infra.name_any()),
+        ))?;
+        Ok(())
+    }
+
+    /// Let the provider delete what it created for `infra_ref` and release the infrastructure
+    /// object. `keep_owner_reference` leaves our owner reference (so the garbage collector deletes
+    /// the object with the LoadBalancer).
+    async fn release(
+        &mut self,
+        infra_ref: &InfrastructureRef,
+        keep_owner_reference: bool,
+    ) -> Result<Release> {
+        release(
+            self.ctx,
+            self.lb,
+            &self.identity,
+            infra_ref,
+            keep_owner_reference,
+        )
+        .await
+    }
+
+    /// Compute the final status, write it if it changed, and emit Events for what changed.
+    async fn finish(mut self) -> Result<Outcome> {
+        let now = Time(self.ctx.clock.now());
+        let previous = self.lb.status.clone().unwrap_or_default();
+        let generation = self.lb.meta().generation;
+        self.status.conditions =
+            merge_conditions(&previous.conditions, &self.conditions, generation, &now);
+        self.status.ready = capi_lb_api::conditions::is_true(&self.status.conditions, c::READY);
+        self.status.observed_generation = generation;
+
+        // Events: changes made, and conditions that changed status or reason.
+        for d in &self.conditions {
+            let before = capi_lb_api::conditions::find(&previous.conditions, d.type_);
+            let changed = before.is_none_or(|b| {
+                b.status != capi_lb_api::conditions::status_str(d.status) || b.reason != d.reason
+            });
+            let quiet = d.type_ == c::PAUSED && !d.status && before.is_none();
+            if changed && !quiet && (d.status || d.type_ == c::READY || is_warning(d.reason)) {
+                self.notes.push(Note {
+                    warning: !d.status && is_warning(d.reason),
+                    reason: d.reason,
+                    message: format!("{}: {}", d.type_, d.message),
+                });
+            }
+        }
+        if self.status != previous {
+            write_status(&self.api, self.lb, &self.status).await?;
+        }
+        if !self.transient_failure {
+            self.ctx.reset_backoff(&self.identity.uid);
+        }
+        let reference = self.lb.object_ref(&());
+        for note in self.notes {
+            self.ctx
+                .events
+                .publish(
+                    &reference,
+                    note.warning,
+                    note.reason,
+                    "Reconcile",
+                    note.message,
+                )
+                .await;
+        }
+        Ok(self.outcome)
+    }
+}
+
+async fn write_status(
+    api: &Api<LoadBalancer>,
+    lb: &LoadBalancer,
+    status: &LoadBalancerStatus,
+) -> Result<()> {
+    let patch = json!({
+        "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1",
+        "kind": "LoadBalancer",
+        "status": status,
+    });
+    api.patch_status(
+        &lb.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(kube_err("apply status of", describe(lb)))?;
+    Ok(())
+}
+
+/// Release one infrastructure object of `lb`: provider delete (when anything may have been
+/// provisioned with it), then drop our finalizer (and owner reference).
+async fn release(
+    ctx: &Context,
+    lb: &LoadBalancer,
+    identity: &LoadBalancerIdentity,
+    infra_ref: &InfrastructureRef,
+    keep_owner_reference: bool,
+) -> Result<Release> {
+    let recorded = lb
+        .status
+        .as_ref()
+        .and_then(|s| s.infrastructure_ref.as_ref())
+        == Some(infra_ref);
+    let Some(provider) = ctx.providers.get(&infra_ref.api_group, &infra_ref.kind) else {
+        return Ok(if recorded {
+            Release::Blocked(
+                r::PROVIDER_NOT_ENABLED,
+                format!(
+                    "no enabled provider handles {}.{}, so its cloud resources cannot be deleted; enable it (enabled: {})",
+                    infra_ref.kind,
+                    infra_ref.api_group,
+                    ctx.providers.describe()
+                ),
+            )
+        } else {
+            // Never provisioned by us: nothing to release.
+            Release::Done(Vec::new())
+        });
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &identity.namespace,
+        &provider.infrastructure_resource(),
+    );
+    let infra = api
+        .get_opt(&infra_ref.name)
+        .await
+        .map_err(kube_err("get", format!("{infra_ref}")))?;
+    let ours = infra
+        .as_ref()
+        .is_some_and(|i| is_controlled_by(i, &identity.uid));
+    if !ours && !recorded {
+        return Ok(Release::Done(Vec::new()));
+    }
+    let outcome = provider
+        .delete(DeleteRequest {
+            identity,
+            infra: infra.as_ref().filter(|_| ours),
+        })
+        .await;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(ProviderError::Transient {
+            message,
+            retry_after,
+        }) => {
+            let delay = retry_after.unwrap_or_else(|| ctx.backoff(&identity.uid));
+            return Ok(Release::Pending(
+                format!(
+                    "{} provider delete failed, retrying: {message}",
+                    provider.name()
+                ),
+                delay,
+            ));
+        }
+        Err(ProviderError::Permanent { reason, message }) => {
+            return Ok(Release::Blocked(
+                r::PROVIDER_FAILED,
+                format!(
+                    "{} provider delete failed ({reason}): {message}",
+                    provider.name()
+                ),
+            ));
+        }
+    };
+    match outcome.progress {
+        Progress::Pending {
+            message,
+            retry_after,
+        } => Ok(Release::Pending(message, retry_after)),
+        Progress::Done => {
+            let mut changes = outcome.changes;
+            if let Some(infra) = infra.as_ref().filter(|_| ours) {
+                metadata::release(
+                    &api,
+                    infra,
+                    &identity.uid,
+                    INFRASTRUCTURE_FINALIZER,
+                    keep_owner_reference,
+                )
+                .await
+                .map_err(kube_err("release", format!("{infra_ref}")))?;
+                changes.push(format!("released {infra_ref}"));
+            }
+            ctx.reset_backoff(&identity.uid);
+            Ok(Release::Done(changes))
+        }
+    }
+}
+
+/// Deletion: provider cleanup for every infrastructure object this LoadBalancer may have used,
+/// withdraw the published objects, then remove the finalizer.
+async fn cleanup(lb: &LoadBalancer, ctx: &Context, api: &Api<LoadBalancer>) -> Result<Outcome> {
+    if !lb.finalizers().iter().any(|f| f == LOADBALANCER_FINALIZER) {
+        return Ok(Outcome::done());
+    }
+    let identity = identity(lb)?;
+    let reference = lb.object_ref(&());
+    let mut refs = vec![lb.spec.infrastructure_ref.clone()];
+    if let Some(recorded) = lb
+        .status
+        .as_ref()
+        .and_then(|s| s.infrastructure_ref.clone())
+        && !refs.contains(&recorded)
+    {
+        refs.push(recorded);
+    }
+    let mut waiting: Option<(String, Duration)> = None;
+    for infra_ref in &refs {
+        match release(ctx, lb, &identity, infra_ref, true).await? {
+            Release::Done(changes) => {
+                if !changes.is_empty() {
+                    ctx.events
+                        .publish(
+                            &reference,
+                            false,
+                            event::LOAD_BALANCER_DELETED,
+                            "Delete",
+                            changes.join("; "),
+                        )
+                        .await;
+                }
+            }
+            Release::Pending(message, retry) => {
+                if waiting.as_ref().is_none_or(|(_, d)| retry < *d) {
+                    waiting = Some((message, retry));
+                }
+            }
+            Release::Blocked(reason, message) => {
+                set_deleting_condition(ctx, api, lb, reason, &message).await?;
+                ctx.events
+                    .publish(&reference, true, reason, "Delete", message)
+                    .await;
+                return Ok(Outcome::done());
+            }
+        }
+    }
+    if let Some((message, retry)) = waiting {
+        set_deleting_condition(ctx, api, lb, r::DELETING, &message).await?;
+        return Ok(Outcome::requeue(retry));
+    }
+    let changes = publication::withdraw(&ctx.client, lb, None).await?;
+    if !changes.is_empty() {
+        ctx.events
+            .publish(
+                &reference,
+                false,
+                event::ENDPOINT_WITHDRAWN,
+                "Delete",
+                changes.join("; "),
+            )
+            .await;
+    }
+    metadata::remove_finalizer(api, lb, LOADBALANCER_FINALIZER)
+        .await
+        .map_err(kube_err("remove finalizer from", describe(lb)))?;
+    ctx.reset_backoff(&identity.uid);
+    Ok(Outcome::done())
+}
+
+async fn set_deleting_condition(
+    ctx: &Context,
+    api: &Api<LoadBalancer>,
+    lb: &LoadBalancer,
+    reason: &'static str,
+    message: &str,
+) -> Result<()> {
+    let mut status = lb.status.clone().unwrap_or_default();
+    let desired = [DesiredCondition::false_(
+        c::READY,
+        reason,
+        format!("deleting: {message}"),
+    )];
+    status.conditions = merge_conditions(
+        &status.conditions,
+        &desired,
+        lb.meta().generation,
+        &Time(ctx.clock.now()),
+    );
+    status.ready = false;
+    if Some(&status) != lb.status.as_ref() {
+        write_status(api, lb, &status).await?;
+    }
+    Ok(())
+}

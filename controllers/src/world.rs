@@ -1,0 +1,245 @@
+//! A self-contained world for `capi-lb simulate` and the tests: the in-memory Kubernetes API, the
+//! in-memory cloud, a manual clock and a controller context wired to them.
+//!
+//! [`World::run_until_stable`] stands in for the watches of a real deployment: it reconciles every
+//! LoadBalancer, again whenever a pass wrote anything (what a watch event would trigger), and when
+//! nothing is left to do now, moves the clock to the earliest requested requeue. It stops when a pass
+//! writes nothing and no LoadBalancer asked to be reconciled again before the resync period.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_providers::ProviderRegistry;
+use capi_lb_providers::clock::{ManualClock, SharedClock, until};
+use capi_lb_providers::inmemory::{InMemoryCloud, InMemoryProvider};
+use jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use serde_json::Value;
+
+use crate::context::{Config, Context};
+use crate::error::{Error, Result, kube_err};
+use crate::events::EventSink;
+use crate::inmemory_api::{InMemoryApi, InMemoryApiBuilder, InMemoryApiError};
+use crate::kinds::KindResolver;
+use crate::reconcile::{Outcome, reconcile};
+
+/// The instant every world starts at, so simulate output is reproducible.
+pub const EPOCH: &str = "2026-01-01T00:00:00Z";
+
+/// Errors of a world.
+#[derive(Debug, thiserror::Error)]
+pub enum WorldError {
+    /// Building the API failed.
+    #[error(transparent)]
+    Api(#[from] InMemoryApiError),
+    /// A reconcile failed in a way the controller would retry; the simulation stops instead.
+    #[error(transparent)]
+    Reconcile(#[from] Error),
+    /// Reconciliation kept making changes.
+    #[error("the controllers did not settle after {0} passes; last writes: {1}")]
+    DidNotSettle(usize, String),
+}
+
+/// What [`World::run_until_stable`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunReport {
+    /// Reconcile passes made.
+    pub passes: usize,
+    /// Reconciles run.
+    pub reconciles: usize,
+    /// Virtual time that passed.
+    pub elapsed: Duration,
+}
+
+/// The in-memory API, cloud, clock and controller context.
+#[derive(Clone)]
+pub struct World {
+    /// The in-memory Kubernetes API.
+    pub api: InMemoryApi,
+    /// The clock (starts at [`EPOCH`]).
+    pub clock: Arc<ManualClock>,
+    /// The in-memory cloud behind the in-memory provider.
+    pub cloud: InMemoryCloud,
+    /// The controller context.
+    pub ctx: Arc<Context>,
+    /// When each LoadBalancer (`namespace/name`) asked to be reconciled again.
+    due: Arc<std::sync::Mutex<BTreeMap<String, Timestamp>>>,
+}
+
+impl std::fmt::Debug for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("World")
+            .field("api", &self.api)
+            .finish_non_exhaustive()
+    }
+}
+
+fn start() -> Timestamp {
+    EPOCH.parse().unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+impl World {
+    /// A world holding `objects` (full objects with `apiVersion` and `kind`).
+    pub async fn new(objects: Vec<Value>) -> Result<Self, WorldError> {
+        Self::with_builder(objects, |b| b).await
+    }
+
+    /// A world holding `objects`, with extra set-up of the API builder (e.g. more kinds).
+    pub async fn with_builder(
+        objects: Vec<Value>,
+        extra: impl FnOnce(InMemoryApiBuilder) -> InMemoryApiBuilder,
+    ) -> Result<Self, WorldError> {
+        let clock = Arc::new(ManualClock::new(start()));
+        let shared: SharedClock = clock.clone();
+        let api = extra(InMemoryApiBuilder::new(shared.clone()).with_objects(objects))
+            .build()
+            .await?;
+        let cloud = InMemoryCloud::new(shared);
+        let ctx = Arc::new(Self::context(&api, &cloud, &clock, true));
+        Ok(Self {
+            api,
+            clock,
+            cloud,
+            ctx,
+            due: Arc::default(),
+        })
+    }
+
+    fn context(
+        api: &InMemoryApi,
+        cloud: &InMemoryCloud,
+        clock: &Arc<ManualClock>,
+        timeline: bool,
+    ) -> Context {
+        let shared: SharedClock = clock.clone();
+        let mut providers = ProviderRegistry::new();
+        providers.register(Arc::new(InMemoryProvider::new(cloud.clone())));
+        let mut events = EventSink::new(api.client.clone(), None, shared.clone());
+        if timeline {
+            events = events.with_timeline();
+        }
+        Context::new(
+            api.client.clone(),
+            providers,
+            KindResolver::builtin(),
+            Config::default(),
+            shared,
+            events,
+        )
+    }
+
+    /// The same API, cloud and clock with a freshly started controller (new context: no back-off
+    /// memory, no caches, a new timeline) — what a controller restart looks like.
+    pub fn restart(&self) -> Self {
+        Self {
+            ctx: Arc::new(Self::context(&self.api, &self.cloud, &self.clock, true)),
+            due: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    /// Replace the context (tests that need other providers or configuration).
+    pub fn with_context(mut self, ctx: Context) -> Self {
+        self.ctx = Arc::new(ctx);
+        self
+    }
+
+    /// The kube client.
+    pub fn client(&self) -> kube::Client {
+        self.api.client.clone()
+    }
+
+    /// Reconcile one LoadBalancer once.
+    pub async fn reconcile(&self, namespace: &str, name: &str) -> Result<Outcome> {
+        let api: Api<LoadBalancer> = Api::namespaced(self.client(), namespace);
+        let lb = api
+            .get(name)
+            .await
+            .map_err(kube_err("get", format!("LoadBalancer {namespace}/{name}")))?;
+        reconcile(Arc::new(lb), self.ctx.clone()).await
+    }
+
+    fn now(&self) -> Timestamp {
+        use capi_lb_providers::clock::Clock;
+        self.clock.now()
+    }
+
+    /// Reconcile until nothing changes (see the module documentation). `max_passes` bounds the work.
+    pub async fn run_until_stable(&self, max_passes: usize) -> Result<RunReport, WorldError> {
+        let started = self.now();
+        let mut report = RunReport::default();
+        let all: Api<LoadBalancer> = Api::all(self.client());
+        let mut everything_due = true;
+        loop {
+            if report.passes >= max_passes {
+                let log = self.api.stats.log();
+                let tail: Vec<String> = log.iter().rev().take(5).cloned().collect();
+                return Err(WorldError::DidNotSettle(report.passes, tail.join(", ")));
+            }
+            report.passes += 1;
+            let lbs = all
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| Error::Kube {
+                    action: "list",
+                    object: "LoadBalancers".into(),
+                    source: e,
+                })?
+                .items;
+            let now = self.now();
+            let keys: Vec<String> = lbs
+                .iter()
+                .map(|lb| format!("{}/{}", lb.namespace().unwrap_or_default(), lb.name_any()))
+                .collect();
+            {
+                let mut due = self.lock_due();
+                due.retain(|k, _| keys.contains(k));
+            }
+            let writes_before = self.api.stats.writes_excluding_events();
+            for (lb, key) in lbs.into_iter().zip(keys) {
+                let is_due =
+                    everything_due || self.lock_due().get(&key).is_some_and(|at| *at <= now);
+                if !is_due {
+                    continue;
+                }
+                report.reconciles += 1;
+                let outcome = reconcile(Arc::new(lb), self.ctx.clone()).await?;
+                let mut due = self.lock_due();
+                match outcome.requeue_after {
+                    Some(after) if after < self.ctx.config.resync => {
+                        due.insert(key, capi_lb_providers::clock::after(now, after));
+                    }
+                    _ => {
+                        due.remove(&key);
+                    }
+                }
+            }
+            if self.api.stats.writes_excluding_events() > writes_before {
+                // Something changed: a watch would trigger every affected LoadBalancer.
+                everything_due = true;
+                continue;
+            }
+            everything_due = false;
+            let next = self.lock_due().values().min().copied();
+            match next {
+                Some(at) => {
+                    if at > now {
+                        self.clock.advance(until(now, at));
+                    }
+                }
+                None => break,
+            }
+        }
+        report.elapsed = until(started, self.now());
+        Ok(report)
+    }
+
+    fn lock_due(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Timestamp>> {
+        self.due
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}

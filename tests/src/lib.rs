@@ -1,0 +1,219 @@
+//! Test support for capi-lb's integration tests: fixture builders for the objects a test world
+//! holds, and small accessors for the objects the controller produces.
+// Test support: panicking on a broken fixture is the right failure mode here.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+
+use capi_lb::world::World;
+use capi_lb_api::InMemoryLoadBalancer;
+use capi_lb_api::LoadBalancer;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, ListParams};
+use serde_json::{Value, json};
+
+/// Namespace every fixture lives in.
+pub const NS: &str = "default";
+
+/// A LoadBalancer fixture.
+#[derive(Clone, Debug)]
+pub struct LbFixture(Value);
+
+/// A LoadBalancer named `name` using the InMemoryLoadBalancer of the same name, for cluster `demo`.
+pub fn lb(name: &str) -> LbFixture {
+    LbFixture(json!({
+        "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1",
+        "kind": "LoadBalancer",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "clusterName": "demo",
+            "infrastructureRef": {
+                "apiGroup": "infrastructure.cluster.x-k8s.io",
+                "kind": "InMemoryLoadBalancer",
+                "name": name,
+            },
+        },
+    }))
+}
+
+impl LbFixture {
+    /// Set a spec field.
+    pub fn spec(mut self, key: &str, value: Value) -> Self {
+        self.0["spec"][key] = value;
+        self
+    }
+
+    /// Set an annotation.
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        self.0["metadata"]["annotations"][key] = json!(value);
+        self
+    }
+
+    /// The object.
+    pub fn build(self) -> Value {
+        self.0
+    }
+}
+
+/// An InMemoryLoadBalancer fixture.
+#[derive(Clone, Debug)]
+pub struct InfraFixture(Value);
+
+/// An InMemoryLoadBalancer named `name` with default settings.
+pub fn infra(name: &str) -> InfraFixture {
+    InfraFixture(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "InMemoryLoadBalancer",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {},
+    }))
+}
+
+impl InfraFixture {
+    /// Set a spec field.
+    pub fn spec(mut self, key: &str, value: Value) -> Self {
+        self.0["spec"][key] = value;
+        self
+    }
+
+    /// Inject a failure.
+    pub fn failure(mut self, operation: &str, type_: &str, times: u32) -> Self {
+        let failure = json!({"operation": operation, "type": type_, "times": times});
+        match self.0["spec"]["failures"].as_array_mut() {
+            Some(list) => list.push(failure),
+            None => self.0["spec"]["failures"] = json!([failure]),
+        }
+        self
+    }
+
+    /// The object.
+    pub fn build(self) -> Value {
+        self.0
+    }
+}
+
+/// A CAPI Machine fixture.
+#[derive(Clone, Debug)]
+pub struct MachineFixture(Value);
+
+/// A Machine of cluster `demo`, selected by the LoadBalancer `lb` (default selector), with an
+/// InternalIP.
+pub fn machine(name: &str, lb: &str, internal_ip: &str) -> MachineFixture {
+    MachineFixture(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Machine",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {
+                "cluster.x-k8s.io/cluster-name": "demo",
+                "cluster.x-k8s.io/control-plane": "",
+                "loadbalancer.cluster.x-k8s.io/name": lb,
+            },
+        },
+        "spec": {"clusterName": "demo"},
+        "status": {"addresses": [{"type": "InternalIP", "address": internal_ip}]},
+    }))
+}
+
+impl MachineFixture {
+    /// Replace the addresses.
+    pub fn addresses(mut self, addresses: Value) -> Self {
+        self.0["status"]["addresses"] = addresses;
+        self
+    }
+
+    /// The object.
+    pub fn build(self) -> Value {
+        self.0
+    }
+}
+
+/// A CAPI Cluster named `name`.
+pub fn cluster(name: &str, paused: bool) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Cluster",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"paused": paused},
+    })
+}
+
+/// The LoadBalancer `name`.
+pub async fn get_lb(world: &World, name: &str) -> LoadBalancer {
+    Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .get(name)
+        .await
+        .unwrap()
+}
+
+/// The InMemoryLoadBalancer `name`.
+pub async fn get_infra(world: &World, name: &str) -> Option<InMemoryLoadBalancer> {
+    Api::<InMemoryLoadBalancer>::namespaced(world.client(), NS)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+/// A condition of a LoadBalancer (panics when absent).
+pub fn condition(lb: &LoadBalancer, type_: &str) -> Condition {
+    lb.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+        .cloned()
+        .unwrap_or_else(|| panic!("no {type_} condition on {:?}", lb.status))
+}
+
+/// `(status, reason)` of a condition.
+pub fn cond(lb: &LoadBalancer, type_: &str) -> (String, String) {
+    let c = condition(lb, type_);
+    (c.status, c.reason)
+}
+
+/// The Service `name`, if any.
+pub async fn service(world: &World, name: &str) -> Option<Service> {
+    Api::<Service>::namespaced(world.client(), NS)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+/// The EndpointSlices of Service `service`, by name, with their endpoint addresses.
+pub async fn slices(world: &World, service: &str) -> BTreeMap<String, Vec<String>> {
+    Api::<EndpointSlice>::namespaced(world.client(), NS)
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| {
+            let addresses = s
+                .endpoints
+                .iter()
+                .flat_map(|e| e.addresses.clone())
+                .collect();
+            (s.metadata.name.unwrap(), addresses)
+        })
+        .collect()
+}
+
+/// The full EndpointSlice `name`.
+pub async fn slice(world: &World, name: &str) -> Option<EndpointSlice> {
+    Api::<EndpointSlice>::namespaced(world.client(), NS)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+/// Reason of every Event recorded in the world's timeline.
+pub fn event_reasons(world: &World) -> Vec<String> {
+    world
+        .ctx
+        .events
+        .timeline()
+        .into_iter()
+        .map(|e| e.reason)
+        .collect()
+}
