@@ -12,9 +12,8 @@ use crate::loadbalancer::LoadBalancerAddress;
 /// The default address pool: TEST-NET-3 (RFC 5737), a documentation range that is never routed.
 pub const DEFAULT_ADDRESS_POOL: &str = "203.0.113.0/24";
 
-/// Configuration of an in-memory load balancer. Reference it from a LoadBalancer's
-/// `spec.infrastructureRef` (`apiGroup: infrastructure.cluster.x-k8s.io`, `kind:
-/// InMemoryLoadBalancer`).
+/// Configuration of an in-memory load balancer: address pools, simulated provisioning time and
+/// injected failures.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
@@ -22,6 +21,7 @@ pub const DEFAULT_ADDRESS_POOL: &str = "203.0.113.0/24";
     kind = "InMemoryLoadBalancer",
     plural = "inmemoryloadbalancers",
     namespaced,
+    doc = "Configuration of the in-memory load balancer provider (no cloud needed: tests, demos, capi-lb simulate). Reference it from a LoadBalancer spec.infrastructureRef; its status shows what the provider holds.",
     status = "InMemoryLoadBalancerStatus",
     shortname = "imlb",
     category = "cluster-api",

@@ -19,9 +19,8 @@ pub const DNS_SUBDOMAIN_PATTERN: &str =
 /// Regex of an RFC 1035 DNS label (Service names).
 pub const DNS_LABEL_PATTERN: &str = r"^[a-z]([-a-z0-9]*[a-z0-9])?$";
 
-/// A load balancer in front of a set of targets (by default Cluster API Machines), realised by the
-/// infrastructure provider named in `infrastructureRef`, with a stable DNS endpoint published as the
-/// headless Service `<name><publication.suffix>`.
+/// Desired state of a LoadBalancer: which targets, which ports, which infrastructure provider, and
+/// how the stable endpoint is published.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "loadbalancer.cluster.x-k8s.io",
@@ -29,6 +28,7 @@ pub const DNS_LABEL_PATTERN: &str = r"^[a-z]([-a-z0-9]*[a-z0-9])?$";
     kind = "LoadBalancer",
     plural = "loadbalancers",
     namespaced,
+    doc = "A load balancer in front of a set of targets (by default Cluster API Machines), realised by the infrastructure provider named in spec.infrastructureRef, with a stable DNS endpoint published as the headless Service <name><spec.publication.suffix>.",
     status = "LoadBalancerStatus",
     shortname = "capilb",
     category = "cluster-api",

@@ -1,5 +1,7 @@
 //! The generated CRD schemas and CEL rules, evaluated client-side: defaults apply, valid objects pass,
 //! and every rule rejects what it is meant to reject with an error naming the field.
+// Integration tests: helpers panic on broken fixtures, which is the failure we want.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use capi_lb_api::constants::CAPI_CONTRACT_LABEL;
 use capi_lb_api::validation::{FieldErrors, parse};
@@ -267,7 +269,7 @@ fn every_field_has_a_description() {
             for (name, child) in props {
                 let child_path = format!("{path}.{name}");
                 let top_level =
-                    path == "" && matches!(name.as_str(), "apiVersion" | "kind" | "metadata");
+                    path.is_empty() && matches!(name.as_str(), "apiVersion" | "kind" | "metadata");
                 if !top_level && child.get("description").is_none() {
                     missing.push(child_path.clone());
                 }
@@ -310,4 +312,61 @@ impl CrdForTest for LoadBalancer {
     {
         <LoadBalancer as kube::CustomResourceExt>::crd()
     }
+}
+
+/// Every CEL rule passes the static checks an apiserver applies when the CRD is installed: only
+/// variables valid in CRD rules, bounded lists and strings, estimated cost within the budget.
+#[test]
+fn cel_rules_pass_static_analysis() {
+    use kube::core::cel::{ScopeContext, analyze_rule, compile_schema};
+    fn walk(schema: &Value, path: &str, checked: &mut usize, problems: &mut Vec<String>) {
+        if let Some(rules) = schema
+            .get("x-kubernetes-validations")
+            .and_then(Value::as_array)
+        {
+            let compiled = compile_schema(schema);
+            for rule in rules {
+                let rule = rule["rule"].as_str().unwrap();
+                *checked += 1;
+                for w in analyze_rule(rule, &compiled, ScopeContext::CrdValidation) {
+                    // kube-cel reports the variables bound by macros (`self.all(p, ...)`) as out of
+                    // scope; those are fine. Any other variable, and every cost or bounds warning,
+                    // is a real problem.
+                    let bound_by_macro = w
+                        .message
+                        .strip_prefix("variable '")
+                        .and_then(|m| m.split('\'').next())
+                        .is_some_and(|var| rule.contains(&format!("({var},")));
+                    if !bound_by_macro {
+                        problems.push(format!("{path}: {rule}: {} ({:?})", w.message, w.kind));
+                    }
+                }
+            }
+        }
+        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+            for (name, child) in props {
+                walk(child, &format!("{path}.{name}"), checked, problems);
+            }
+        }
+        if let Some(items) = schema.get("items") {
+            walk(items, &format!("{path}[]"), checked, problems);
+        }
+    }
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    for crd in crds() {
+        let schema = serde_json::to_value(
+            crd.spec.versions[0]
+                .schema
+                .as_ref()
+                .unwrap()
+                .open_api_v3_schema
+                .as_ref()
+                .unwrap(),
+        )
+        .unwrap();
+        walk(&schema, &crd.spec.names.kind, &mut checked, &mut problems);
+    }
+    assert!(checked >= 7, "only {checked} rules found");
+    assert!(problems.is_empty(), "{problems:#?}");
 }

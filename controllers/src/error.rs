@@ -14,7 +14,7 @@ pub enum Error {
         object: String,
         /// The API error.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// An object could not be (de)serialized.
     #[error("serialization of {object}: {source}")]
@@ -42,7 +42,7 @@ pub fn kube_err(
     move |source| Error::Kube {
         action,
         object,
-        source,
+        source: Box::new(source),
     }
 }
 

@@ -2,6 +2,7 @@
 //! API used by `capi-lb simulate` and the tests, and the pieces of the `capi-lb` binary.
 
 pub mod context;
+pub mod crds;
 pub mod error;
 pub mod events;
 pub mod inmemory_api;
@@ -9,6 +10,8 @@ pub mod kinds;
 pub mod metadata;
 pub mod publication;
 pub mod reconcile;
+pub mod run;
+pub mod simulate;
 pub mod status;
 pub mod targets;
 pub mod world;

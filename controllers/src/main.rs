@@ -1,3 +1,200 @@
-//! The `capi-lb` binary.
+//! The `capi-lb` binary: `run` (the controller), `crds` (print or write the CRDs) and `simulate`
+//! (run the real reconcilers offline against an in-memory API and the in-memory provider). Without a
+//! command it simulates the embedded quickstart.
 
-fn main() {}
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use capi_lb::run::{AVAILABLE_PROVIDERS, RunOptions};
+use capi_lb::simulate::{Options, Source};
+use capi_lb_api::constants::DEFAULT_CLUSTER_DOMAIN;
+use clap::{Parser, Subcommand, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+/// The quickstart manifests, embedded so `capi-lb` alone can show what it does.
+const QUICKSTART: &str = include_str!("../../examples/quickstart.yaml");
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "capi-lb",
+    version,
+    about = "Generic Cluster API load balancers with pluggable infrastructure providers and stable -ext endpoints"
+)]
+struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "CAPI_LB_LOG_FORMAT")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the controller against the cluster in KUBECONFIG (or the in-cluster configuration).
+    Run {
+        /// Watch only this namespace (default: all namespaces).
+        #[arg(long, env = "CAPI_LB_NAMESPACE")]
+        namespace: Option<String>,
+        /// Cluster DNS domain used in published endpoint names.
+        #[arg(long, default_value = DEFAULT_CLUSTER_DOMAIN, env = "CAPI_LB_CLUSTER_DOMAIN")]
+        cluster_domain: String,
+        /// Providers to enable (comma-separated).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "inmemory",
+            env = "CAPI_LB_PROVIDERS"
+        )]
+        providers: Vec<String>,
+        /// LoadBalancers reconciled at the same time.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+        concurrency: u16,
+        /// Seconds between reconciles of an unchanged LoadBalancer (repairs drift in the cloud).
+        #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(10..))]
+        resync_seconds: u64,
+    },
+    /// Print the CRDs as YAML (or write them under a directory with --output-dir).
+    Crds {
+        /// Write `bases/<group>_<plural>.yaml` and `kustomization.yaml` here (e.g. config/crd).
+        #[arg(long)]
+        output_dir: Option<PathBuf>,
+    },
+    /// Load manifests into an in-memory API, run the real reconcilers with the in-memory provider
+    /// until nothing changes, and print a timeline and the resulting objects as YAML.
+    Simulate {
+        /// Manifest files (LoadBalancers, InMemoryLoadBalancers, Machines, Clusters, Services).
+        /// Without any, the embedded quickstart is used.
+        #[arg(short = 'f', long = "filename")]
+        files: Vec<PathBuf>,
+        /// Exit with status 2 when a LoadBalancer is not Ready at the end.
+        #[arg(long)]
+        expect_ready: bool,
+    },
+}
+
+fn init_logging(format: LogFormat, default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or_else(|| {
+        eprintln!(
+            "capi-lb: no command given, simulating the embedded quickstart (see capi-lb --help)"
+        );
+        Command::Simulate {
+            files: Vec::new(),
+            expect_ready: false,
+        }
+    });
+    match command {
+        Command::Run {
+            namespace,
+            cluster_domain,
+            providers,
+            concurrency,
+            resync_seconds,
+        } => {
+            init_logging(cli.log_format, "info");
+            let options = RunOptions {
+                namespace,
+                cluster_domain,
+                providers,
+                concurrency,
+                resync: Duration::from_secs(resync_seconds),
+            };
+            match capi_lb::run::run(options).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    eprintln!(
+                        "capi-lb: {e} (available providers: {})",
+                        AVAILABLE_PROVIDERS.join(", ")
+                    );
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Crds { output_dir } => match output_dir {
+            Some(dir) => match capi_lb::crds::write(&dir) {
+                Ok(files) => {
+                    for f in files {
+                        eprintln!("wrote {f}");
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("capi-lb crds: {e}");
+                    ExitCode::FAILURE
+                }
+            },
+            None => match capi_lb::crds::all_yaml() {
+                Ok(yaml) => {
+                    print!("{yaml}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("capi-lb crds: {e}");
+                    ExitCode::FAILURE
+                }
+            },
+        },
+        Command::Simulate {
+            files,
+            expect_ready,
+        } => {
+            // Reconciler logs would drown the report; RUST_LOG=info shows them.
+            init_logging(cli.log_format, "error");
+            let sources = if files.is_empty() {
+                vec![Source {
+                    name: "<embedded examples/quickstart.yaml>".into(),
+                    text: QUICKSTART.into(),
+                }]
+            } else {
+                match capi_lb::simulate::read(&files) {
+                    Ok(sources) => sources,
+                    Err(e) => {
+                        eprintln!("capi-lb simulate: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            };
+            match capi_lb::simulate::simulate(&sources, &Options { expect_ready }).await {
+                Ok(simulation) => {
+                    print!("{}", simulation.output);
+                    if expect_ready && !simulation.not_ready.is_empty() {
+                        eprintln!(
+                            "capi-lb simulate: not Ready: {}",
+                            simulation.not_ready.join(", ")
+                        );
+                        ExitCode::from(2)
+                    } else {
+                        ExitCode::SUCCESS
+                    }
+                }
+                Err(e) => {
+                    eprintln!("capi-lb simulate: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

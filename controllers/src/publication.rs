@@ -387,11 +387,21 @@ fn is_our_slice(slice: &EndpointSlice, lb_name: &str) -> bool {
         && labels.get(LABEL_LB_NAME).map(String::as_str) == Some(lb_name)
 }
 
+/// `203.0.113.1, 203.0.113.2`, with ` (not ready)` after endpoints that are not ready.
 fn addresses_of(slice: &EndpointSlice) -> String {
-    let ips: Vec<&str> = slice
+    let ips: Vec<String> = slice
         .endpoints
         .iter()
-        .flat_map(|e| e.addresses.iter().map(String::as_str))
+        .flat_map(|e| {
+            let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+            e.addresses.iter().map(move |a| {
+                if ready {
+                    a.clone()
+                } else {
+                    format!("{a} (not ready)")
+                }
+            })
+        })
         .collect();
     ips.join(", ")
 }

@@ -37,7 +37,7 @@ pub enum WorldError {
     Api(#[from] InMemoryApiError),
     /// A reconcile failed in a way the controller would retry; the simulation stops instead.
     #[error(transparent)]
-    Reconcile(#[from] Error),
+    Reconcile(#[from] Box<Error>),
     /// Reconciliation kept making changes.
     #[error("the controllers did not settle after {0} passes; last writes: {1}")]
     DidNotSettle(usize, String),
@@ -183,11 +183,7 @@ impl World {
             let lbs = all
                 .list(&ListParams::default())
                 .await
-                .map_err(|e| Error::Kube {
-                    action: "list",
-                    object: "LoadBalancers".into(),
-                    source: e,
-                })?
+                .map_err(|e| Box::new(kube_err("list", "LoadBalancers")(e)))?
                 .items;
             let now = self.now();
             let keys: Vec<String> = lbs
@@ -206,7 +202,9 @@ impl World {
                     continue;
                 }
                 report.reconciles += 1;
-                let outcome = reconcile(Arc::new(lb), self.ctx.clone()).await?;
+                let outcome = reconcile(Arc::new(lb), self.ctx.clone())
+                    .await
+                    .map_err(Box::new)?;
                 let mut due = self.lock_due();
                 match outcome.requeue_after {
                     Some(after) if after < self.ctx.config.resync => {

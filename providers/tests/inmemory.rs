@@ -1,4 +1,6 @@
 //! Behaviour of the in-memory provider through the Provider trait.
+// Integration tests: helpers panic on broken fixtures, which is the failure we want.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,5 +1,7 @@
 //! Reconcile tests: the real reconciler and the in-memory provider against the in-memory Kubernetes
 //! API (kube-fake-client with two-phase deletion), asserting on the resulting objects.
+// Integration tests: helpers panic on broken fixtures, which is the failure we want.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 

@@ -1,0 +1,331 @@
+//! `capi-lb run`: the controller against a real cluster (KUBECONFIG or in-cluster configuration).
+//!
+//! Watches: LoadBalancers (the main stream), the Services capi-lb owns, the EndpointSlices capi-lb
+//! manages, every enabled provider's infrastructure kind (mapped to the LoadBalancers that reference
+//! the object), Cluster API Machines (mapped to the LoadBalancers whose selector matches them) and
+//! Clusters (mapped by `spec.clusterName`). Cluster API kinds are watched only when installed; other
+//! target kinds are picked up by the periodic resync. A reconcile of an unchanged object writes
+//! nothing, so the resync only costs reads.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_api::capi::{Cluster, Machine};
+use capi_lb_api::constants::{
+    ENDPOINTSLICE_MANAGED_BY_VALUE, LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_LB_NAME,
+    LABEL_MANAGED_BY, MANAGED_BY_VALUE,
+};
+use capi_lb_providers::ProviderRegistry;
+use capi_lb_providers::clock::{SharedClock, SystemClock};
+use capi_lb_providers::inmemory::{self, InMemoryCloud, InMemoryProvider};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::Api;
+use kube::core::{ApiResource, DynamicObject, SelectorExt};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{CustomResourceExt, Resource, ResourceExt};
+
+use crate::context::{Config, Context};
+use crate::error::Error;
+use crate::events::EventSink;
+use crate::kinds::KindResolver;
+use crate::reconcile::reconcile;
+
+/// Providers `run` can enable.
+pub const AVAILABLE_PROVIDERS: &[&str] = &[inmemory::NAME];
+
+/// Options of `capi-lb run`.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Watch only this namespace.
+    pub namespace: Option<String>,
+    /// Cluster DNS domain.
+    pub cluster_domain: String,
+    /// Providers to enable.
+    pub providers: Vec<String>,
+    /// Reconciles running at once.
+    pub concurrency: u16,
+    /// Periodic resync of unchanged LoadBalancers.
+    pub resync: Duration,
+}
+
+/// Errors starting the controller.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No usable Kubernetes configuration.
+    #[error("cannot connect to Kubernetes: {0}")]
+    Connect(#[source] kube::Error),
+    /// Our CRDs are missing.
+    #[error(
+        "the LoadBalancer CRD is not installed ({0}); install the CRDs first: capi-lb crds | kubectl apply -f -"
+    )]
+    CrdsMissing(String),
+    /// An unknown provider was asked for.
+    #[error("unknown provider {name:?}; available: {}", AVAILABLE_PROVIDERS.join(", "))]
+    UnknownProvider {
+        /// The name asked for.
+        name: String,
+    },
+}
+
+/// Build the registry of the requested providers.
+pub fn providers(names: &[String], clock: SharedClock) -> Result<ProviderRegistry, RunError> {
+    let mut registry = ProviderRegistry::new();
+    for name in names {
+        match name.as_str() {
+            inmemory::NAME => {
+                registry.register(Arc::new(InMemoryProvider::new(InMemoryCloud::new(
+                    clock.clone(),
+                ))));
+            }
+            other => {
+                return Err(RunError::UnknownProvider {
+                    name: other.to_string(),
+                });
+            }
+        }
+    }
+    Ok(registry)
+}
+
+fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope>,
+    <K as Resource>::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn dynamic_api(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    ar: &ApiResource,
+) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    }
+}
+
+/// True when the API serves `group`/`kind`.
+async fn installed(client: &kube::Client, group: &str, kind: &str) -> bool {
+    match kube::discovery::group(client, group).await {
+        Ok(g) => g.recommended_kind(kind).is_some(),
+        Err(_) => false,
+    }
+}
+
+fn lb_ref(namespace: &str, name: &str) -> ObjectRef<LoadBalancer> {
+    ObjectRef::new(name).within(namespace)
+}
+
+/// LoadBalancers whose `infrastructureRef` names `obj`.
+fn referencing(
+    store: &Store<LoadBalancer>,
+    ar: &ApiResource,
+    obj: &DynamicObject,
+) -> Vec<ObjectRef<LoadBalancer>> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let name = obj.name_any();
+    store
+        .state()
+        .iter()
+        .filter(|lb| {
+            let r = &lb.spec.infrastructure_ref;
+            lb.namespace().as_deref() == Some(namespace.as_str())
+                && r.name == name
+                && r.kind == ar.kind
+                && r.api_group == ar.group
+        })
+        .map(|lb| lb_ref(&namespace, &lb.name_any()))
+        .collect()
+}
+
+/// LoadBalancers whose target selector matches `obj` (a Machine).
+fn selecting(store: &Store<LoadBalancer>, obj: &DynamicObject) -> Vec<ObjectRef<LoadBalancer>> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let labels = obj.labels().clone();
+    store
+        .state()
+        .iter()
+        .filter(|lb| lb.namespace().as_deref() == Some(namespace.as_str()))
+        .filter(|lb| lb.spec.target_kind.kind == Machine::kind(&()))
+        .filter(|lb| lb.effective_selector().is_ok_and(|s| s.matches(&labels)))
+        .map(|lb| lb_ref(&namespace, &lb.name_any()))
+        .collect()
+}
+
+/// Run the controller against the configured cluster until SIGTERM or SIGINT.
+pub async fn run(options: RunOptions) -> Result<(), RunError> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(RunError::Connect)?;
+    run_with_client(client, options, shutdown_signal()).await
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = interrupt => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+    tracing::info!("shutdown requested: finishing reconciles in flight");
+}
+
+/// Run the controller with `client` until `shutdown` resolves; reconciles in flight finish first.
+pub async fn run_with_client(
+    client: kube::Client,
+    options: RunOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), RunError> {
+    let lb_crd = LoadBalancer::crd();
+    if !installed(&client, &lb_crd.spec.group, &lb_crd.spec.names.kind).await {
+        return Err(RunError::CrdsMissing(
+            lb_crd.metadata.name.unwrap_or_default(),
+        ));
+    }
+    let clock: SharedClock = Arc::new(SystemClock);
+    let registry = providers(&options.providers, clock.clone())?;
+    let instance = std::env::var("POD_NAME").ok();
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        registry.clone(),
+        KindResolver::with_discovery(client.clone()),
+        Config {
+            cluster_domain: options.cluster_domain.clone(),
+            resync: options.resync,
+        },
+        clock.clone(),
+        EventSink::new(client.clone(), instance, clock),
+    ));
+    let ns = options.namespace.as_deref();
+    tracing::info!(
+        namespace = ns.unwrap_or("<all>"),
+        providers = ?registry.names(),
+        cluster_domain = %options.cluster_domain,
+        "starting capi-lb controller"
+    );
+
+    let controller = Controller::new(api::<LoadBalancer>(&client, ns), watcher::Config::default());
+    let store = controller.store();
+    let mut controller = controller
+        .owns(
+            api::<Service>(&client, ns),
+            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")),
+        )
+        .watches(
+            api::<EndpointSlice>(&client, ns),
+            watcher::Config::default().labels(&format!(
+                "{LABEL_ENDPOINTSLICE_MANAGED_BY}={ENDPOINTSLICE_MANAGED_BY_VALUE}"
+            )),
+            |slice: EndpointSlice| {
+                let namespace = slice.namespace()?;
+                let lb = slice.labels().get(LABEL_LB_NAME)?.clone();
+                Some(lb_ref(&namespace, &lb))
+            },
+        );
+
+    for ar in registry.resources() {
+        let store = store.clone();
+        let mapped = ar.clone();
+        controller = controller.watches_with(
+            dynamic_api(&client, ns, &ar),
+            ar.clone(),
+            watcher::Config::default(),
+            move |obj: DynamicObject| referencing(&store, &mapped, &obj),
+        );
+    }
+
+    let machine = ApiResource::erase::<Machine>(&());
+    if installed(&client, &machine.group, &machine.kind).await {
+        let store = store.clone();
+        controller = controller.watches_with(
+            dynamic_api(&client, ns, &machine),
+            machine.clone(),
+            watcher::Config::default(),
+            move |obj: DynamicObject| selecting(&store, &obj),
+        );
+    } else {
+        tracing::warn!(
+            "Cluster API Machines are not installed: not watching them (resync every {:?})",
+            options.resync
+        );
+    }
+    if installed(&client, &Cluster::group(&()), &Cluster::kind(&())).await {
+        let store = store.clone();
+        controller = controller.watches(
+            api::<Cluster>(&client, ns),
+            watcher::Config::default(),
+            move |cluster: Cluster| {
+                let namespace = cluster.namespace().unwrap_or_default();
+                let name = cluster.name_any();
+                store
+                    .state()
+                    .iter()
+                    .filter(|lb| {
+                        lb.namespace().as_deref() == Some(namespace.as_str())
+                            && lb.spec.cluster_name.as_deref() == Some(name.as_str())
+                    })
+                    .map(|lb| lb_ref(&namespace, &lb.name_any()))
+                    .collect::<Vec<_>>()
+            },
+        );
+    }
+
+    controller
+        .with_config(ControllerConfig::default().concurrency(options.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_action, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(object = %object, "reconciled"),
+                Err(e) => tracing::warn!(error = %e, "reconcile failed"),
+            }
+        })
+        .await;
+    tracing::info!("capi-lb controller stopped");
+    Ok(())
+}
+
+async fn reconcile_action(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let outcome = reconcile(lb, ctx.clone()).await?;
+    Ok(match outcome.requeue_after {
+        Some(after) => Action::requeue(after),
+        None => Action::requeue(ctx.config.resync),
+    })
+}
+
+fn error_policy(lb: Arc<LoadBalancer>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = lb.uid().unwrap_or_else(|| lb.name_any());
+    let delay = ctx.backoff(&key);
+    tracing::warn!(
+        loadbalancer = %lb.name_any(),
+        namespace = ?lb.namespace(),
+        error = %error,
+        retry_in = ?delay,
+        "reconcile failed"
+    );
+    Action::requeue(delay)
+}

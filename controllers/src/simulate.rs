@@ -1,0 +1,387 @@
+//! `capi-lb simulate`: load manifests into the in-memory Kubernetes API, run the real reconcilers
+//! with the in-memory provider on a simulated clock until nothing changes, and report what the
+//! controller did (a timeline of its Events, as YAML comments) and the resulting objects (each
+//! LoadBalancer with its status, its published Service and EndpointSlices, its infrastructure object)
+//! as YAML. The output is itself valid multi-document YAML.
+//!
+//! Manifests are checked the way an apiserver would check them: capi-lb's own kinds against their
+//! CRD schema and CEL rules (with defaults applied), the others for the fields the simulation needs.
+//! Every error names the file, the document, the object and the field.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use capi_lb_api::constants::{LABEL_LB_NAME, LABEL_SERVICE_NAME};
+use capi_lb_api::validation::{FieldErrors, parse};
+use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use serde_json::{Value, json};
+
+use crate::world::{EPOCH, RunReport, World, WorldError};
+
+/// The most reconcile passes a simulation may take before it is declared unsettled.
+const MAX_PASSES: usize = 1000;
+
+/// Errors of a simulation.
+#[derive(Debug, thiserror::Error)]
+pub enum SimulateError {
+    /// A file could not be read.
+    #[error("{file}: {source}")]
+    Read {
+        /// The file.
+        file: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not valid YAML.
+    #[error("{file}: not valid YAML: {message}")]
+    Yaml {
+        /// The file.
+        file: String,
+        /// The parser's message (with its line and column).
+        message: String,
+    },
+    /// One or more objects are invalid.
+    #[error("invalid manifests:\n{}", .0.join("\n"))]
+    Invalid(Vec<String>),
+    /// No LoadBalancer to simulate.
+    #[error("the manifests contain no LoadBalancer")]
+    NothingToDo,
+    /// The simulation failed.
+    #[error(transparent)]
+    World(#[from] Box<WorldError>),
+    /// Reading results back failed.
+    #[error("reading results: {0}")]
+    Results(#[from] Box<kube::Error>),
+}
+
+/// Options of a simulation.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Fail (see [`Simulation::not_ready`]) when a LoadBalancer is not Ready at the end.
+    pub expect_ready: bool,
+}
+
+/// The result of a simulation.
+#[derive(Debug)]
+pub struct Simulation {
+    /// The full report: timeline comments and resulting objects as YAML.
+    pub output: String,
+    /// `namespace/name` of every LoadBalancer that is not Ready at the end.
+    pub not_ready: Vec<String>,
+    /// How the run went.
+    pub run: RunReport,
+}
+
+/// Kinds a manifest may contain.
+const SUPPORTED: &str = "LoadBalancer (loadbalancer.cluster.x-k8s.io/v1alpha1), InMemoryLoadBalancer (infrastructure.cluster.x-k8s.io/v1alpha1), Machine and Cluster (cluster.x-k8s.io/v1beta2), Service (v1), EndpointSlice (discovery.k8s.io/v1)";
+
+fn describe(doc: &Value) -> String {
+    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("object");
+    let name = doc
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("<no name>");
+    let ns = doc
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    format!("{kind} {ns}/{name}")
+}
+
+fn field_errors(errors: FieldErrors) -> Vec<String> {
+    errors.0.into_iter().map(|e| e.to_string()).collect()
+}
+
+/// Check one document and return it as the apiserver would store it.
+fn admit(mut doc: Value) -> Result<Value, Vec<String>> {
+    let api_version = doc
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let kind = doc
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if doc
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .is_none()
+    {
+        return Err(vec!["metadata.name: required".into()]);
+    }
+    if doc.pointer("/metadata/namespace").is_none() {
+        doc["metadata"]["namespace"] = json!("default");
+    }
+    let strip_status = |mut v: Value| {
+        if let Some(map) = v.as_object_mut() {
+            map.remove("status");
+        }
+        v
+    };
+    match (api_version.as_str(), kind.as_str()) {
+        ("loadbalancer.cluster.x-k8s.io/v1alpha1", "LoadBalancer") => {
+            let parsed: LoadBalancer = parse(&doc).map_err(field_errors)?;
+            serde_json::to_value(parsed)
+                .map(strip_status)
+                .map_err(|e| vec![e.to_string()])
+        }
+        ("infrastructure.cluster.x-k8s.io/v1alpha1", "InMemoryLoadBalancer") => {
+            let parsed: InMemoryLoadBalancer = parse(&doc).map_err(field_errors)?;
+            serde_json::to_value(parsed)
+                .map(strip_status)
+                .map_err(|e| vec![e.to_string()])
+        }
+        ("cluster.x-k8s.io/v1beta2", "Machine") => {
+            let mut problems = Vec::new();
+            for (i, a) in doc
+                .pointer("/status/addresses")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                if a.get("type").and_then(Value::as_str).is_none()
+                    || a.get("address").and_then(Value::as_str).is_none()
+                {
+                    problems.push(format!(
+                        "status.addresses[{i}]: needs string fields type and address"
+                    ));
+                }
+            }
+            if problems.is_empty() {
+                Ok(doc)
+            } else {
+                Err(problems)
+            }
+        }
+        ("cluster.x-k8s.io/v1beta2", "Cluster")
+        | ("v1", "Service")
+        | ("discovery.k8s.io/v1", "EndpointSlice") => Ok(doc),
+        ("cluster.x-k8s.io/v1beta1", "Machine" | "Cluster") => Err(vec![format!(
+            "apiVersion: use cluster.x-k8s.io/v1beta2 (Cluster API contract v1beta2)"
+        )]),
+        _ => Err(vec![format!(
+            "apiVersion/kind: {api_version:?}/{kind:?} is not supported; supported: {SUPPORTED}"
+        )]),
+    }
+}
+
+/// A manifest source: a name for messages and its text.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// File name (or another label) used in messages.
+    pub name: String,
+    /// YAML text, one or more documents.
+    pub text: String,
+}
+
+/// Read manifest files.
+pub fn read(files: &[PathBuf]) -> Result<Vec<Source>, SimulateError> {
+    files
+        .iter()
+        .map(|file| {
+            let name = display(file);
+            std::fs::read_to_string(file)
+                .map(|text| Source {
+                    name: name.clone(),
+                    text,
+                })
+                .map_err(|source| SimulateError::Read { file: name, source })
+        })
+        .collect()
+}
+
+/// Parse and check every manifest.
+pub fn load(sources: &[Source]) -> Result<Vec<Value>, SimulateError> {
+    let mut objects = Vec::new();
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    for source in sources {
+        let name = source.name.clone();
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(&source.text).map_err(|e| SimulateError::Yaml {
+                file: name.clone(),
+                message: e.to_string(),
+            })?;
+        for (index, doc) in docs.into_iter().enumerate() {
+            if doc.is_null() {
+                continue;
+            }
+            let what = format!("{name}: document {} ({})", index + 1, describe(&doc));
+            if !doc.is_object() {
+                problems.push(format!("{what}: not an object"));
+                continue;
+            }
+            match admit(doc) {
+                Ok(object) => {
+                    let key = format!(
+                        "{} {}",
+                        object.get("kind").and_then(Value::as_str).unwrap_or(""),
+                        describe(&object)
+                    );
+                    if !seen.insert(key) {
+                        problems.push(format!("{what}: defined more than once"));
+                        continue;
+                    }
+                    objects.push(object);
+                }
+                Err(errors) => problems.extend(errors.into_iter().map(|e| format!("{what}: {e}"))),
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(SimulateError::Invalid(problems));
+    }
+    if !objects
+        .iter()
+        .any(|o| o.get("kind").and_then(Value::as_str) == Some("LoadBalancer"))
+    {
+        return Err(SimulateError::NothingToDo);
+    }
+    Ok(objects)
+}
+
+/// Run a simulation of `sources`.
+pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulation, SimulateError> {
+    let objects = load(sources)?;
+    let world = World::new(objects).await.map_err(Box::new)?;
+    let run = world.run_until_stable(MAX_PASSES).await.map_err(Box::new)?;
+    let mut output = String::new();
+    let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
+    let _ = writeln!(output, "# capi-lb simulate -f {}", names.join(" -f "));
+    let _ = writeln!(output, "#");
+    let _ = writeln!(output, "# Timeline (simulated time since start):");
+    let start: Timestamp = EPOCH.parse().unwrap_or(Timestamp::UNIX_EPOCH);
+    for entry in world.ctx.events.timeline() {
+        let offset = entry.time.duration_since(start).as_secs_f64();
+        let _ = writeln!(
+            output,
+            "#   +{offset:>6.1}s  {:<28} {:<7} {:<22} {}",
+            entry.object,
+            if entry.warning { "Warning" } else { "Normal" },
+            entry.reason,
+            entry.message
+        );
+    }
+    let _ = writeln!(
+        output,
+        "#\n# Settled after {} reconciles in {} passes, {:.1}s of simulated time.",
+        run.reconciles,
+        run.passes,
+        run.elapsed.as_secs_f64()
+    );
+
+    let client = world.client();
+    let lbs = Api::<LoadBalancer>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Box::new)?
+        .items;
+    let mut not_ready = Vec::new();
+    for lb in &lbs {
+        let namespace = lb.namespace().unwrap_or_default();
+        let name = lb.name_any();
+        let ready = lb.status.as_ref().is_some_and(|s| s.ready);
+        if !ready {
+            not_ready.push(format!("{namespace}/{name}"));
+        }
+        let _ = writeln!(
+            output,
+            "# LoadBalancer {namespace}/{name}: {}",
+            if ready { "Ready" } else { "NOT Ready" }
+        );
+        emit(&mut output, serde_json::to_value(lb).unwrap_or_default());
+        let services = Api::<Service>::namespaced(client.clone(), &namespace)
+            .list(&ListParams::default().labels(&format!("{LABEL_LB_NAME}={name}")))
+            .await
+            .map_err(Box::new)?
+            .items;
+        for service in services {
+            let service_name = service.name_any();
+            emit(
+                &mut output,
+                serde_json::to_value(&service).unwrap_or_default(),
+            );
+            let slices = Api::<EndpointSlice>::namespaced(client.clone(), &namespace)
+                .list(
+                    &ListParams::default().labels(&format!("{LABEL_SERVICE_NAME}={service_name}")),
+                )
+                .await
+                .map_err(Box::new)?
+                .items;
+            for slice in slices {
+                emit(
+                    &mut output,
+                    serde_json::to_value(&slice).unwrap_or_default(),
+                );
+            }
+        }
+        let infra_ref = &lb.spec.infrastructure_ref;
+        if infra_ref.kind == "InMemoryLoadBalancer"
+            && let Some(infra) = Api::<InMemoryLoadBalancer>::namespaced(client.clone(), &namespace)
+                .get_opt(&infra_ref.name)
+                .await
+                .map_err(Box::new)?
+        {
+            emit(&mut output, serde_json::to_value(infra).unwrap_or_default());
+        }
+    }
+    if options.expect_ready && !not_ready.is_empty() {
+        let _ = writeln!(
+            output,
+            "# Not Ready (--expect-ready): {}",
+            not_ready.join(", ")
+        );
+    }
+    Ok(Simulation {
+        output,
+        not_ready,
+        run,
+    })
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// Append `object` as a YAML document, without the fields that only add noise (managed fields,
+/// resource versions, UIDs).
+fn emit(output: &mut String, mut object: Value) {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        for noise in [
+            "managedFields",
+            "resourceVersion",
+            "uid",
+            "generation",
+            "creationTimestamp",
+        ] {
+            meta.remove(noise);
+        }
+        if let Some(refs) = meta
+            .get_mut("ownerReferences")
+            .and_then(Value::as_array_mut)
+        {
+            for r in refs {
+                if let Some(r) = r.as_object_mut() {
+                    r.remove("uid");
+                }
+            }
+        }
+    }
+    output.push_str("---\n");
+    match serde_saphyr::to_string(&object) {
+        Ok(yaml) => output.push_str(&yaml),
+        Err(e) => {
+            let _ = writeln!(output, "# cannot render: {e}");
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! End-to-end tests against a real cluster (`KUBECONFIG`): install the CRDs, run the controller in
+//! this process, and follow a LoadBalancer with the in-memory provider from creation through an
+//! address change to deletion. Ignored by default; run with
+//! `cargo test -p capi-lb-tests --test e2e -- --ignored` against a disposable cluster (kind, k3d).
+// Integration tests: helpers panic on broken fixtures, which is the failure we want.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use capi_lb::run::{RunOptions, run_with_client};
+use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < TIMEOUT, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn install_crds(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in capi_lb_api::crds() {
+        let name = crd.name_any();
+        crds.patch(
+            &name,
+            &PatchParams::apply("capi-lb-e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap();
+        eventually(&format!("CRD {name} established"), || async {
+            let crd = crds.get(&name).await.ok()?;
+            crd.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(())
+        })
+        .await;
+    }
+}
+
+struct Controller {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start_controller(client: Client, namespace: &str) -> Controller {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let options = RunOptions {
+        namespace: Some(namespace.to_string()),
+        cluster_domain: "cluster.local".into(),
+        providers: vec!["inmemory".into()],
+        concurrency: 2,
+        resync: Duration::from_secs(60),
+    };
+    let task = tokio::spawn(async move {
+        run_with_client(client, options, async move {
+            let _ = stopped.await;
+        })
+        .await
+        .unwrap();
+    });
+    Controller {
+        stop: Some(stop),
+        task,
+    }
+}
+
+impl Controller {
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(30), self.task).await;
+    }
+}
+
+async fn test_namespace(client: &Client) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let name = format!("capi-lb-e2e-{}", nanos % 1_000_000_000);
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    name
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: set KUBECONFIG to a disposable cluster"]
+async fn a_load_balancer_goes_ready_publishes_follows_changes_and_cleans_up() {
+    let client = Client::try_default().await.unwrap();
+    install_crds(&client).await;
+    let ns = test_namespace(&client).await;
+    let controller = start_controller(client.clone(), &ns);
+
+    let infras: Api<InMemoryLoadBalancer> = Api::namespaced(client.clone(), &ns);
+    let lbs: Api<LoadBalancer> = Api::namespaced(client.clone(), &ns);
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
+
+    let infra: InMemoryLoadBalancer = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "InMemoryLoadBalancer",
+        "metadata": {"name": "e2e"},
+        "spec": {"addressPools": ["203.0.113.0/24"], "provisioningDelaySeconds": 2},
+    }))
+    .unwrap();
+    infras.create(&PostParams::default(), &infra).await.unwrap();
+    let lb: LoadBalancer = serde_json::from_value(json!({
+        "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1",
+        "kind": "LoadBalancer",
+        "metadata": {"name": "e2e"},
+        "spec": {"infrastructureRef": {
+            "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryLoadBalancer", "name": "e2e"}},
+    }))
+    .unwrap();
+    lbs.create(&PostParams::default(), &lb).await.unwrap();
+
+    // Ready, with the defaults the apiserver applied from the schema.
+    let ready = eventually("LoadBalancer Ready", || async {
+        let lb = lbs.get("e2e").await.ok()?;
+        lb.status.as_ref()?.ready.then_some(lb)
+    })
+    .await;
+    assert_eq!(ready.spec.ports[0].port, 6443);
+    let status = ready.status.unwrap();
+    assert_eq!(
+        status.endpoint.unwrap().host,
+        format!("e2e-ext.{ns}.svc.cluster.local")
+    );
+    let svc = services.get("e2e-ext").await.unwrap();
+    assert_eq!(svc.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+    let slice = slices.get("e2e-ext-ipv4").await.unwrap();
+    assert_eq!(slice.endpoints[0].addresses, vec!["203.0.113.1"]);
+
+    // An address change reaches the slice in place.
+    infras
+        .patch(
+            "e2e",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"addressPools": ["198.51.100.0/24"]}})),
+        )
+        .await
+        .unwrap();
+    eventually("EndpointSlice updated", || async {
+        let s = slices.get("e2e-ext-ipv4").await.ok()?;
+        (s.endpoints.first()?.addresses == vec!["198.51.100.1".to_string()]
+            && s.uid() == slice.uid())
+        .then_some(())
+    })
+    .await;
+
+    // Invalid input is refused by the apiserver with the schema's message.
+    let bad = json!({
+        "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1",
+        "kind": "LoadBalancer",
+        "metadata": {"name": "a".repeat(60)},
+        "spec": {"infrastructureRef": {
+            "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryLoadBalancer", "name": "x"}},
+    });
+    let err = lbs
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(bad).unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("must be a DNS label"), "{err}");
+
+    // Deletion removes the published objects, then the LoadBalancer.
+    lbs.delete("e2e", &DeleteParams::default()).await.unwrap();
+    eventually("LoadBalancer gone", || async {
+        lbs.get_opt("e2e").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(services.get_opt("e2e-ext").await.unwrap().is_none());
+    let left = slices
+        .list(&ListParams::default().labels("kubernetes.io/service-name=e2e-ext"))
+        .await
+        .unwrap();
+    assert!(left.items.is_empty());
+
+    controller.stop().await;
+    Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: set KUBECONFIG to a disposable cluster"]
+async fn a_hand_made_ext_service_is_left_alone() {
+    let client = Client::try_default().await.unwrap();
+    install_crds(&client).await;
+    let ns = test_namespace(&client).await;
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let manual: Service = serde_json::from_value(json!({
+        "metadata": {"name": "mine-ext"},
+        "spec": {"clusterIP": "None", "ports": [{"port": 2379, "targetPort": 2379}]},
+    }))
+    .unwrap();
+    let manual = services
+        .create(&PostParams::default(), &manual)
+        .await
+        .unwrap();
+    let controller = start_controller(client.clone(), &ns);
+    let infras: Api<InMemoryLoadBalancer> = Api::namespaced(client.clone(), &ns);
+    let lbs: Api<LoadBalancer> = Api::namespaced(client.clone(), &ns);
+    infras
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                "kind": "InMemoryLoadBalancer", "metadata": {"name": "mine"}, "spec": {}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    lbs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1",
+            "kind": "LoadBalancer", "metadata": {"name": "mine"},
+            "spec": {"infrastructureRef": {
+                "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryLoadBalancer", "name": "mine"}}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    eventually("NameConflict", || async {
+        let lb = lbs.get("mine").await.ok()?;
+        lb.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "EndpointPublished" && c.reason == "NameConflict")
+            .then_some(())
+    })
+    .await;
+    let after = services.get("mine-ext").await.unwrap();
+    assert_eq!(after.resource_version(), manual.resource_version());
+    lbs.delete("mine", &DeleteParams::default()).await.unwrap();
+    eventually("LoadBalancer gone", || async {
+        lbs.get_opt("mine").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(services.get_opt("mine-ext").await.unwrap().is_some());
+    controller.stop().await;
+    Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
+}

@@ -1,0 +1,174 @@
+//! `capi-lb simulate`: the shipped examples settle to Ready, the output is reproducible YAML, and
+//! invalid manifests get errors naming the file, the object and the field.
+// Integration tests: helpers panic on broken fixtures, which is the failure we want.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+
+use capi_lb::simulate::{Options, SimulateError, Source, load, read, simulate};
+use serde_json::Value;
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path)
+}
+
+fn source(name: &str, text: &str) -> Source {
+    Source {
+        name: name.into(),
+        text: text.into(),
+    }
+}
+
+fn invalid(result: Result<Vec<Value>, SimulateError>) -> Vec<String> {
+    match result {
+        Err(SimulateError::Invalid(problems)) => problems,
+        other => panic!("expected invalid manifests, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_quickstart_settles_ready_with_its_ext_endpoint() {
+    let sources = read(&[repo("examples/quickstart.yaml")]).unwrap();
+    let sim = simulate(&sources, &Options { expect_ready: true })
+        .await
+        .unwrap();
+    assert!(sim.not_ready.is_empty(), "{}", sim.output);
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&sim.output).unwrap();
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "LoadBalancer",
+            "Service",
+            "EndpointSlice",
+            "InMemoryLoadBalancer"
+        ]
+    );
+    let lb = &docs[0];
+    assert_eq!(lb["status"]["ready"], Value::Bool(true));
+    assert_eq!(
+        lb["status"]["endpoint"]["host"],
+        "demo-cp-ext.default.svc.cluster.local"
+    );
+    assert_eq!(
+        lb["status"]["activeTargets"].as_array().unwrap().len(),
+        3,
+        "the worker is not selected"
+    );
+    assert_eq!(docs[2]["endpoints"][0]["addresses"][0], "203.0.113.1");
+    assert!(sim.output.contains("LoadBalancerCreated"));
+    // The provisioning delay of 5s per step shows in simulated time, not wall-clock time.
+    assert_eq!(sim.run.elapsed.as_secs(), 10, "{:?}", sim.run);
+}
+
+#[tokio::test]
+async fn output_is_reproducible() {
+    let sources = read(&[repo("examples/quickstart.yaml")]).unwrap();
+    let a = simulate(&sources, &Options::default())
+        .await
+        .unwrap()
+        .output;
+    let b = simulate(&sources, &Options::default())
+        .await
+        .unwrap()
+        .output;
+    assert_eq!(a, b);
+}
+
+#[tokio::test]
+async fn the_embedded_quickstart_is_the_shipped_file() {
+    // main.rs embeds examples/quickstart.yaml; simulate it the same way the binary does.
+    let text = std::fs::read_to_string(repo("examples/quickstart.yaml")).unwrap();
+    let sim = simulate(&[source("<embedded>", &text)], &Options::default())
+        .await
+        .unwrap();
+    assert!(sim.not_ready.is_empty());
+}
+
+#[test]
+fn invalid_manifests_name_the_file_the_object_and_the_field() {
+    let text = r#"
+apiVersion: loadbalancer.cluster.x-k8s.io/v1alpha1
+kind: LoadBalancer
+metadata: {name: cp, namespace: team-a}
+spec:
+  ports: [{name: api, port: 70000}]
+  infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: InMemoryLoadBalancer, name: cp}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: InMemoryLoadBalancer
+metadata: {name: cp, namespace: team-a}
+spec:
+  addressPools: [300.0.0.0/24]
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Machine
+metadata: {name: m1, namespace: team-a}
+status:
+  addresses: [{type: InternalIP}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+"#;
+    let problems = invalid(load(&[source("bad.yaml", text)]));
+    let expect = [
+        "bad.yaml: document 1 (LoadBalancer team-a/cp): spec.ports[0].port",
+        "bad.yaml: document 2 (InMemoryLoadBalancer team-a/cp): spec.addressPools",
+        "bad.yaml: document 3 (Machine team-a/m1): status.addresses[0]",
+        "bad.yaml: document 4 (Deployment default/web): apiVersion/kind",
+    ];
+    for e in expect {
+        assert!(
+            problems.iter().any(|p| p.starts_with(e)),
+            "missing {e:?} in {problems:#?}"
+        );
+    }
+    assert_eq!(problems.len(), 4, "{problems:#?}");
+}
+
+#[test]
+fn yaml_errors_and_duplicates_are_reported() {
+    match load(&[source("broken.yaml", "kind: [unclosed")]) {
+        Err(SimulateError::Yaml { file, .. }) => assert_eq!(file, "broken.yaml"),
+        other => panic!("expected a YAML error, got {other:?}"),
+    }
+    let lb = "apiVersion: loadbalancer.cluster.x-k8s.io/v1alpha1\nkind: LoadBalancer\nmetadata: {name: cp}\nspec:\n  infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: InMemoryLoadBalancer, name: cp}\n";
+    let problems = invalid(load(&[source("a.yaml", lb), source("b.yaml", lb)]));
+    assert!(
+        problems[0].contains("b.yaml") && problems[0].contains("defined more than once"),
+        "{problems:?}"
+    );
+    assert!(matches!(
+        load(&[source("empty.yaml", "---\n")]),
+        Err(SimulateError::NothingToDo)
+    ));
+}
+
+#[tokio::test]
+async fn expect_ready_reports_what_is_not_ready() {
+    let text = "apiVersion: loadbalancer.cluster.x-k8s.io/v1alpha1\nkind: LoadBalancer\nmetadata: {name: cp}\nspec:\n  infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: InMemoryLoadBalancer, name: missing}\n";
+    let sim = simulate(&[source("x.yaml", text)], &Options { expect_ready: true })
+        .await
+        .unwrap();
+    assert_eq!(sim.not_ready, vec!["default/cp"]);
+    assert!(sim.output.contains("InfrastructureNotFound"));
+}
+
+#[test]
+fn committed_crds_match_the_generated_ones() {
+    for crd in capi_lb_api::crds() {
+        let path = repo("config/crd/bases").join(capi_lb::crds::file_name(&crd));
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            committed,
+            capi_lb::crds::to_yaml(&crd).unwrap(),
+            "{} is stale: run `cargo run -- crds --output-dir config/crd`",
+            path.display()
+        );
+    }
+    let kustomization = std::fs::read_to_string(repo("config/crd/kustomization.yaml")).unwrap();
+    assert_eq!(kustomization, capi_lb::crds::kustomization());
+}
