@@ -83,6 +83,11 @@ pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outco
         .namespace()
         .ok_or_else(|| Error::MissingField(describe(&lb), "namespace"))?;
     let api: Api<LoadBalancer> = Api::namespaced(ctx.client.clone(), &namespace);
+    // Pause comes first, before deletion too: `clusterctl move` pauses, then deletes the objects it
+    // moved from the source cluster, and the cloud load balancer must survive that.
+    if let Some(why) = paused(&ctx, &lb, &namespace).await? {
+        return Reconciliation::new(&lb, &ctx, api)?.pause(why).await;
+    }
     if lb.meta().deletion_timestamp.is_some() {
         return cleanup(&lb, &ctx, &api).await;
     }
@@ -91,6 +96,28 @@ pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outco
         .await
         .map_err(kube_err("add finalizer to", describe(&lb)))?;
     Reconciliation::new(&lb, &ctx, api)?.apply().await
+}
+
+/// Why reconciliation of `lb` is paused, if it is: the CAPI pause annotation on the LoadBalancer, or
+/// `spec.paused` on its Cluster.
+async fn paused(ctx: &Context, lb: &LoadBalancer, namespace: &str) -> Result<Option<String>> {
+    if lb.annotations().contains_key(ANNOTATION_PAUSED) {
+        return Ok(Some(format!(
+            "the LoadBalancer has the {ANNOTATION_PAUSED} annotation"
+        )));
+    }
+    let Some(cluster) = &lb.spec.cluster_name else {
+        return Ok(None);
+    };
+    let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), namespace);
+    // A missing Cluster (or Cluster API not installed) does not pause anything.
+    let found = clusters
+        .get_opt(cluster)
+        .await
+        .map_err(kube_err("get", format!("Cluster {namespace}/{cluster}")))?;
+    Ok(found
+        .filter(|c| c.spec.paused == Some(true))
+        .map(|_| format!("Cluster {cluster} has spec.paused set")))
 }
 
 fn describe(lb: &LoadBalancer) -> String {
@@ -192,13 +219,14 @@ impl<'a> Reconciliation<'a> {
         self.outcome = self.outcome.min(Some(delay));
     }
 
+    /// Paused: touch nothing but the Paused condition.
+    async fn pause(mut self, why: String) -> Result<Outcome> {
+        self.conditions
+            .push(DesiredCondition::true_(c::PAUSED, r::PAUSED, why));
+        self.finish().await
+    }
+
     async fn apply(mut self) -> Result<Outcome> {
-        // Pause: touch nothing but the Paused condition.
-        if let Some(why) = self.paused().await? {
-            self.conditions
-                .push(DesiredCondition::true_(c::PAUSED, r::PAUSED, why));
-            return self.finish().await;
-        }
         self.conditions.push(DesiredCondition::false_(
             c::PAUSED,
             r::NOT_PAUSED,
@@ -450,27 +478,6 @@ impl<'a> Reconciliation<'a> {
             &selector_string(selector),
             &types.join(", "),
         )
-    }
-
-    /// Why reconciliation is paused, if it is.
-    async fn paused(&self) -> Result<Option<String>> {
-        if self.lb.annotations().contains_key(ANNOTATION_PAUSED) {
-            return Ok(Some(format!(
-                "the LoadBalancer has the {ANNOTATION_PAUSED} annotation"
-            )));
-        }
-        let Some(cluster) = &self.lb.spec.cluster_name else {
-            return Ok(None);
-        };
-        let clusters: Api<Cluster> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
-        // A missing Cluster (or Cluster API not installed) does not pause anything.
-        let found = clusters.get_opt(cluster).await.map_err(kube_err(
-            "get",
-            format!("Cluster {}/{cluster}", self.namespace),
-        ))?;
-        Ok(found
-            .filter(|c| c.spec.paused == Some(true))
-            .map(|_| format!("Cluster {cluster} has spec.paused set")))
     }
 
     /// Stop after an infrastructure problem: report it, keep everything else.
@@ -909,11 +916,10 @@ async fn set_deleting_condition(
     message: &str,
 ) -> Result<()> {
     let mut status = lb.status.clone().unwrap_or_default();
-    let desired = [DesiredCondition::false_(
-        c::READY,
-        reason,
-        format!("deleting: {message}"),
-    )];
+    let desired = [
+        DesiredCondition::false_(c::READY, reason, format!("deleting: {message}")),
+        DesiredCondition::false_(c::PAUSED, r::NOT_PAUSED, "reconciliation is not paused"),
+    ];
     status.conditions = merge_conditions(
         &status.conditions,
         &desired,

@@ -281,11 +281,12 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
     );
 
     let client = world.client();
-    let lbs = Api::<LoadBalancer>::all(client.clone())
+    let mut lbs = Api::<LoadBalancer>::all(client.clone())
         .list(&ListParams::default())
         .await
         .map_err(Box::new)?
         .items;
+    lbs.sort_by_key(|lb| (lb.namespace(), lb.name_any()));
     let mut not_ready = Vec::new();
     for lb in &lbs {
         let namespace = lb.namespace().unwrap_or_default();
@@ -305,6 +306,8 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
             .await
             .map_err(Box::new)?
             .items;
+        let mut services = services;
+        services.sort_by_key(ResourceExt::name_any);
         for service in services {
             let service_name = service.name_any();
             emit(
@@ -318,6 +321,8 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
                 .await
                 .map_err(Box::new)?
                 .items;
+            let mut slices = slices;
+            slices.sort_by_key(ResourceExt::name_any);
             for slice in slices {
                 emit(
                     &mut output,

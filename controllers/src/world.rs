@@ -180,11 +180,13 @@ impl World {
                 return Err(WorldError::DidNotSettle(report.passes, tail.join(", ")));
             }
             report.passes += 1;
-            let lbs = all
+            let mut lbs = all
                 .list(&ListParams::default())
                 .await
                 .map_err(|e| Box::new(kube_err("list", "LoadBalancers")(e)))?
                 .items;
+            // The in-memory API lists in no particular order; reconcile in a stable one.
+            lbs.sort_by_key(|lb| (lb.namespace(), lb.name_any()));
             let now = self.now();
             let keys: Vec<String> = lbs
                 .iter()

@@ -765,6 +765,8 @@ async fn an_infrastructure_object_used_by_another_load_balancer_is_left_alone() 
             .build(),
     ])
     .await;
+    // cp claims the infrastructure object first; the thief comes later.
+    world.reconcile(NS, "cp").await.unwrap();
     settle(&world).await;
     let owner_uid = get_lb(&world, "cp").await.uid().unwrap();
     let thief = get_lb(&world, "thief").await;
@@ -1004,4 +1006,73 @@ async fn deleting_the_infrastructure_object_deletes_the_load_balancer_and_withdr
     let c = condition(&lb, "InfrastructureReady");
     assert_eq!(c.reason, "InfrastructureNotFound");
     assert!(!lb.status.unwrap().ready);
+}
+
+#[tokio::test]
+async fn a_paused_load_balancer_is_not_cleaned_up_until_unpaused() {
+    // clusterctl move pauses the Cluster, then deletes the moved objects from the source cluster:
+    // the cloud load balancer must survive that.
+    let mut objects = basic();
+    objects.push(cluster("demo", false));
+    let world = world(objects).await;
+    settle(&world).await;
+    merge_patch::<capi_lb_api::capi::Cluster>(&world, "demo", json!({"spec": {"paused": true}}))
+        .await;
+    delete::<LoadBalancer>(&world, "cp").await;
+    settle(&world).await;
+    assert_eq!(
+        world.cloud.load_balancers().len(),
+        1,
+        "nothing deleted while paused"
+    );
+    let lb = get_lb(&world, "cp").await;
+    assert!(
+        lb.finalizers()
+            .contains(&LOADBALANCER_FINALIZER.to_string())
+    );
+    assert_eq!(cond(&lb, "Paused"), ("True".into(), "Paused".into()));
+    assert!(service(&world, "cp-ext").await.is_some());
+
+    merge_patch::<capi_lb_api::capi::Cluster>(&world, "demo", json!({"spec": {"paused": false}}))
+        .await;
+    settle(&world).await;
+    assert!(world.cloud.load_balancers().is_empty());
+    assert!(
+        Api::<LoadBalancer>::namespaced(world.client(), NS)
+            .get_opt("cp")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_paused_load_balancer_gets_no_finalizer_and_no_writes_but_its_condition() {
+    let world = world(vec![
+        lb("cp").annotation("cluster.x-k8s.io/paused", "").build(),
+        infra("cp").build(),
+    ])
+    .await;
+    world.reconcile(NS, "cp").await.unwrap();
+    let lb = get_lb(&world, "cp").await;
+    assert!(lb.finalizers().is_empty());
+    assert_eq!(
+        world
+            .api
+            .stats
+            .log()
+            .iter()
+            .filter(|w| !w.contains("/events"))
+            .count(),
+        1,
+        "only the status write: {:?}",
+        world.api.stats.log()
+    );
+    assert!(
+        get_infra(&world, "cp")
+            .await
+            .unwrap()
+            .finalizers()
+            .is_empty()
+    );
 }
