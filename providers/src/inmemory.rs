@@ -151,6 +151,28 @@ impl InMemoryProvider {
         &self.cloud
     }
 
+    /// Start a call that needs the infrastructure spec: read it, count the call, and return the
+    /// injected failure configured for `op` if one is due.
+    fn begin(
+        &self,
+        infra: &DynamicObject,
+        op: ProviderOperation,
+    ) -> Result<
+        (
+            InMemoryLoadBalancerSpec,
+            Timestamp,
+            MutexGuard<'_, CloudState>,
+        ),
+        ProviderError,
+    > {
+        let spec = parse_spec(infra)?;
+        let now = self.cloud.clock.now();
+        let mut state = self.cloud.lock();
+        state.calls += 1;
+        self.injected_failure(&mut state, &infra_uid(infra), op, &spec.failures)?;
+        Ok((spec, now, state))
+    }
+
     /// Return the first injected failure configured for `op` that is still due.
     fn injected_failure(
         &self,
@@ -325,16 +347,7 @@ impl Provider for InMemoryProvider {
     }
 
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
-        let spec = parse_spec(request.infra)?;
-        let now = self.cloud.clock.now();
-        let mut state = self.cloud.lock();
-        state.calls += 1;
-        self.injected_failure(
-            &mut state,
-            &infra_uid(request.infra),
-            ProviderOperation::Ensure,
-            &spec.failures,
-        )?;
+        let (spec, now, mut state) = self.begin(request.infra, ProviderOperation::Ensure)?;
         let delay = delay_of(&spec);
         let mut changes = Vec::new();
         let existing = state
@@ -428,16 +441,7 @@ impl Provider for InMemoryProvider {
         &self,
         request: MembersRequest<'_>,
     ) -> Result<MembersOutcome, ProviderError> {
-        let spec = parse_spec(request.infra)?;
-        let now = self.cloud.clock.now();
-        let mut state = self.cloud.lock();
-        state.calls += 1;
-        self.injected_failure(
-            &mut state,
-            &infra_uid(request.infra),
-            ProviderOperation::Members,
-            &spec.failures,
-        )?;
+        let (spec, now, mut state) = self.begin(request.infra, ProviderOperation::Members)?;
         let delay = delay_of(&spec);
         let Some(lb) = state
             .load_balancers

@@ -1076,3 +1076,32 @@ async fn a_paused_load_balancer_gets_no_finalizer_and_no_writes_but_its_conditio
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn metadata_patches_from_a_stale_read_fail_instead_of_clobbering() {
+    use capi_lb::metadata::{add_finalizer, remove_finalizer};
+    let world = world(vec![infra("cp").build()]).await;
+    let api: Api<capi_lb_api::InMemoryLoadBalancer> = Api::namespaced(world.client(), NS);
+    let stale = api.get("cp").await.unwrap();
+    // Someone else adds their finalizer after our read.
+    merge_patch::<capi_lb_api::InMemoryLoadBalancer>(
+        &world,
+        "cp",
+        json!({"metadata": {"finalizers": ["someone.else/keep"]}}),
+    )
+    .await;
+    assert!(
+        add_finalizer(&api, &stale, "ours/x").await.is_err(),
+        "stale write refused"
+    );
+    let fresh = api.get("cp").await.unwrap();
+    assert_eq!(fresh.finalizers(), ["someone.else/keep"]);
+    // From a fresh read it works and keeps theirs; removing ours leaves theirs.
+    let updated = add_finalizer(&api, &fresh, "ours/x").await.unwrap();
+    assert_eq!(updated.finalizers(), ["someone.else/keep", "ours/x"]);
+    remove_finalizer(&api, &updated, "ours/x").await.unwrap();
+    assert_eq!(
+        api.get("cp").await.unwrap().finalizers(),
+        ["someone.else/keep"]
+    );
+}
