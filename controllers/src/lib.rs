@@ -19,3 +19,12 @@ pub mod world;
 pub use context::{Config, Context};
 pub use error::{Error, Result};
 pub use reconcile::{Outcome, reconcile};
+
+/// Select rustls' `ring` crypto provider for the process. Two providers end up compiled in (kube uses
+/// `ring`; a dependency of the in-memory API enables `aws-lc-rs`), and with two rustls refuses to
+/// guess and panics on the first TLS connection. Call this before creating a kube client; calling it
+/// again is harmless.
+pub fn install_crypto_provider() {
+    // Err means a provider is already installed, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use capi_lb::run::{AVAILABLE_PROVIDERS, RunOptions};
+use capi_lb::run::RunOptions;
 use capi_lb::simulate::{Options, Source};
 use capi_lb_api::constants::DEFAULT_CLUSTER_DOMAIN;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -125,10 +125,7 @@ async fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");
-                    eprintln!(
-                        "capi-lb: {e} (available providers: {})",
-                        AVAILABLE_PROVIDERS.join(", ")
-                    );
+                    eprintln!("capi-lb: {e}");
                     ExitCode::FAILURE
                 }
             }

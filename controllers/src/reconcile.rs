@@ -685,8 +685,13 @@ impl<'a> Reconciliation<'a> {
             let changed = before.is_none_or(|b| {
                 b.status != capi_lb_api::conditions::status_str(d.status) || b.reason != d.reason
             });
+            // Pausing and unpausing are both worth an Event; "not paused" on first sight is not.
+            let unpaused = d.type_ == c::PAUSED && !d.status && before.is_some();
             let quiet = d.type_ == c::PAUSED && !d.status && before.is_none();
-            if changed && !quiet && (d.status || d.type_ == c::READY || is_warning(d.reason)) {
+            if changed
+                && !quiet
+                && (d.status || unpaused || d.type_ == c::READY || is_warning(d.reason))
+            {
                 self.notes.push(Note {
                     warning: !d.status && is_warning(d.reason),
                     reason: d.reason,

@@ -114,11 +114,13 @@ fn dynamic_api(
     }
 }
 
-/// True when the API serves `group`/`kind`.
-async fn installed(client: &kube::Client, group: &str, kind: &str) -> bool {
+/// Whether the API serves `group`/`kind`. A missing group is `Ok(false)`; failing to reach the API
+/// is an error.
+async fn installed(client: &kube::Client, group: &str, kind: &str) -> Result<bool, kube::Error> {
     match kube::discovery::group(client, group).await {
-        Ok(g) => g.recommended_kind(kind).is_some(),
-        Err(_) => false,
+        Ok(g) => Ok(g.recommended_kind(kind).is_some()),
+        Err(kube::Error::Discovery(_)) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -164,6 +166,7 @@ fn selecting(store: &Store<LoadBalancer>, obj: &DynamicObject) -> Vec<ObjectRef<
 
 /// Run the controller against the configured cluster until SIGTERM or SIGINT.
 pub async fn run(options: RunOptions) -> Result<(), RunError> {
+    crate::install_crypto_provider();
     let client = kube::Client::try_default()
         .await
         .map_err(RunError::Connect)?;
@@ -201,7 +204,10 @@ pub async fn run_with_client(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), RunError> {
     let lb_crd = LoadBalancer::crd();
-    if !installed(&client, &lb_crd.spec.group, &lb_crd.spec.names.kind).await {
+    if !installed(&client, &lb_crd.spec.group, &lb_crd.spec.names.kind)
+        .await
+        .map_err(RunError::Connect)?
+    {
         return Err(RunError::CrdsMissing(
             lb_crd.metadata.name.unwrap_or_default(),
         ));
@@ -259,7 +265,10 @@ pub async fn run_with_client(
     }
 
     let machine = ApiResource::erase::<Machine>(&());
-    if installed(&client, &machine.group, &machine.kind).await {
+    if installed(&client, &machine.group, &machine.kind)
+        .await
+        .map_err(RunError::Connect)?
+    {
         let store = store.clone();
         controller = controller.watches_with(
             dynamic_api(&client, ns, &machine),
@@ -273,7 +282,10 @@ pub async fn run_with_client(
             options.resync
         );
     }
-    if installed(&client, &Cluster::group(&()), &Cluster::kind(&())).await {
+    if installed(&client, &Cluster::group(&()), &Cluster::kind(&()))
+        .await
+        .map_err(RunError::Connect)?
+    {
         let store = store.clone();
         controller = controller.watches(
             api::<Cluster>(&client, ns),

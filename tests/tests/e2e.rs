@@ -110,6 +110,7 @@ async fn test_namespace(client: &Client) -> String {
 #[tokio::test]
 #[ignore = "needs a cluster: set KUBECONFIG to a disposable cluster"]
 async fn a_load_balancer_goes_ready_publishes_follows_changes_and_cleans_up() {
+    capi_lb::install_crypto_provider();
     let client = Client::try_default().await.unwrap();
     install_crds(&client).await;
     let ns = test_namespace(&client).await;
@@ -212,6 +213,7 @@ async fn a_load_balancer_goes_ready_publishes_follows_changes_and_cleans_up() {
 #[tokio::test]
 #[ignore = "needs a cluster: set KUBECONFIG to a disposable cluster"]
 async fn a_hand_made_ext_service_is_left_alone() {
+    capi_lb::install_crypto_provider();
     let client = Client::try_default().await.unwrap();
     install_crds(&client).await;
     let ns = test_namespace(&client).await;

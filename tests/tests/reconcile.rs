@@ -585,6 +585,8 @@ async fn paused_by_annotation_or_cluster_does_nothing_until_unpaused() {
     let lb = get_lb(&world, "cp").await;
     assert_eq!(cond(&lb, "Paused"), ("False".into(), "NotPaused".into()));
     assert!(lb.status.unwrap().ready);
+    let reasons = event_reasons(&world);
+    assert!(reasons.contains(&"Paused".to_string()) && reasons.contains(&"NotPaused".to_string()));
 }
 
 #[tokio::test]
