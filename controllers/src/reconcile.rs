@@ -31,7 +31,7 @@ use capi_lb_providers::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
-use kube::core::{DynamicObject, Selector};
+use kube::core::{ApiResource, DynamicObject, Selector};
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
@@ -292,11 +292,9 @@ impl<'a> Reconciliation<'a> {
             );
             return self.infra_problem(r::PROVIDER_NOT_ENABLED, message).await;
         };
-        let infra_api: Api<DynamicObject> = Api::namespaced_with(
-            self.ctx.client.clone(),
-            &self.namespace,
-            &provider.infrastructure_resource(),
-        );
+        let infra_resource = provider.infrastructure_resource();
+        let infra_api: Api<DynamicObject> =
+            Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &infra_resource);
         let infra = infra_api
             .get_opt(&spec_ref.name)
             .await
@@ -409,7 +407,7 @@ impl<'a> Reconciliation<'a> {
 
         // The provider's view, on the infrastructure object.
         if !infra_status.is_empty() {
-            self.write_infra_status(&infra_api, &infra, infra_status)
+            self.write_infra_status(&infra_api, &infra_resource, &infra, infra_status)
                 .await?;
         }
 
@@ -622,6 +620,7 @@ impl<'a> Reconciliation<'a> {
     async fn write_infra_status(
         &self,
         api: &Api<DynamicObject>,
+        resource: &ApiResource,
         infra: &DynamicObject,
         status: Map<String, Value>,
     ) -> Result<()> {
@@ -632,10 +631,9 @@ impl<'a> Reconciliation<'a> {
         if unchanged {
             return Ok(());
         }
-        let types = infra.types.clone().unwrap_or_default();
         let patch = json!({
-            "apiVersion": types.api_version,
-            "kind": types.kind,
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
             "status": status,
         });
         api.patch_status(
@@ -646,7 +644,7 @@ impl<'a> Reconciliation<'a> {
         .await
         .map_err(kube_err(
             "apply status of",
-            format!("{} {}", types.kind, infra.name_any()),
+            format!("{} {}", resource.kind, infra.name_any()),
         ))?;
         Ok(())
     }
