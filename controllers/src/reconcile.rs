@@ -326,7 +326,6 @@ impl<'a> Reconciliation<'a> {
         let infra = metadata::claim(&infra_api, &infra, owner, INFRASTRUCTURE_FINALIZER)
             .await
             .map_err(kube_err("claim", format!("{spec_ref}")))?;
-        let first_provisioning = self.status.infrastructure_ref.is_none();
         self.status.infrastructure_ref = Some(spec_ref.clone());
 
         // Ensure the load balancer.
@@ -340,7 +339,7 @@ impl<'a> Reconciliation<'a> {
             .await;
         let (infra_state, mut infra_status) = match ensured {
             Ok(out) => {
-                let reason = if first_provisioning {
+                let reason = if out.created {
                     event::LOAD_BALANCER_CREATED
                 } else {
                     event::LOAD_BALANCER_UPDATED

@@ -355,6 +355,7 @@ impl Provider for InMemoryProvider {
             .values()
             .find(|lb| request.identity.owns(&lb.tags))
             .map(|lb| lb.id.clone());
+        let created = existing.is_none();
         let id = match existing {
             Some(id) => {
                 let used = used_addresses(&state, Some(&id));
@@ -369,6 +370,7 @@ impl Provider for InMemoryProvider {
                             until(now, done),
                         ),
                         addresses: Vec::new(),
+                        created: false,
                         changes,
                         status: status_of(None, now),
                     });
@@ -432,6 +434,7 @@ impl Provider for InMemoryProvider {
         Ok(EnsureOutcome {
             progress,
             addresses: lb.map(|lb| lb.addresses.clone()).unwrap_or_default(),
+            created,
             changes,
             status: status_of(lb, now),
         })

@@ -179,6 +179,8 @@ pub struct EnsureOutcome {
     pub progress: Progress,
     /// Addresses assigned so far (may be known before the load balancer is ready).
     pub addresses: Vec<LoadBalancerAddress>,
+    /// True when this call created the load balancer (rather than finding it by its tags).
+    pub created: bool,
     /// What this call changed in the cloud, for Events and the simulate timeline.
     pub changes: Vec<String>,
     /// Fields to write to the infrastructure object's status.

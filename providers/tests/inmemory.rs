@@ -115,6 +115,7 @@ async fn provisioning_takes_the_configured_delay_and_never_blocks() {
     );
     assert_eq!(first.progress.retry_after(), Some(Duration::from_secs(5)));
     assert!(first.changes[0].contains("created load balancer"));
+    assert!(first.created);
     assert_eq!(first.status["ready"], json!(false));
 
     w.clock.advance(Duration::from_secs(3));

@@ -673,6 +673,7 @@ async fn a_transient_provider_failure_is_retried_with_backoff_then_succeeds() {
     let lb = get_lb(&world, "cp").await;
     assert!(lb.status.unwrap().ready);
     assert_eq!(world.cloud.load_balancers().len(), 1, "no duplicate");
+    assert!(event_reasons(&world).contains(&"LoadBalancerCreated".to_string()));
 }
 
 #[tokio::test]

@@ -172,3 +172,56 @@ fn committed_crds_match_the_generated_ones() {
     let kustomization = std::fs::read_to_string(repo("config/crd/kustomization.yaml")).unwrap();
     assert_eq!(kustomization, capi_lb::crds::kustomization());
 }
+
+/// Every shipped example simulates; each says in its comments what it shows, and this checks it.
+#[tokio::test]
+async fn every_example_simulates_and_shows_what_it_says() {
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(repo("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let sim = simulate(
+            &read(std::slice::from_ref(&path)).unwrap(),
+            &Options::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        match name.as_str() {
+            "quickstart.yaml" => assert!(sim.not_ready.is_empty(), "{}", sim.output),
+            "dual-stack.yaml" => {
+                assert!(sim.not_ready.is_empty(), "{}", sim.output);
+                let docs: Vec<Value> = serde_saphyr::from_multiple(&sim.output).unwrap();
+                let families: Vec<&str> = docs
+                    .iter()
+                    .filter(|d| d["kind"] == "EndpointSlice")
+                    .filter_map(|d| d["addressType"].as_str())
+                    .collect();
+                assert_eq!(families, ["IPv4", "IPv6"]);
+                assert!(
+                    sim.output.contains("Warning ProviderError"),
+                    "{}",
+                    sim.output
+                );
+                assert!(sim.output.contains("LoadBalancerCreated"), "{}", sim.output);
+                assert!(
+                    sim.output.contains("added member edge-1 (192.0.2.1)"),
+                    "ExternalIP preferred"
+                );
+            }
+            "name-conflict.yaml" => {
+                assert_eq!(sim.not_ready, vec!["tenant-a/etcd"]);
+                assert!(
+                    sim.output.contains("Warning NameConflict"),
+                    "{}",
+                    sim.output
+                );
+            }
+            other => panic!("examples/{other} has no check here: add one"),
+        }
+        seen.push(name);
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+}
