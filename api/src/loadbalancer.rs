@@ -13,12 +13,6 @@ use crate::constants::{
     CAPI_GROUP, DEFAULT_PORT, DEFAULT_PORT_NAME, DEFAULT_PUBLICATION_SUFFIX, MACHINE_KIND,
 };
 
-/// Regex of an RFC 1123 DNS subdomain (object names, API groups).
-pub const DNS_SUBDOMAIN_PATTERN: &str =
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
-/// Regex of an RFC 1035 DNS label (Service names).
-pub const DNS_LABEL_PATTERN: &str = r"^[a-z]([-a-z0-9]*[a-z0-9])?$";
-
 /// Desired state of a LoadBalancer: which targets, which ports, which infrastructure provider, and
 /// how the stable endpoint is published.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

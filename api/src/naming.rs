@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::ResourceExt;
-use kube::core::{Expression, Selector};
+use kube::core::Selector;
 
 use crate::constants::{DNS_LABEL_MAX, LABEL_CLUSTER_NAME, LABEL_LB_NAME};
 use crate::loadbalancer::{ApiEndpoint, LoadBalancer, LoadBalancerAddress};
@@ -188,16 +188,6 @@ pub fn check_label_value(value: &str) -> Result<(), String> {
             "label value {value:?} must be at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
         ))
     }
-}
-
-/// The label selector string of a Selector (`a=b,c in (d)`), as written to `status.targetSelector`.
-pub fn selector_string(selector: &Selector) -> String {
-    selector.to_string()
-}
-
-/// An equality selector on one label.
-pub fn label_selector(key: &str, value: &str) -> Selector {
-    Selector::from(Expression::Equal(key.to_string(), value.to_string()))
 }
 
 #[cfg(test)]

@@ -23,7 +23,6 @@ use capi_lb_api::constants::{
     condition as c, event, reason as r,
 };
 use capi_lb_api::loadbalancer::{InfrastructureRef, LoadBalancerAddress, LoadBalancerStatus};
-use capi_lb_api::naming::selector_string;
 use capi_lb_api::validation::check;
 use capi_lb_providers::{
     DeleteRequest, DesiredMember, EnsureRequest, Listener, LoadBalancerIdentity, MembersRequest,
@@ -472,7 +471,7 @@ impl<'a> Reconciliation<'a> {
         targets_condition(
             targets,
             &self.lb.spec.target_kind.to_string(),
-            &selector_string(selector),
+            &selector.to_string(),
             &types.join(", "),
         )
     }
@@ -599,7 +598,7 @@ impl<'a> Reconciliation<'a> {
 
     fn record_targets(&mut self, selector: &Selector, targets: &TargetsState) {
         self.status.target_kind = Some(self.lb.spec.target_kind.to_string());
-        self.status.target_selector = Some(selector_string(selector));
+        self.status.target_selector = Some(selector.to_string());
         if let TargetsState::Listed { targets, members } = targets {
             self.status.targets = targets.iter().map(|t| t.name.clone()).collect();
             if !matches!(members, MembersState::Problem { .. }) {

@@ -141,12 +141,6 @@ impl World {
         }
     }
 
-    /// Replace the context (tests that need other providers or configuration).
-    pub fn with_context(mut self, ctx: Context) -> Self {
-        self.ctx = Arc::new(ctx);
-        self
-    }
-
     /// The kube client.
     pub fn client(&self) -> kube::Client {
         self.api.client.clone()

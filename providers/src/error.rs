@@ -42,11 +42,6 @@ impl ProviderError {
             message: message.into(),
         }
     }
-
-    /// True for permanent errors.
-    pub fn is_permanent(&self) -> bool {
-        matches!(self, ProviderError::Permanent { .. })
-    }
 }
 
 /// Reason of a permanent error caused by an invalid infrastructure object.
