@@ -37,10 +37,20 @@ impl LoadBalancer {
                     labels.insert(LABEL_CLUSTER_NAME.to_string(), cluster.clone());
                 }
                 labels.insert(LABEL_LB_NAME.to_string(), self.name_any());
-                LabelSelector {
+                let selector = LabelSelector {
                     match_labels: Some(labels),
                     match_expressions: None,
-                }
+                };
+                check_selector(&selector).map_err(|e| {
+                    FieldError::new(
+                        "spec.selector",
+                        format!(
+                            "the default selector cannot be used ({}); set spec.selector",
+                            e.message
+                        ),
+                    )
+                })?;
+                selector
             }
         };
         Selector::try_from(selector)
@@ -202,6 +212,41 @@ mod tests {
         assert!(!is_dns_label("cp-"));
         assert!(!is_dns_label(&"a".repeat(64)));
         assert!(is_dns_label(&"a".repeat(63)));
+    }
+
+    #[test]
+    fn default_selector_and_its_limits() {
+        use crate::loadbalancer::{InfrastructureRef, LoadBalancerSpec};
+        let spec = || {
+            LoadBalancerSpec::with_infrastructure(InfrastructureRef {
+                api_group: "infrastructure.cluster.x-k8s.io".into(),
+                kind: "InMemoryLoadBalancer".into(),
+                name: "x".into(),
+            })
+        };
+        let mut lb = LoadBalancer::new("cp", spec());
+        lb.spec.cluster_name = Some("demo".into());
+        assert_eq!(
+            lb.effective_selector().unwrap().to_string(),
+            "cluster.x-k8s.io/cluster-name=demo,loadbalancer.cluster.x-k8s.io/name=cp"
+        );
+        // A name longer than a label value cannot be the default selector's value.
+        let long = LoadBalancer::new(&"a".repeat(70), spec());
+        let err = long.effective_selector().unwrap_err();
+        assert_eq!(err.field, "spec.selector");
+        assert!(err.message.contains("set spec.selector"), "{}", err.message);
+        // An explicit selector with a bad operator is refused with the field named.
+        let mut bad = LoadBalancer::new("cp", spec());
+        bad.spec.selector = Some(LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "role".into(),
+                operator: "Equals".into(),
+                values: Some(vec!["cp".into()]),
+            }]),
+        });
+        let err = bad.effective_selector().unwrap_err();
+        assert_eq!(err.field, "spec.selector.matchExpressions[0].operator");
     }
 
     #[test]
