@@ -253,7 +253,7 @@ impl<'a> Reconciliation<'a> {
         if let Some(previous) = self.status.infrastructure_ref.clone()
             && previous != spec_ref
         {
-            match self.release(&previous, false).await? {
+            match release(self.ctx, self.lb, &self.identity, &previous, false).await? {
                 Release::Done(changes) => {
                     self.status.infrastructure_ref = None;
                     self.status.addresses.clear();
@@ -299,6 +299,13 @@ impl<'a> Reconciliation<'a> {
             .await
             .map_err(kube_err("get", format!("{spec_ref}")))?;
         let Some(infra) = infra else {
+            if self.status.infrastructure_ref.as_ref() == Some(&spec_ref) {
+                // Gone without our finalizer having run (someone removed it): the provider may
+                // still hold a load balancer for it.
+                return self
+                    .infra_going(&spec_ref, r::INFRASTRUCTURE_NOT_FOUND, "no longer exists")
+                    .await;
+            }
             let message = format!(
                 "{} {}/{} does not exist",
                 spec_ref.kind, self.namespace, spec_ref.name
@@ -317,7 +324,9 @@ impl<'a> Reconciliation<'a> {
             return self.infra_problem(r::INFRASTRUCTURE_IN_USE, message).await;
         }
         if infra.metadata.deletion_timestamp.is_some() {
-            return self.infra_deleting(&spec_ref).await;
+            return self
+                .infra_going(&spec_ref, r::INFRASTRUCTURE_DELETING, "is being deleted")
+                .await;
         }
         let Some(owner) = publication::controller_ref(self.lb) else {
             return Err(Error::MissingField(describe(self.lb), "uid"));
@@ -431,26 +440,17 @@ impl<'a> Reconciliation<'a> {
         let publication_condition = published
             .as_ref()
             .map(|p| publication_condition(p, infra_ready));
-        if let Some(pc) = &publication_condition {
-            let endpoint = self
-                .status
-                .endpoint
-                .as_ref()
-                .map(|e| format!("{}:{}", e.host, e.port));
-            let ready = ready_condition(
-                &infra_condition,
-                pc,
-                !self.status.addresses.is_empty(),
-                endpoint.as_deref(),
-            );
-            self.conditions.push(ready);
-        } else {
-            self.conditions.push(DesiredCondition::false_(
-                c::READY,
-                r::NOT_READY,
-                infra_condition.message.clone(),
-            ));
-        }
+        let endpoint = self
+            .status
+            .endpoint
+            .as_ref()
+            .map(|e| format!("{}:{}", e.host, e.port));
+        self.conditions.push(ready_condition(
+            &infra_condition,
+            publication_condition.as_ref(),
+            !self.status.addresses.is_empty(),
+            endpoint.as_deref(),
+        ));
         self.conditions.push(infra_condition);
         self.conditions
             .push(self.targets_condition(&selector, &targets));
@@ -478,37 +478,40 @@ impl<'a> Reconciliation<'a> {
 
     /// Stop after an infrastructure problem: report it, keep everything else.
     async fn infra_problem(mut self, reason: &'static str, message: String) -> Result<Outcome> {
-        let infra = InfraState::Problem { reason, message };
-        let condition = infrastructure_condition(&infra);
-        self.conditions.push(DesiredCondition::false_(
-            c::READY,
-            r::NOT_READY,
-            condition.message.clone(),
-        ));
+        let condition = infrastructure_condition(&InfraState::Problem { reason, message });
+        self.conditions
+            .push(ready_condition(&condition, None, false, None));
         self.conditions.push(condition);
         self.finish().await
     }
 
-    /// The infrastructure object is being deleted: delete the provider's load balancer, release the
-    /// object, withdraw the addresses.
-    async fn infra_deleting(mut self, spec_ref: &InfrastructureRef) -> Result<Outcome> {
-        let message = match self.release(spec_ref, false).await? {
+    /// The infrastructure object is going (`reason` `InfrastructureDeleting`) or gone
+    /// (`InfrastructureNotFound`) while the provider may still hold a load balancer for it: delete
+    /// that load balancer, release the object, and withdraw the published addresses.
+    async fn infra_going(
+        mut self,
+        spec_ref: &InfrastructureRef,
+        reason: &'static str,
+        what: &str,
+    ) -> Result<Outcome> {
+        let message = match release(self.ctx, self.lb, &self.identity, spec_ref, false).await? {
             Release::Done(changes) => {
                 self.note(false, event::LOAD_BALANCER_DELETED, changes);
                 self.status.infrastructure_ref = None;
                 self.status.addresses.clear();
                 let report = publication::publish(&self.ctx.client, self.lb, &[], false).await?;
                 self.note(false, event::ENDPOINT_WITHDRAWN, report.changes);
-                format!("{spec_ref} is being deleted; its load balancer was deleted")
+                self.conditions
+                    .push(publication_condition(&report.state, false));
+                format!("{spec_ref} {what}; its load balancer was deleted")
             }
             Release::Pending(message, retry) => {
                 self.outcome = self.outcome.min(Some(retry));
-                format!("{spec_ref} is being deleted: {message}")
+                format!("{spec_ref} {what}: {message}")
             }
-            Release::Blocked(_, message) => format!("{spec_ref} is being deleted: {message}"),
+            Release::Blocked(_, message) => format!("{spec_ref} {what}: {message}"),
         };
-        self.infra_problem(r::INFRASTRUCTURE_DELETING, message)
-            .await
+        self.infra_problem(reason, message).await
     }
 
     /// Turn a provider error into an infrastructure state (and a requeue for transient ones).
@@ -647,24 +650,6 @@ impl<'a> Reconciliation<'a> {
         Ok(())
     }
 
-    /// Let the provider delete what it created for `infra_ref` and release the infrastructure
-    /// object. `keep_owner_reference` leaves our owner reference (so the garbage collector deletes
-    /// the object with the LoadBalancer).
-    async fn release(
-        &mut self,
-        infra_ref: &InfrastructureRef,
-        keep_owner_reference: bool,
-    ) -> Result<Release> {
-        release(
-            self.ctx,
-            self.lb,
-            &self.identity,
-            infra_ref,
-            keep_owner_reference,
-        )
-        .await
-    }
-
     /// Compute the final status, write it if it changed, and emit Events for what changed.
     async fn finish(mut self) -> Result<Outcome> {
         let now = Time(self.ctx.clock.now());
@@ -724,8 +709,8 @@ async fn write_status(
     status: &LoadBalancerStatus,
 ) -> Result<()> {
     let patch = json!({
-        "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1",
-        "kind": "LoadBalancer",
+        "apiVersion": LoadBalancer::api_version(&()),
+        "kind": LoadBalancer::kind(&()),
         "status": status,
     });
     api.patch_status(

@@ -245,15 +245,23 @@ pub fn publication_condition(published: &Published, infra_ready: bool) -> Desire
 /// The `Ready` summary: provisioned, with an address, and published (unless publication is
 /// disabled). Targets do not gate readiness: a control-plane endpoint must be usable before the
 /// first control-plane machine exists.
+/// `published` is `None` when publication was not attempted in this pass.
 pub fn ready_condition(
     infra: &DesiredCondition,
-    published: &DesiredCondition,
+    published: Option<&DesiredCondition>,
     has_address: bool,
     endpoint: Option<&str>,
 ) -> DesiredCondition {
     if !infra.status {
         return DesiredCondition::false_(c::READY, r::NOT_READY, infra.message.clone());
     }
+    let Some(published) = published else {
+        return DesiredCondition::false_(
+            c::READY,
+            r::NOT_READY,
+            "the endpoint has not been published",
+        );
+    };
     if !has_address {
         return DesiredCondition::false_(
             c::READY,
@@ -399,12 +407,12 @@ mod tests {
             true,
         );
         let disabled = publication_condition(&Published::Disabled, true);
-        assert!(ready_condition(&infra_ok, &published, true, Some("cp-ext:6443")).status);
-        assert!(!ready_condition(&infra_wait, &published, true, None).status);
-        assert!(!ready_condition(&infra_ok, &published, false, None).status);
-        let blocked = ready_condition(&infra_ok, &conflict, true, None);
+        assert!(ready_condition(&infra_ok, Some(&published), true, Some("cp-ext:6443")).status);
+        assert!(!ready_condition(&infra_wait, Some(&published), true, None).status);
+        assert!(!ready_condition(&infra_ok, Some(&published), false, None).status);
+        let blocked = ready_condition(&infra_ok, Some(&conflict), true, None);
         assert_eq!((blocked.status, blocked.message.as_str()), (false, "taken"));
-        assert!(ready_condition(&infra_ok, &disabled, true, None).status);
+        assert!(ready_condition(&infra_ok, Some(&disabled), true, None).status);
     }
 
     #[test]

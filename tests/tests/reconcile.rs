@@ -1008,7 +1008,14 @@ async fn deleting_the_infrastructure_object_deletes_the_load_balancer_and_withdr
     let lb = get_lb(&world, "cp").await;
     let c = condition(&lb, "InfrastructureReady");
     assert_eq!(c.reason, "InfrastructureNotFound");
-    assert!(!lb.status.unwrap().ready);
+    assert_eq!(
+        cond(&lb, "EndpointPublished"),
+        ("False".into(), "WaitingForAddress".into()),
+        "nothing is published any more"
+    );
+    let status = lb.status.unwrap();
+    assert!(!status.ready);
+    assert!(status.addresses.is_empty());
 }
 
 #[tokio::test]
@@ -1107,4 +1114,39 @@ async fn metadata_patches_from_a_stale_read_fail_instead_of_clobbering() {
         api.get("cp").await.unwrap().finalizers(),
         ["someone.else/keep"]
     );
+}
+
+#[tokio::test]
+async fn an_infrastructure_object_removed_behind_our_back_does_not_leak_the_load_balancer() {
+    let world = world(basic()).await;
+    settle(&world).await;
+    // Someone strips our finalizer and deletes the object: our cleanup never ran.
+    merge_patch::<capi_lb_api::InMemoryLoadBalancer>(
+        &world,
+        "cp",
+        json!({"metadata": {"finalizers": null}}),
+    )
+    .await;
+    delete::<capi_lb_api::InMemoryLoadBalancer>(&world, "cp").await;
+    assert!(get_infra(&world, "cp").await.is_none());
+    settle(&world).await;
+    assert!(
+        world.cloud.load_balancers().is_empty(),
+        "the cloud load balancer is deleted"
+    );
+    assert!(
+        slices(&world, "cp-ext").await.is_empty(),
+        "its addresses are withdrawn"
+    );
+    let lb = get_lb(&world, "cp").await;
+    assert_eq!(
+        cond(&lb, "InfrastructureReady"),
+        ("False".into(), "InfrastructureNotFound".into())
+    );
+    assert_eq!(
+        cond(&lb, "EndpointPublished"),
+        ("False".into(), "WaitingForAddress".into())
+    );
+    let status = lb.status.unwrap();
+    assert!(status.infrastructure_ref.is_none() && status.addresses.is_empty());
 }
