@@ -10,29 +10,36 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-fn guarded_set(
-    obj: &impl Resource,
-    path: &str,
-    value: Value,
-) -> Result<json_patch::Patch, kube::Error> {
-    let ops = json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": obj.meta().resource_version},
-        {"op": "add", "path": path, "value": value},
-    ]);
-    serde_json::from_value(ops).map_err(kube::Error::SerdeError)
-}
-
-async fn patch<K>(api: &Api<K>, obj: &K, path: &str, value: Value) -> Result<K, kube::Error>
+/// Set each `(path, value)` of `obj` in one JSON patch that first tests the resourceVersion `obj`
+/// was read at.
+async fn guarded_patch<K>(api: &Api<K>, obj: &K, sets: &[(&str, Value)]) -> Result<K, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
-    let patch = guarded_set(obj, path, value)?;
+    let mut ops = vec![json!({
+        "op": "test", "path": "/metadata/resourceVersion", "value": obj.meta().resource_version,
+    })];
+    ops.extend(
+        sets.iter()
+            .map(|(path, value)| json!({"op": "add", "path": path, "value": value})),
+    );
+    let patch: json_patch::Patch =
+        serde_json::from_value(Value::Array(ops)).map_err(kube::Error::SerdeError)?;
     api.patch(
         &obj.name_any(),
         &PatchParams::default(),
         &Patch::Json::<()>(patch),
     )
     .await
+}
+
+/// Removing from an object that is already gone has nothing left to do.
+fn gone_is_done<T>(result: Result<T, kube::Error>) -> Result<(), kube::Error> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) if crate::error::is_not_found(&e) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Add `finalizer` unless present. Returns the updated object (or the unchanged one).
@@ -45,7 +52,7 @@ where
     }
     let mut finalizers = obj.finalizers().to_vec();
     finalizers.push(finalizer.to_string());
-    patch(api, obj, "/metadata/finalizers", json!(finalizers)).await
+    guarded_patch(api, obj, &[("/metadata/finalizers", json!(finalizers))]).await
 }
 
 /// Remove `finalizer` if present.
@@ -61,11 +68,7 @@ where
         .iter()
         .filter(|f| *f != finalizer)
         .collect();
-    match patch(api, obj, "/metadata/finalizers", json!(finalizers)).await {
-        Ok(_) => Ok(()),
-        Err(e) if crate::error::is_not_found(&e) => Ok(()),
-        Err(e) => Err(e),
-    }
+    gone_is_done(guarded_patch(api, obj, &[("/metadata/finalizers", json!(finalizers))]).await)
 }
 
 /// Claim `obj`: add the controller owner reference `owner` and the finalizer `finalizer` (each
@@ -92,16 +95,13 @@ where
     if !has_finalizer {
         finalizers.push(finalizer.to_string());
     }
-    let ops = json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": obj.meta().resource_version},
-        {"op": "add", "path": "/metadata/ownerReferences", "value": refs},
-        {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
-    ]);
-    let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Json::<()>(patch),
+    guarded_patch(
+        api,
+        obj,
+        &[
+            ("/metadata/ownerReferences", json!(refs)),
+            ("/metadata/finalizers", json!(finalizers)),
+        ],
     )
     .await
 }
@@ -133,24 +133,17 @@ where
         .iter()
         .filter(|f| *f != finalizer)
         .collect();
-    let ops = json!([
-        {"op": "test", "path": "/metadata/resourceVersion", "value": obj.meta().resource_version},
-        {"op": "add", "path": "/metadata/ownerReferences", "value": refs},
-        {"op": "add", "path": "/metadata/finalizers", "value": finalizers},
-    ]);
-    let patch: json_patch::Patch = serde_json::from_value(ops).map_err(kube::Error::SerdeError)?;
-    match api
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Json::<()>(patch),
+    gone_is_done(
+        guarded_patch(
+            api,
+            obj,
+            &[
+                ("/metadata/ownerReferences", json!(refs)),
+                ("/metadata/finalizers", json!(finalizers)),
+            ],
         )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if crate::error::is_not_found(&e) => Ok(()),
-        Err(e) => Err(e),
-    }
+        .await,
+    )
 }
 
 /// The controller owner reference of `obj`, if any.

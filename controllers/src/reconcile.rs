@@ -388,9 +388,8 @@ impl<'a> Reconciliation<'a> {
         let infra_ready = infra_state == InfraState::Provisioned;
 
         // Targets and members.
-        let targets = self.targets(&selector).await;
-        let targets = match targets {
-            TargetsState::Listed { targets, .. } if infra_ready => {
+        let targets = match self.targets(&selector).await {
+            Ok(targets) if infra_ready => {
                 let members = self
                     .converge(
                         provider.as_ref(),
@@ -402,13 +401,13 @@ impl<'a> Reconciliation<'a> {
                     .await;
                 TargetsState::Listed { targets, members }
             }
-            TargetsState::Listed { targets, .. } => TargetsState::Listed {
+            Ok(targets) => TargetsState::Listed {
                 targets,
                 members: MembersState::NotConverged(
                     "members are added once the load balancer is provisioned".into(),
                 ),
             },
-            unavailable => unavailable,
+            Err(message) => TargetsState::Unavailable(message),
         };
         self.record_targets(&selector, &targets);
 
@@ -537,19 +536,17 @@ impl<'a> Reconciliation<'a> {
         }
     }
 
-    async fn targets(&self, selector: &Selector) -> TargetsState {
+    /// The selected targets, or why the target kind cannot be listed.
+    async fn targets(&self, selector: &Selector) -> Result<Vec<targets::Target>, String> {
         let kind = &self.lb.spec.target_kind;
-        let resource = match self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await {
-            Ok(resource) => resource,
-            Err(message) => return TargetsState::Unavailable(message),
-        };
-        match targets::list(&self.ctx.client, &resource, &self.namespace, selector).await {
-            Ok(objects) => TargetsState::Listed {
-                targets: targets::to_targets(&objects, &self.lb.spec.target_address_types),
-                members: MembersState::NotConverged(String::new()),
-            },
-            Err(e) => TargetsState::Unavailable(format!("cannot list {kind}: {e}")),
-        }
+        let resource = self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await?;
+        let objects = targets::list(&self.ctx.client, &resource, &self.namespace, selector)
+            .await
+            .map_err(|e| format!("cannot list {kind}: {e}"))?;
+        Ok(targets::to_targets(
+            &objects,
+            &self.lb.spec.target_address_types,
+        ))
     }
 
     async fn converge(
