@@ -28,12 +28,18 @@ use serde_json::Value;
 /// Counts and records write requests.
 #[derive(Clone, Debug, Default)]
 pub struct ApiStats {
+    reads: Arc<AtomicU64>,
     writes: Arc<AtomicU64>,
     event_writes: Arc<AtomicU64>,
     log: Arc<Mutex<Vec<String>>>,
 }
 
 impl ApiStats {
+    /// Number of read requests (GET, including lists) so far.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::SeqCst)
+    }
+
     /// Number of write requests (POST, PUT, PATCH, DELETE) so far.
     pub fn writes(&self) -> u64 {
         self.writes.load(Ordering::SeqCst)
@@ -199,7 +205,9 @@ impl Emulator {
         let path = parts.uri.path().to_string();
         let mut body = body.collect().await?.to_bytes();
 
-        if method != Method::GET {
+        if method == Method::GET {
+            self.stats.reads.fetch_add(1, Ordering::SeqCst);
+        } else {
             self.stats.record(format!("{method} {path}"));
         }
 

@@ -425,39 +425,52 @@ where
 }
 
 /// Delete every EndpointSlice of Service `service` that this LoadBalancer manages, except `keep`.
+/// The EndpointSlices labelled as belonging to Service `service`.
+async fn slices_of(slices: &Api<EndpointSlice>, service: &str) -> Result<Vec<EndpointSlice>> {
+    Ok(slices
+        .list(&ListParams::default().labels(&format!("{LABEL_SERVICE_NAME}={service}")))
+        .await
+        .map_err(kube_err("list EndpointSlices of", service.to_string()))?
+        .items)
+}
+
+/// Delete the slices in `listed` that this LoadBalancer manages, except those named in `keep`.
 async fn prune_slices(
     slices: &Api<EndpointSlice>,
-    service: &str,
+    listed: &[EndpointSlice],
     lb_name: &str,
     keep: &[String],
     changes: &mut Vec<String>,
 ) -> Result<()> {
-    let listed = slices
-        .list(&ListParams::default().labels(&format!("{LABEL_SERVICE_NAME}={service}")))
-        .await
-        .map_err(kube_err("list EndpointSlices of", service.to_string()))?;
-    for slice in listed.items {
+    for slice in listed {
         let name = slice.name_any();
-        if is_our_slice(&slice, lb_name) && !keep.contains(&name) {
-            delete_exact(slices, &slice, &format!("EndpointSlice {name}")).await?;
+        if is_our_slice(slice, lb_name) && !keep.contains(&name) {
+            delete_exact(slices, slice, &format!("EndpointSlice {name}")).await?;
             changes.push(format!("removed EndpointSlice {name}"));
         }
     }
     Ok(())
 }
 
-/// Remove everything publication created for `lb` except the Service named `keep`.
-pub async fn withdraw(
+/// Remove everything publication created for `lb`.
+pub async fn withdraw(client: &kube::Client, lb: &LoadBalancer) -> Result<Vec<String>> {
+    Ok(withdraw_except(client, lb, None).await?.0)
+}
+
+/// Remove everything publication created for `lb` except the Service named `keep`, which is
+/// returned when it exists and is ours (so the caller does not need to read it again).
+async fn withdraw_except(
     client: &kube::Client,
     lb: &LoadBalancer,
     keep: Option<&str>,
-) -> Result<Vec<String>> {
+) -> Result<(Vec<String>, Option<Service>)> {
     let namespace = lb.namespace().unwrap_or_default();
     let lb_name = lb.name_any();
     let lb_uid = lb.uid().unwrap_or_default();
     let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &namespace);
     let mut changes = Vec::new();
+    let mut kept = None;
     let listed = services
         .list(&ListParams::default().labels(&format!("{LABEL_LB_NAME}={lb_name}")))
         .await
@@ -467,14 +480,19 @@ pub async fn withdraw(
         ))?;
     for service in listed.items {
         let name = service.name_any();
-        if Some(name.as_str()) == keep || !is_controlled_by(&service, &lb_uid) {
+        if !is_controlled_by(&service, &lb_uid) {
             continue;
         }
-        prune_slices(&slices, &name, &lb_name, &[], &mut changes).await?;
+        if Some(name.as_str()) == keep {
+            kept = Some(service);
+            continue;
+        }
+        let listed_slices = slices_of(&slices, &name).await?;
+        prune_slices(&slices, &listed_slices, &lb_name, &[], &mut changes).await?;
         delete_exact(&services, &service, &format!("Service {namespace}/{name}")).await?;
         changes.push(format!("removed Service {name}"));
     }
-    Ok(changes)
+    Ok((changes, kept))
 }
 
 /// Bring the published objects of `lb` in line with `addresses`.
@@ -489,7 +507,7 @@ pub async fn publish(
     let lb_uid = lb.uid().unwrap_or_default();
     let plan = plan(lb, addresses, ready);
     let keep = plan.as_ref().and_then(|p| p.service.metadata.name.clone());
-    let mut changes = withdraw(client, lb, keep.as_deref()).await?;
+    let (mut changes, ours) = withdraw_except(client, lb, keep.as_deref()).await?;
     let Some(plan) = plan else {
         return Ok(Report {
             state: Published::Disabled,
@@ -501,11 +519,14 @@ pub async fn publish(
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &namespace);
     let apply = PatchParams::apply(FIELD_MANAGER).force();
 
-    // The Service.
-    let observed = services.get_opt(&service_name).await.map_err(kube_err(
-        "get",
-        format!("Service {namespace}/{service_name}"),
-    ))?;
+    // The Service: ours was in the list; otherwise look for one someone else made.
+    let observed = match ours {
+        Some(service) => Some(service),
+        None => services.get_opt(&service_name).await.map_err(kube_err(
+            "get",
+            format!("Service {namespace}/{service_name}"),
+        ))?,
+    };
     let service = match observed {
         Some(existing) if !is_controlled_by(&existing, &lb_uid) => {
             return Ok(Report {
@@ -553,14 +574,19 @@ pub async fn publish(
 
     // The EndpointSlices, owned by the Service.
     let owner = controller_ref(&service);
+    let listed = slices_of(&slices, &service_name).await?;
     let mut keep_slices = Vec::new();
     for mut desired in plan.slices {
         let name = desired.name_any();
         desired.metadata.owner_references = owner.clone().map(|r| vec![r]);
-        let observed = slices
-            .get_opt(&name)
-            .await
-            .map_err(kube_err("get", format!("EndpointSlice {namespace}/{name}")))?;
+        // A slice with our name but not our labels is not in the list: look it up.
+        let observed = match listed.iter().find(|s| s.name_any() == name) {
+            Some(found) => Some(found.clone()),
+            None => slices
+                .get_opt(&name)
+                .await
+                .map_err(kube_err("get", format!("EndpointSlice {namespace}/{name}")))?,
+        };
         match observed {
             Some(existing) if !is_our_slice(&existing, &lb_name) => {
                 return Ok(Report {
@@ -596,7 +622,7 @@ pub async fn publish(
         }
         keep_slices.push(name);
     }
-    prune_slices(&slices, &service_name, &lb_name, &keep_slices, &mut changes).await?;
+    prune_slices(&slices, &listed, &lb_name, &keep_slices, &mut changes).await?;
 
     let state = if plan.has_address {
         Published::Published {

@@ -872,7 +872,7 @@ async fn cleanup(lb: &LoadBalancer, ctx: &Context, api: &Api<LoadBalancer>) -> R
         set_deleting_condition(ctx, api, lb, r::DELETING, &message).await?;
         return Ok(Outcome::requeue(retry));
     }
-    let changes = publication::withdraw(&ctx.client, lb, None).await?;
+    let changes = publication::withdraw(&ctx.client, lb).await?;
     if !changes.is_empty() {
         ctx.events
             .publish(

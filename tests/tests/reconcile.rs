@@ -143,7 +143,15 @@ async fn a_reconcile_of_an_unchanged_object_makes_no_writes() {
     let world = world(basic()).await;
     settle(&world).await;
     let before = world.api.stats.writes();
-    let outcome = world.reconcile(NS, "cp").await.unwrap();
+    let lb = std::sync::Arc::new(get_lb(&world, "cp").await);
+    let reads_before = world.api.stats.reads();
+    let outcome = capi_lb::reconcile(lb, world.ctx.clone()).await.unwrap();
+    // Cluster (pause), infrastructure object, targets, our Services, the Service's EndpointSlices.
+    assert_eq!(
+        world.api.stats.reads() - reads_before,
+        5,
+        "reads of a steady-state reconcile"
+    );
     assert_eq!(
         world.api.stats.writes(),
         before,
