@@ -47,13 +47,33 @@ pub const ENDPOINTSLICE_MANAGED_BY_VALUE: &str = "capi-lb.loadbalancer.cluster.x
 pub const ANNOTATION_PAUSED: &str = "cluster.x-k8s.io/paused";
 /// Per-target status annotation (proposal).
 pub const ANNOTATION_TARGET_STATUS: &str = "loadbalancer.cluster.x-k8s.io/status";
-/// User annotation that temporarily takes a target out of the load balancer (proposal).
+/// User annotation that temporarily takes a target out of the load balancer (proposal). Its
+/// presence counts, whatever the value.
 pub const ANNOTATION_TARGET_DISABLED: &str = "loadbalancer.cluster.x-k8s.io/disabled";
+/// Per-target annotation naming the LoadBalancer whose state [`ANNOTATION_TARGET_STATUS`] shows
+/// (proposal). With several LoadBalancers selecting one target, the first one holds this pair; each
+/// one's own state is under [`TARGET_STATE_PREFIX`].
+pub const ANNOTATION_TARGET_LB: &str = "loadbalancer.cluster.x-k8s.io/name";
+/// Prefix of the per-LoadBalancer state annotation on a target:
+/// `state.loadbalancer.cluster.x-k8s.io/<target key>: <state>`.
+pub const TARGET_STATE_PREFIX: &str = "state.loadbalancer.cluster.x-k8s.io/";
+/// Prefix of the per-LoadBalancer annotation recording when the target entered its current state
+/// (RFC 3339): `since.loadbalancer.cluster.x-k8s.io/<target key>`. A draining member is removed at
+/// `since + spec.drainSeconds`.
+pub const TARGET_SINCE_PREFIX: &str = "since.loadbalancer.cluster.x-k8s.io/";
+/// Cluster API pre-drain deletion hook prefix (`<prefix><hook name>: <owner>`).
+pub const PRE_DRAIN_HOOK_PREFIX: &str = "pre-drain.delete.hook.machine.cluster.x-k8s.io/";
+/// Cluster API pre-terminate deletion hook prefix.
+pub const PRE_TERMINATE_HOOK_PREFIX: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io/";
+/// Prefix of the per-LoadBalancer target key and deletion hook name.
+pub const TARGET_KEY_PREFIX: &str = "capi-lb-";
 
 // --- defaults -----------------------------------------------------------------------------------
 
 /// Default suffix of the published Service: `<name>-ext`.
 pub const DEFAULT_PUBLICATION_SUFFIX: &str = "-ext";
+/// Default `spec.drainSeconds`.
+pub const DEFAULT_DRAIN_SECONDS: i32 = 30;
 /// Default cluster DNS domain.
 pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 /// Default load balancer port (kube-apiserver).
@@ -129,6 +149,12 @@ pub mod reason {
     pub const NO_TARGETS: &str = "NoTargets";
     /// The target kind cannot be listed (not installed, or not known to capi-lb).
     pub const TARGET_KIND_UNAVAILABLE: &str = "TargetKindUnavailable";
+    /// Members are leaving (draining before removal, or being removed).
+    pub const TARGETS_DRAINING: &str = "TargetsDraining";
+    /// Some targets wait for their readiness gates before they are admitted.
+    pub const TARGETS_NOT_ADMITTED: &str = "TargetsNotAdmitted";
+    /// The member set could not be read or changed; target states are the last known ones.
+    pub const MEMBERS_UNKNOWN: &str = "MembersUnknown";
 
     // EndpointPublished
     /// The `-ext` Service and EndpointSlices are up to date.
@@ -165,4 +191,12 @@ pub mod event {
     pub const LOAD_BALANCER_DELETED: &str = "LoadBalancerDeleted";
     /// A previously used infrastructure object was released (its provider resources deleted).
     pub const INFRASTRUCTURE_RELEASED: &str = "InfrastructureReleased";
+    /// A target changed state (`adding`, `active`, `disabling`, ...). Emitted on the LoadBalancer
+    /// and on the target.
+    pub const TARGET_STATE_CHANGED: &str = "TargetStateChanged";
+    /// Deletion hooks were added to Machines.
+    pub const DELETION_HOOKS_ADDED: &str = "DeletionHooksAdded";
+    /// Deletion hooks were released from Machines (their member is gone, they are no longer
+    /// selected, or the Cluster or LoadBalancer is being deleted).
+    pub const DELETION_HOOKS_RELEASED: &str = "DeletionHooksReleased";
 }

@@ -8,6 +8,7 @@ pub mod constants;
 pub mod inmemory;
 pub mod loadbalancer;
 pub mod naming;
+pub mod target;
 pub mod validation;
 
 pub use inmemory::{InMemoryLoadBalancer, InMemoryLoadBalancerSpec, InMemoryLoadBalancerStatus};

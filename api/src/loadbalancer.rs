@@ -10,7 +10,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::constants::{
-    CAPI_GROUP, DEFAULT_PORT, DEFAULT_PORT_NAME, DEFAULT_PUBLICATION_SUFFIX, MACHINE_KIND,
+    CAPI_GROUP, DEFAULT_DRAIN_SECONDS, DEFAULT_PORT, DEFAULT_PORT_NAME, DEFAULT_PUBLICATION_SUFFIX,
+    MACHINE_KIND,
 };
 
 /// Desired state of a LoadBalancer: which targets, which ports, which infrastructure provider, and
@@ -87,6 +88,37 @@ pub struct LoadBalancerSpec {
     /// has a hostname).
     #[serde(default)]
     pub publication: Publication,
+
+    /// Seconds a member that leaves the load balancer (its target is disabled, deselected or being
+    /// deleted) keeps serving the connections it has before it is removed. During that time it takes
+    /// no new connections (the provider's drain: weight 0, or removal from the endpoints where the
+    /// provider has no weights). 0 removes members at once. Defaults to 30.
+    #[serde(default = "default_drain_seconds")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub drain_seconds: i32,
+
+    /// Conditions a target must report as `True` in `status.conditions` before it is admitted as a
+    /// member, for example `APIServerPodHealthy` for control-plane Machines. They gate admission only:
+    /// a member already serving is not taken out when a gate turns false (that is the provider's
+    /// health monitor's job). Empty (the default) admits a target as soon as it has an address.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 8))]
+    #[x_kube(validation = Rule::new("self.all(g, self.exists_one(h, h.conditionType == g.conditionType))").message("readiness gates must be unique").reason(Reason::FieldValueDuplicate))]
+    pub readiness_gates: Vec<ReadinessGate>,
+}
+
+/// A condition a target must report as `True` before it is admitted.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadinessGate {
+    /// Condition type, as in the target's `status.conditions[].type`.
+    #[schemars(
+        length(min = 1, max = 316),
+        regex(
+            pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+        )
+    )]
+    pub condition_type: String,
 }
 
 /// A host and port, as in Cluster API's `APIEndpoint`.
@@ -280,10 +312,11 @@ pub struct LoadBalancerStatus {
     /// The effective target selector in string form (`key=value,...`).
     #[serde(default)]
     pub target_selector: Option<String>,
-    /// Names of the targets the selector matches.
+    /// Names of the targets the selector matches (including targets being deleted, until they are
+    /// gone).
     #[serde(default)]
     pub targets: Vec<String>,
-    /// Names of the targets that are active members of the load balancer.
+    /// Names of the targets whose state is `active`: members serving new connections.
     #[serde(default)]
     pub active_targets: Vec<String>,
     /// `active/selected` target counts, for `kubectl get`.
@@ -380,6 +413,10 @@ fn default_target_kind() -> String {
     MACHINE_KIND.to_string()
 }
 
+fn default_drain_seconds() -> i32 {
+    DEFAULT_DRAIN_SECONDS
+}
+
 fn default_true() -> bool {
     true
 }
@@ -401,6 +438,8 @@ impl LoadBalancerSpec {
             target_address_types: default_address_types(),
             infrastructure_ref,
             publication: Publication::default(),
+            drain_seconds: default_drain_seconds(),
+            readiness_gates: Vec::new(),
         }
     }
 }

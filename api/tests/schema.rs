@@ -49,6 +49,8 @@ fn minimal_loadbalancer_gets_every_default() {
     assert!(spec.publication.enabled);
     assert_eq!(spec.publication.suffix, "-ext");
     assert_eq!(parsed.published_service_name().as_deref(), Some("cp-ext"));
+    assert_eq!(spec.drain_seconds, 30);
+    assert!(spec.readiness_gates.is_empty());
 }
 
 #[test]
@@ -186,6 +188,51 @@ fn duplicate_address_types_are_rejected() {
         "spec.targetAddressTypes",
         "unique",
     );
+}
+
+#[test]
+fn drain_seconds_and_readiness_gates_are_checked() {
+    assert_rejected(
+        lb(
+            "cp",
+            json!({"infrastructureRef": infra_ref(), "drainSeconds": -1}),
+        ),
+        "spec.drainSeconds",
+        "",
+    );
+    assert_rejected(
+        lb(
+            "cp",
+            json!({"infrastructureRef": infra_ref(), "drainSeconds": 3601}),
+        ),
+        "spec.drainSeconds",
+        "",
+    );
+    assert_rejected(
+        lb(
+            "cp",
+            json!({"infrastructureRef": infra_ref(), "readinessGates": [
+                {"conditionType": "APIServerPodHealthy"}, {"conditionType": "APIServerPodHealthy"}]}),
+        ),
+        "spec.readinessGates",
+        "unique",
+    );
+    assert_rejected(
+        lb(
+            "cp",
+            json!({"infrastructureRef": infra_ref(), "readinessGates": [{"conditionType": "not a type"}]}),
+        ),
+        "spec.readinessGates[0].conditionType",
+        "",
+    );
+    let parsed: LoadBalancer = parse(&lb(
+        "cp",
+        json!({"infrastructureRef": infra_ref(), "drainSeconds": 0, "readinessGates": [
+            {"conditionType": "APIServerPodHealthy"}, {"conditionType": "example.com/Serving"}]}),
+    ))
+    .unwrap();
+    assert_eq!(parsed.spec.drain_seconds, 0);
+    assert_eq!(parsed.spec.readiness_gates.len(), 2);
 }
 
 fn inmemory(spec: Value) -> Value {
