@@ -7,6 +7,7 @@ pub mod error;
 pub mod events;
 pub mod inmemory_api;
 pub mod kinds;
+pub mod lifecycle;
 pub mod metadata;
 pub mod publication;
 pub mod reconcile;

@@ -1,7 +1,9 @@
-//! Careful metadata edits: adding or removing one finalizer or one owner reference with a JSON patch
-//! that first tests the object's resourceVersion. A concurrent change makes the patch fail (and the
-//! reconcile retry) instead of silently overwriting someone else's finalizers or owner references.
+//! Careful metadata edits: adding or removing one finalizer or one owner reference, or replacing the
+//! annotations, with a JSON patch that first tests the object's resourceVersion. A concurrent change
+//! makes the patch fail (and the reconcile retry) instead of silently overwriting someone else's
+//! finalizers, owner references or annotations.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -144,6 +146,20 @@ where
         )
         .await,
     )
+}
+
+/// Replace `obj`'s annotations with `annotations`, guarded by the resourceVersion `obj` was read
+/// at, so an annotation someone else added meanwhile is never lost (the patch fails instead).
+/// Returns the updated object.
+pub async fn set_annotations<K>(
+    api: &Api<K>,
+    obj: &K,
+    annotations: &BTreeMap<String, String>,
+) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    guarded_patch(api, obj, &[("/metadata/annotations", json!(annotations))]).await
 }
 
 /// The controller owner reference of `obj`, if any.

@@ -19,14 +19,15 @@ use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Cluster;
 use capi_lb_api::conditions::{DesiredCondition, merge_conditions};
 use capi_lb_api::constants::{
-    ANNOTATION_PAUSED, FIELD_MANAGER, INFRASTRUCTURE_FINALIZER, LOADBALANCER_FINALIZER,
-    condition as c, event, reason as r,
+    ANNOTATION_PAUSED, CAPI_GROUP, FIELD_MANAGER, INFRASTRUCTURE_FINALIZER, LOADBALANCER_FINALIZER,
+    MACHINE_KIND, condition as c, event, reason as r,
 };
 use capi_lb_api::loadbalancer::{InfrastructureRef, LoadBalancerAddress, LoadBalancerStatus};
+use capi_lb_api::target::{TargetKeys, TargetState};
 use capi_lb_api::validation::check;
 use capi_lb_providers::{
-    DeleteRequest, DesiredMember, EnsureRequest, Listener, LoadBalancerIdentity, MembersRequest,
-    Progress, Provider, ProviderError,
+    DeleteRequest, EnsureRequest, Listener, LoadBalancerIdentity, MembersRequest, Progress,
+    Provider, ProviderError,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
@@ -36,10 +37,11 @@ use serde_json::{Map, Value, json};
 
 use crate::context::Context;
 use crate::error::{Error, Result, kube_err};
+use crate::lifecycle::{Members, Settings};
 use crate::metadata::{self, controller_of, is_controlled_by};
 use crate::publication;
 use crate::status::{
-    InfraState, MembersState, TargetsState, active_targets, infrastructure_condition, is_warning,
+    InfraState, MembersState, TargetsState, infrastructure_condition, is_warning,
     publication_condition, ready_condition, targets_condition,
 };
 use crate::targets;
@@ -84,7 +86,8 @@ pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outco
     let api: Api<LoadBalancer> = Api::namespaced(ctx.client.clone(), &namespace);
     // Pause comes first, before deletion too: `clusterctl move` pauses, then deletes the objects it
     // moved from the source cluster, and the cloud load balancer must survive that.
-    if let Some(why) = paused(&ctx, &lb, &namespace).await? {
+    let cluster = cluster_of(&ctx, &lb, &namespace).await?;
+    if let Some(why) = paused(&lb, cluster.as_ref()) {
         return Reconciliation::new(&lb, &ctx, api)?.pause(why).await;
     }
     if lb.meta().deletion_timestamp.is_some() {
@@ -94,29 +97,37 @@ pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outco
     let lb = metadata::add_finalizer(&api, &lb, LOADBALANCER_FINALIZER)
         .await
         .map_err(kube_err("add finalizer to", describe(&lb)))?;
-    Reconciliation::new(&lb, &ctx, api)?.apply().await
+    let mut reconciliation = Reconciliation::new(&lb, &ctx, api)?;
+    reconciliation.cluster_deleting = cluster
+        .as_ref()
+        .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+    reconciliation.apply().await
 }
 
-/// Why reconciliation of `lb` is paused, if it is: the CAPI pause annotation on the LoadBalancer, or
-/// `spec.paused` on its Cluster.
-async fn paused(ctx: &Context, lb: &LoadBalancer, namespace: &str) -> Result<Option<String>> {
-    if lb.annotations().contains_key(ANNOTATION_PAUSED) {
-        return Ok(Some(format!(
-            "the LoadBalancer has the {ANNOTATION_PAUSED} annotation"
-        )));
-    }
+/// The Cluster named by `spec.clusterName`, if it exists (a missing Cluster, or Cluster API not
+/// installed, is not an error).
+async fn cluster_of(ctx: &Context, lb: &LoadBalancer, namespace: &str) -> Result<Option<Cluster>> {
     let Some(cluster) = &lb.spec.cluster_name else {
         return Ok(None);
     };
     let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), namespace);
-    // A missing Cluster (or Cluster API not installed) does not pause anything.
-    let found = clusters
+    clusters
         .get_opt(cluster)
         .await
-        .map_err(kube_err("get", format!("Cluster {namespace}/{cluster}")))?;
-    Ok(found
+        .map_err(kube_err("get", format!("Cluster {namespace}/{cluster}")))
+}
+
+/// Why reconciliation of `lb` is paused, if it is: the CAPI pause annotation on the LoadBalancer, or
+/// `spec.paused` on its Cluster.
+fn paused(lb: &LoadBalancer, cluster: Option<&Cluster>) -> Option<String> {
+    if lb.annotations().contains_key(ANNOTATION_PAUSED) {
+        return Some(format!(
+            "the LoadBalancer has the {ANNOTATION_PAUSED} annotation"
+        ));
+    }
+    cluster
         .filter(|c| c.spec.paused == Some(true))
-        .map(|_| format!("Cluster {cluster} has spec.paused set")))
+        .map(|c| format!("Cluster {} has spec.paused set", c.name_any()))
 }
 
 fn describe(lb: &LoadBalancer) -> String {
@@ -183,6 +194,24 @@ struct Reconciliation<'a> {
     outcome: Outcome,
     /// A transient failure happened in this pass (back-off is kept, not reset).
     transient_failure: bool,
+    /// The effective selector, once the spec is known to be valid.
+    selector: Option<Selector>,
+    /// The LoadBalancer's Cluster is being deleted: deletion hooks are released.
+    cluster_deleting: bool,
+}
+
+/// How the members can be reached in this pass.
+enum Access<'a> {
+    /// Converge them through the provider.
+    Converge {
+        provider: &'a dyn Provider,
+        infra: &'a DynamicObject,
+        listeners: &'a [Listener],
+    },
+    /// They cannot be converged now (the message says why); their state is unknown.
+    NotConverged(String),
+    /// The provider's load balancer was deleted: there are no members.
+    Gone,
 }
 
 impl<'a> Reconciliation<'a> {
@@ -198,6 +227,8 @@ impl<'a> Reconciliation<'a> {
             notes: Vec::new(),
             outcome: Outcome::done(),
             transient_failure: false,
+            selector: None,
+            cluster_deleting: false,
         })
     }
 
@@ -247,6 +278,7 @@ impl<'a> Reconciliation<'a> {
                 return self.finish().await;
             }
         };
+        self.selector = Some(selector.clone());
 
         // A changed infrastructureRef: release the previous one first (break before make).
         let spec_ref = self.lb.spec.infrastructure_ref.clone();
@@ -388,27 +420,16 @@ impl<'a> Reconciliation<'a> {
         let infra_ready = infra_state == InfraState::Provisioned;
 
         // Targets and members.
-        let targets = match self.targets(&selector).await {
-            Ok(targets) if infra_ready => {
-                let members = self
-                    .converge(
-                        provider.as_ref(),
-                        &infra,
-                        &listeners,
-                        &targets,
-                        &mut infra_status,
-                    )
-                    .await;
-                TargetsState::Listed { targets, members }
+        let access = if infra_ready {
+            Access::Converge {
+                provider: provider.as_ref(),
+                infra: &infra,
+                listeners: &listeners,
             }
-            Ok(targets) => TargetsState::Listed {
-                targets,
-                members: MembersState::NotConverged(
-                    "members are added once the load balancer is provisioned".into(),
-                ),
-            },
-            Err(message) => TargetsState::Unavailable(message),
+        } else {
+            Access::NotConverged("members are added once the load balancer is provisioned".into())
         };
+        let targets = self.move_targets(access, &mut infra_status).await?;
         self.record_targets(&selector, &targets);
 
         // The provider's view, on the infrastructure object.
@@ -475,12 +496,32 @@ impl<'a> Reconciliation<'a> {
         )
     }
 
-    /// Stop after an infrastructure problem: report it, keep everything else.
-    async fn infra_problem(mut self, reason: &'static str, message: String) -> Result<Outcome> {
+    /// Stop after an infrastructure problem: report it, keep everything else. Targets still move
+    /// as far as they can without the provider (hooks of targets that were never members are
+    /// released; states of members are kept until the provider can be asked).
+    async fn infra_problem(self, reason: &'static str, message: String) -> Result<Outcome> {
+        let access = Access::NotConverged(format!(
+            "members cannot be converged until the infrastructure is ready: {message}"
+        ));
+        self.infra_stop(reason, message, access).await
+    }
+
+    async fn infra_stop(
+        mut self,
+        reason: &'static str,
+        message: String,
+        access: Access<'_>,
+    ) -> Result<Outcome> {
         let condition = infrastructure_condition(&InfraState::Problem { reason, message });
         self.conditions
             .push(ready_condition(&condition, None, false, None));
         self.conditions.push(condition);
+        if let Some(selector) = self.selector.clone() {
+            let targets = self.move_targets(access, &mut Map::new()).await?;
+            self.record_targets(&selector, &targets);
+            self.conditions
+                .push(self.targets_condition(&selector, &targets));
+        }
         self.finish().await
     }
 
@@ -493,7 +534,9 @@ impl<'a> Reconciliation<'a> {
         reason: &'static str,
         what: &str,
     ) -> Result<Outcome> {
-        let message = match release(self.ctx, self.lb, &self.identity, spec_ref, false).await? {
+        let (message, gone) = match release(self.ctx, self.lb, &self.identity, spec_ref, false)
+            .await?
+        {
             Release::Done(changes) => {
                 self.note(false, event::LOAD_BALANCER_DELETED, changes);
                 self.status.infrastructure_ref = None;
@@ -502,15 +545,23 @@ impl<'a> Reconciliation<'a> {
                 self.note(false, event::ENDPOINT_WITHDRAWN, report.changes);
                 self.conditions
                     .push(publication_condition(&report.state, false));
-                format!("{spec_ref} {what}; its load balancer was deleted")
+                (
+                    format!("{spec_ref} {what}; its load balancer was deleted"),
+                    true,
+                )
             }
             Release::Pending(message, retry) => {
                 self.outcome = self.outcome.min(Some(retry));
-                format!("{spec_ref} {what}: {message}")
+                (format!("{spec_ref} {what}: {message}"), false)
             }
-            Release::Blocked(_, message) => format!("{spec_ref} {what}: {message}"),
+            Release::Blocked(_, message) => (format!("{spec_ref} {what}: {message}"), false),
         };
-        self.infra_problem(reason, message).await
+        let access = if gone {
+            Access::Gone
+        } else {
+            Access::NotConverged(format!("members cannot be converged: {message}"))
+        };
+        self.infra_stop(reason, message, access).await
     }
 
     /// Turn a provider error into an infrastructure state (and a requeue for transient ones).
@@ -536,77 +587,112 @@ impl<'a> Reconciliation<'a> {
         }
     }
 
-    /// The selected targets, or why the target kind cannot be listed.
-    async fn targets(&self, selector: &Selector) -> Result<Vec<targets::Target>, String> {
-        let kind = &self.lb.spec.target_kind;
-        let resource = self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await?;
-        let objects = targets::list(&self.ctx.client, &resource, &self.namespace, selector)
-            .await
-            .map_err(|e| format!("cannot list {kind}: {e}"))?;
-        Ok(targets::to_targets(
-            &objects,
-            &self.lb.spec.target_address_types,
-        ))
-    }
-
-    async fn converge(
+    /// Move the targets through their lifecycle around one member convergence: hooks first, then
+    /// the provider, then the states (see [`targets::Pass`]).
+    async fn move_targets(
         &mut self,
-        provider: &dyn Provider,
-        infra: &DynamicObject,
-        listeners: &[Listener],
-        targets: &[targets::Target],
+        access: Access<'_>,
         infra_status: &mut Map<String, Value>,
-    ) -> MembersState {
-        // Every selected target with an address that is not being deleted is a member; anything
-        // else the provider has is removed (including members no target claims).
-        let members: Vec<DesiredMember> = targets
-            .iter()
-            .filter(|t| !t.deleting)
-            .filter_map(|t| {
-                t.address.as_ref().map(|address| DesiredMember {
-                    name: t.name.clone(),
-                    address: address.clone(),
-                    drain: false,
-                })
-            })
-            .collect();
-        let result = provider
-            .converge_members(MembersRequest {
-                identity: &self.identity,
+    ) -> Result<TargetsState> {
+        let Some(selector) = self.selector.clone() else {
+            return Ok(TargetsState::Unavailable("the spec is invalid".into()));
+        };
+        let kind = &self.lb.spec.target_kind;
+        let pass = targets::Pass {
+            ctx: self.ctx,
+            lb: self.lb,
+            keys: TargetKeys::new(&self.namespace, &self.identity.name),
+            selector: &selector,
+            settings: Settings {
+                drain: Duration::from_secs(u64::try_from(self.lb.spec.drain_seconds).unwrap_or(0)),
+                hooks: kind.api_group == CAPI_GROUP && kind.kind == MACHINE_KIND,
+                release_hooks: self.cluster_deleting,
+            },
+        };
+        let prepared = match pass.prepare().await? {
+            Ok(prepared) => prepared,
+            Err(message) => return Ok(TargetsState::Unavailable(message)),
+        };
+        let (members_state, members) = match access {
+            Access::Converge {
+                provider,
                 infra,
                 listeners,
-                members: &members,
-            })
-            .await;
-        match result {
-            Ok(out) => {
-                self.note(false, event::MEMBERS_CHANGED, out.changes);
-                if let Some(retry) = out.progress.retry_after() {
-                    self.outcome = self.outcome.min(Some(retry));
+            } => {
+                let desired = prepared.desired_members();
+                let result = provider
+                    .converge_members(MembersRequest {
+                        identity: &self.identity,
+                        infra,
+                        listeners,
+                        members: &desired,
+                    })
+                    .await;
+                match result {
+                    Ok(out) => {
+                        self.note(false, event::MEMBERS_CHANGED, out.changes);
+                        if let Some(retry) = out.progress.retry_after() {
+                            self.outcome = self.outcome.min(Some(retry));
+                        }
+                        infra_status.extend(out.status);
+                        (MembersState::Converged, Some(out.members))
+                    }
+                    Err(error) => {
+                        match self.provider_problem(provider.name(), "member update", error) {
+                            InfraState::Problem { reason, message } => {
+                                (MembersState::Problem { reason, message }, None)
+                            }
+                            _ => (MembersState::NotConverged(String::new()), None),
+                        }
+                    }
                 }
-                infra_status.extend(out.status);
-                MembersState::Converged(out.members)
             }
-            Err(error) => match self.provider_problem(provider.name(), "member update", error) {
-                InfraState::Problem { reason, message } => {
-                    MembersState::Problem { reason, message }
-                }
-                _ => MembersState::NotConverged(String::new()),
-            },
+            Access::NotConverged(why) => (MembersState::NotConverged(why), None),
+            Access::Gone => (
+                MembersState::NotConverged("the load balancer was deleted".into()),
+                Some(Vec::new()),
+            ),
+        };
+        let known = members.as_deref().map_or(Members::Unknown, Members::Known);
+        let completed = pass.complete(prepared, known).await?;
+        self.note(false, event::TARGET_STATE_CHANGED, completed.transitions);
+        for (reason, what, names) in [
+            (
+                event::DELETION_HOOKS_ADDED,
+                "added to",
+                completed.hooks_added,
+            ),
+            (
+                event::DELETION_HOOKS_RELEASED,
+                "released from",
+                completed.hooks_released,
+            ),
+        ] {
+            if !names.is_empty() {
+                let message = format!("deletion hooks {what} {}", names.join(", "));
+                self.note(false, reason, vec![message]);
+            }
         }
+        self.outcome = self.outcome.min(completed.requeue_after);
+        Ok(TargetsState::Listed {
+            targets: completed.views,
+            members: members_state,
+        })
     }
 
     fn record_targets(&mut self, selector: &Selector, targets: &TargetsState) {
         self.status.target_kind = Some(self.lb.spec.target_kind.to_string());
         self.status.target_selector = Some(selector.to_string());
-        if let TargetsState::Listed { targets, members } = targets {
-            self.status.targets = targets.iter().map(|t| t.name.clone()).collect();
-            if !matches!(members, MembersState::Problem { .. }) {
-                self.status.active_targets = active_targets(members)
-                    .into_iter()
-                    .filter(|name| self.status.targets.contains(name))
-                    .collect();
-            }
+        if let TargetsState::Listed { targets, .. } = targets {
+            // Selected targets, and deselected ones until they are removed.
+            let tracked = targets
+                .iter()
+                .filter(|t| t.selected || t.state != TargetState::Removed);
+            self.status.targets = tracked.clone().map(|t| t.name.clone()).collect();
+            self.status.active_targets = tracked
+                .filter(|t| t.state == TargetState::Active)
+                .map(|t| t.name.clone())
+                .collect();
         }
         self.status.ready_targets = Some(format!(
             "{}/{}",
@@ -829,6 +915,20 @@ async fn cleanup(lb: &LoadBalancer, ctx: &Context, api: &Api<LoadBalancer>) -> R
     }
     let identity = identity(lb)?;
     let reference = lb.object_ref(&());
+    // Hooks and target annotations go first, so that Machine deletion never waits on a
+    // LoadBalancer that is going away.
+    let released = targets::release_all(ctx, lb).await?;
+    if !released.is_empty() {
+        ctx.events
+            .publish(
+                &reference,
+                false,
+                event::DELETION_HOOKS_RELEASED,
+                "Delete",
+                released.join("; "),
+            )
+            .await;
+    }
     let mut refs = vec![lb.spec.infrastructure_ref.clone()];
     if let Some(recorded) = lb
         .status

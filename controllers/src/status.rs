@@ -3,10 +3,9 @@
 
 use capi_lb_api::conditions::DesiredCondition;
 use capi_lb_api::constants::{condition as c, reason as r};
-use capi_lb_providers::{MemberState, MemberStatus};
+use capi_lb_api::target::TargetState;
 
 use crate::publication::Published;
-use crate::targets::Target;
 
 /// State of the provider's load balancer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,8 +28,8 @@ pub enum InfraState {
 pub enum MembersState {
     /// Members were not converged (the load balancer is not provisioned yet).
     NotConverged(String),
-    /// The provider's member set after converging.
-    Converged(Vec<MemberStatus>),
+    /// The provider converged the members.
+    Converged,
     /// Converging failed.
     Problem {
         /// Condition reason.
@@ -40,34 +39,35 @@ pub enum MembersState {
     },
 }
 
+/// One target after a reconcile, as the `TargetsReady` condition and the status see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetView {
+    /// Object name.
+    pub name: String,
+    /// Matched by the selector.
+    pub selected: bool,
+    /// Selected, not deleting, not disabled.
+    pub wants_in: bool,
+    /// Its state (as written on it).
+    pub state: TargetState,
+    /// It has a usable address.
+    pub has_address: bool,
+    /// Readiness gates it has not passed.
+    pub gates_pending: Vec<String>,
+}
+
 /// What a reconcile learned about the targets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TargetsState {
     /// The target kind could not be listed.
     Unavailable(String),
-    /// The selected targets and the members.
+    /// The targets (selected, and deselected ones still being removed) and the members.
     Listed {
-        /// Selected targets, sorted by name.
-        targets: Vec<Target>,
+        /// Targets, sorted by name.
+        targets: Vec<TargetView>,
         /// Members.
         members: MembersState,
     },
-}
-
-/// Names of the targets that are active members.
-pub fn active_targets(members: &MembersState) -> Vec<String> {
-    match members {
-        MembersState::Converged(members) => {
-            let mut names: Vec<String> = members
-                .iter()
-                .filter(|m| m.state == MemberState::Active)
-                .map(|m| m.name.clone())
-                .collect();
-            names.sort();
-            names
-        }
-        _ => Vec::new(),
-    }
 }
 
 /// The `InfrastructureReady` condition.
@@ -101,8 +101,10 @@ fn list(names: &[&str]) -> String {
     out
 }
 
-/// The `TargetsReady` condition. `kind` is `Kind.group`, `selector` the selector string and
-/// `address_types` the preference list, for messages.
+/// The `TargetsReady` condition: true when every target that should serve (selected, not
+/// deleting, not disabled) is `active`. Disabled and leaving targets are reported in the message.
+/// `kind` is `Kind.group`, `selector` the selector string and `address_types` the preference list,
+/// for messages.
 pub fn targets_condition(
     targets: &TargetsState,
     kind: &str,
@@ -119,19 +121,65 @@ pub fn targets_condition(
         }
         TargetsState::Listed { targets, members } => (targets, members),
     };
-    if targets.is_empty() {
+    let names = |pred: &dyn Fn(&TargetView) -> bool| -> Vec<&str> {
+        targets
+            .iter()
+            .filter(|t| pred(t))
+            .map(|t| t.name.as_str())
+            .collect()
+    };
+    let active = names(&|t| t.wants_in && t.state == TargetState::Active);
+    let waiting = |t: &TargetView| t.wants_in && t.state != TargetState::Active;
+    let without = names(&|t| waiting(t) && !t.has_address);
+    let not_admitted = names(&|t| waiting(t) && t.has_address && !t.gates_pending.is_empty());
+    let joining = names(&|t| waiting(t) && t.has_address && t.gates_pending.is_empty());
+    let disabled = names(&|t| t.selected && t.state == TargetState::Disabled);
+    let draining: Vec<String> = targets
+        .iter()
+        .filter(|t| t.state.is_draining())
+        .map(|t| format!("{} ({})", t.name, t.state))
+        .collect();
+
+    // Facts that do not make the condition false.
+    let mut notes = Vec::new();
+    if !disabled.is_empty() {
+        notes.push(format!("disabled: {}", list(&disabled)));
+    }
+    if !draining.is_empty() {
+        let refs: Vec<&str> = draining.iter().map(String::as_str).collect();
+        notes.push(format!("draining: {}", list(&refs)));
+    }
+    let with_notes = |mut parts: Vec<String>| {
+        parts.extend(notes.iter().cloned());
+        parts.join("; ")
+    };
+
+    if !targets.iter().any(|t| t.selected) {
         return DesiredCondition::false_(
             c::TARGETS_READY,
             r::NO_TARGETS,
-            format!("no {kind} matches the selector {selector}"),
+            with_notes(vec![format!("no {kind} matches the selector {selector}")]),
+        );
+    }
+    if !targets.iter().any(|t| t.wants_in) {
+        return DesiredCondition::false_(
+            c::TARGETS_READY,
+            r::NO_TARGETS,
+            with_notes(vec![
+                "no selected target is in service (all are disabled or being deleted)".into(),
+            ]),
         );
     }
     let mut problems = Vec::new();
-    let without: Vec<&str> = targets
-        .iter()
-        .filter(|t| !t.deleting && t.address.is_none())
-        .map(|t| t.name.as_str())
-        .collect();
+    let mut reason = None;
+    if let MembersState::Problem {
+        reason: why,
+        message,
+    } = members
+    {
+        problems.push(message.clone());
+        reason = Some(*why);
+    }
     if !without.is_empty() {
         problems.push(format!(
             "{} without a usable address (wanted {address_types}): {}",
@@ -142,48 +190,39 @@ pub fn targets_condition(
             },
             list(&without)
         ));
+        reason = reason.or(Some(r::TARGETS_WITHOUT_ADDRESS));
     }
-    let reason_if_progressing = match members {
-        MembersState::Problem { reason, message } => {
-            problems.push(message.clone());
-            return DesiredCondition::false_(c::TARGETS_READY, reason, problems.join("; "));
+    if !not_admitted.is_empty() {
+        let gates: Vec<String> = targets
+            .iter()
+            .filter(|t| not_admitted.contains(&t.name.as_str()))
+            .map(|t| format!("{} ({})", t.name, t.gates_pending.join(", ")))
+            .collect();
+        let refs: Vec<&str> = gates.iter().map(String::as_str).collect();
+        problems.push(format!(
+            "waiting for readiness gates before admitting {}",
+            list(&refs)
+        ));
+        reason = reason.or(Some(r::TARGETS_NOT_ADMITTED));
+    }
+    if !joining.is_empty() {
+        match members {
+            MembersState::NotConverged(why) => problems.push(why.clone()),
+            _ => problems.push(format!("waiting for {} to become active", list(&joining))),
         }
-        MembersState::NotConverged(why) => {
-            problems.push(why.clone());
-            r::TARGETS_PROGRESSING
-        }
-        MembersState::Converged(members) => {
-            let waiting: Vec<&str> = targets
-                .iter()
-                .filter(|t| !t.deleting && t.address.is_some())
-                .filter(|t| {
-                    !members
-                        .iter()
-                        .any(|m| m.name == t.name && m.state == MemberState::Active)
-                })
-                .map(|t| t.name.as_str())
-                .collect();
-            if !waiting.is_empty() {
-                problems.push(format!("waiting for {} to become active", list(&waiting)));
-            }
-            r::TARGETS_PROGRESSING
-        }
-    };
-    if problems.is_empty() {
-        let active = targets.iter().filter(|t| !t.deleting).count();
-        DesiredCondition::true_(
+        reason = reason.or(Some(r::TARGETS_PROGRESSING));
+    }
+    match reason {
+        None => DesiredCondition::true_(
             c::TARGETS_READY,
             r::TARGETS_ACTIVE,
-            format!("{active} of {} targets active", targets.len()),
-        )
-    } else if !without.is_empty() {
-        DesiredCondition::false_(
-            c::TARGETS_READY,
-            r::TARGETS_WITHOUT_ADDRESS,
-            problems.join("; "),
-        )
-    } else {
-        DesiredCondition::false_(c::TARGETS_READY, reason_if_progressing, problems.join("; "))
+            with_notes(vec![format!(
+                "{} of {} targets active",
+                active.len(),
+                targets.iter().filter(|t| t.selected).count()
+            )]),
+        ),
+        Some(reason) => DesiredCondition::false_(c::TARGETS_READY, reason, with_notes(problems)),
     }
 }
 
@@ -294,6 +333,7 @@ pub fn is_warning(reason: &str) -> bool {
             | r::PROVIDER_ERROR
             | r::PROVIDER_FAILED
             | r::TARGETS_WITHOUT_ADDRESS
+            | r::MEMBERS_UNKNOWN
             | r::TARGET_KIND_UNAVAILABLE
             | r::NAME_CONFLICT
     )
@@ -303,25 +343,24 @@ pub fn is_warning(reason: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn target(name: &str, address: Option<&str>) -> Target {
-        Target {
+    fn target(name: &str, address: Option<&str>, state: TargetState) -> TargetView {
+        TargetView {
             name: name.into(),
-            deleting: false,
-            address: address.map(Into::into),
-        }
-    }
-
-    fn member(name: &str, state: MemberState) -> MemberStatus {
-        MemberStatus {
-            name: name.into(),
-            address: "10.0.0.1".into(),
+            selected: true,
+            wants_in: true,
             state,
+            has_address: address.is_some(),
+            gates_pending: Vec::new(),
         }
     }
 
-    fn cond(targets: TargetsState) -> DesiredCondition {
+    fn cond(targets: Vec<TargetView>) -> DesiredCondition {
+        cond_with(targets, MembersState::Converged)
+    }
+
+    fn cond_with(targets: Vec<TargetView>, members: MembersState) -> DesiredCondition {
         targets_condition(
-            &targets,
+            &TargetsState::Listed { targets, members },
             "Machine.cluster.x-k8s.io",
             "a=b",
             "InternalIP, ExternalIP",
@@ -330,26 +369,43 @@ mod tests {
 
     #[test]
     fn targets_ready_when_every_target_is_active() {
-        let d = cond(TargetsState::Listed {
-            targets: vec![
-                target("m1", Some("10.0.0.1")),
-                target("m2", Some("10.0.0.2")),
-            ],
-            members: MembersState::Converged(vec![
-                member("m1", MemberState::Active),
-                member("m2", MemberState::Active),
-            ]),
-        });
+        let d = cond(vec![
+            target("m1", Some("10.0.0.1"), TargetState::Active),
+            target("m2", Some("10.0.0.2"), TargetState::Active),
+        ]);
         assert!(d.status);
         assert_eq!(d.reason, r::TARGETS_ACTIVE);
+        assert_eq!(d.message, "2 of 2 targets active");
+    }
+
+    #[test]
+    fn disabled_and_draining_targets_are_noted_not_failed() {
+        let mut disabled = target("m2", Some("10.0.0.2"), TargetState::Disabled);
+        disabled.wants_in = false;
+        let mut leaving = target("m3", Some("10.0.0.3"), TargetState::Removing);
+        leaving.selected = false;
+        leaving.wants_in = false;
+        let d = cond(vec![
+            target("m1", Some("10.0.0.1"), TargetState::Active),
+            disabled.clone(),
+            leaving,
+        ]);
+        assert!(d.status, "{}", d.message);
+        assert_eq!(
+            d.message,
+            "1 of 2 targets active; disabled: m2; draining: m3 (removing)"
+        );
+        let d = cond(vec![disabled]);
+        assert_eq!((d.status, d.reason), (false, r::NO_TARGETS));
+        assert!(d.message.contains("disabled: m2"), "{}", d.message);
     }
 
     #[test]
     fn targets_without_address_are_named() {
-        let d = cond(TargetsState::Listed {
-            targets: vec![target("m1", Some("10.0.0.1")), target("m2", None)],
-            members: MembersState::Converged(vec![member("m1", MemberState::Active)]),
-        });
+        let d = cond(vec![
+            target("m1", Some("10.0.0.1"), TargetState::Active),
+            target("m2", None, TargetState::Adding),
+        ]);
         assert!(!d.status);
         assert_eq!(d.reason, r::TARGETS_WITHOUT_ADDRESS);
         assert!(d.message.contains("m2"), "{}", d.message);
@@ -361,24 +417,46 @@ mod tests {
     }
 
     #[test]
-    fn adding_members_are_progressing() {
-        let d = cond(TargetsState::Listed {
-            targets: vec![target("m1", Some("10.0.0.1"))],
-            members: MembersState::Converged(vec![member("m1", MemberState::Adding)]),
-        });
+    fn gated_and_adding_members_are_progressing() {
+        let d = cond(vec![target("m1", Some("10.0.0.1"), TargetState::Adding)]);
         assert_eq!((d.status, d.reason), (false, r::TARGETS_PROGRESSING));
         assert!(d.message.contains("m1"));
+        let mut gated = target("m2", Some("10.0.0.2"), TargetState::Adding);
+        gated.gates_pending = vec!["APIServerPodHealthy".into()];
+        let d = cond(vec![gated]);
+        assert_eq!((d.status, d.reason), (false, r::TARGETS_NOT_ADMITTED));
+        assert!(
+            d.message.contains("m2 (APIServerPodHealthy)"),
+            "{}",
+            d.message
+        );
+        let d = cond_with(
+            vec![target("m1", Some("10.0.0.1"), TargetState::Adding)],
+            MembersState::NotConverged("members are added once provisioned".into()),
+        );
+        assert_eq!(d.reason, r::TARGETS_PROGRESSING);
+        assert!(d.message.contains("once provisioned"));
+        let d = cond_with(
+            vec![target("m1", Some("10.0.0.1"), TargetState::Active)],
+            MembersState::Problem {
+                reason: r::PROVIDER_ERROR,
+                message: "boom".into(),
+            },
+        );
+        assert_eq!((d.status, d.reason), (false, r::PROVIDER_ERROR));
     }
 
     #[test]
     fn no_targets_and_unavailable_kinds() {
-        let d = cond(TargetsState::Listed {
-            targets: vec![],
-            members: MembersState::Converged(vec![]),
-        });
+        let d = cond(vec![]);
         assert_eq!((d.status, d.reason), (false, r::NO_TARGETS));
         assert!(d.message.contains("a=b"));
-        let d = cond(TargetsState::Unavailable("kind not installed".into()));
+        let d = targets_condition(
+            &TargetsState::Unavailable("kind not installed".into()),
+            "Machine.cluster.x-k8s.io",
+            "a=b",
+            "",
+        );
         assert_eq!(d.reason, r::TARGET_KIND_UNAVAILABLE);
     }
 

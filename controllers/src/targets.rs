@@ -1,25 +1,37 @@
 //! Targets of a LoadBalancer: the objects of `spec.targetKind` its selector matches, and the address
 //! of each, picked from `status.addresses` in the order of `spec.targetAddressTypes` (the Cluster API
-//! Machine convention, which other kinds follow too). Picking is pure; listing is one API call.
+//! Machine convention, which other kinds follow too), and the readiness gates it has not passed.
+//! Picking is pure; listing is one API call.
+//!
+//! A [`Pass`] moves the targets through the state machine of [`crate::lifecycle`] around the
+//! provider call: [`Pass::prepare`] puts deletion hooks in place before any member can exist, the
+//! reconciler converges the members, and [`Pass::complete`] writes each target's new state and
+//! releases the hooks of members that are gone. Each target is written at most once per half, and
+//! only when something changed.
 
 use std::net::IpAddr;
 
-use capi_lb_api::loadbalancer::MachineAddressType;
-use kube::ResourceExt;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use capi_lb_api::constants::event;
+use capi_lb_api::loadbalancer::{MachineAddressType, ReadinessGate};
+use capi_lb_api::target::TargetKeys;
+use capi_lb_api::{LoadBalancer, LoadBalancerSpec};
+use capi_lb_providers::{DesiredMember, MemberIntent};
+use jiff::Timestamp;
 use kube::api::{Api, ListParams};
-use kube::core::{ApiResource, DynamicObject, Selector};
+use kube::core::{ApiResource, DynamicObject, Selector, SelectorExt};
+use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-/// A selected target.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Target {
-    /// Object name.
-    pub name: String,
-    /// True when the object is being deleted.
-    pub deleting: bool,
-    /// The address to use, when the object reports one of the wanted types.
-    pub address: Option<String>,
-}
+use crate::context::Context;
+use crate::error::{Result, is_not_found, kube_err};
+use crate::lifecycle::{
+    Members, Observed, Settings, annotate, hooks_before, intent, set_hooks, settle,
+};
+use crate::metadata::set_annotations;
+use crate::status::TargetView;
 
 /// True for address types that must hold an IP.
 fn is_ip_type(t: MachineAddressType) -> bool {
@@ -47,32 +59,350 @@ pub fn pick_address(object: &Value, preference: &[MachineAddressType]) -> Option
     })
 }
 
-/// Turn listed objects into targets, sorted by name.
-pub fn to_targets(objects: &[DynamicObject], preference: &[MachineAddressType]) -> Vec<Target> {
-    let mut targets: Vec<Target> = objects
+/// The readiness gates `object` does not report as `True`, looking at `status.conditions` (and
+/// `status.v1beta2.conditions`, where Cluster API v1beta1 objects keep the new conditions).
+pub fn pending_gates(object: &Value, gates: &[ReadinessGate]) -> Vec<String> {
+    let is_true = |gate: &str| {
+        ["/status/conditions", "/status/v1beta2/conditions"]
+            .iter()
+            .filter_map(|p| object.pointer(p)?.as_array())
+            .flatten()
+            .any(|c| {
+                c.get("type").and_then(Value::as_str) == Some(gate)
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+    };
+    gates
         .iter()
-        .map(|o| Target {
-            name: o.name_any(),
-            deleting: o.metadata.deletion_timestamp.is_some(),
-            address: serde_json::to_value(o)
-                .ok()
-                .and_then(|v| pick_address(&v, preference)),
+        .map(|g| g.condition_type.as_str())
+        .filter(|g| !is_true(g))
+        .map(str::to_string)
+        .collect()
+}
+
+/// An object of the target kind this LoadBalancer deals with, and what was observed on it.
+#[derive(Clone, Debug)]
+pub struct TargetObject {
+    /// The object as listed (kept current after each write).
+    pub object: DynamicObject,
+    /// What the state machine needs.
+    pub observed: Observed,
+}
+
+/// The objects this LoadBalancer deals with, sorted by name: those `selector` matches, and those
+/// still carrying any of its annotations (deselected targets being removed, hooks to release).
+pub fn observe(
+    objects: Vec<DynamicObject>,
+    selector: &Selector,
+    keys: &TargetKeys,
+    spec: &LoadBalancerSpec,
+) -> Vec<TargetObject> {
+    let mut targets: Vec<TargetObject> = objects
+        .into_iter()
+        .filter_map(|object| {
+            let selected = selector.matches(object.labels());
+            let ours = keys
+                .all()
+                .iter()
+                .any(|k| object.annotations().contains_key(*k));
+            if !selected && !ours {
+                return None;
+            }
+            let value = serde_json::to_value(&object).unwrap_or(Value::Null);
+            let observed = Observed::from_annotations(
+                object.name_any(),
+                selected,
+                object.metadata.deletion_timestamp.is_some(),
+                object.annotations(),
+                keys,
+                pick_address(&value, &spec.target_address_types),
+                pending_gates(&value, &spec.readiness_gates),
+            );
+            Some(TargetObject { object, observed })
         })
         .collect();
-    targets.sort_by(|a, b| a.name.cmp(&b.name));
+    targets.sort_by(|a, b| a.observed.name.cmp(&b.observed.name));
     targets
 }
 
-/// List the objects of `resource` in `namespace` matching `selector`.
+/// List every object of `resource` in `namespace`. The selector is applied by [`observe`], which
+/// also needs the objects that no longer match.
 pub async fn list(
     client: &kube::Client,
     resource: &ApiResource,
     namespace: &str,
-    selector: &Selector,
 ) -> Result<Vec<DynamicObject>, kube::Error> {
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
-    let params = ListParams::default().labels_from(selector);
-    Ok(api.list(&params).await?.items)
+    Ok(api.list(&ListParams::default()).await?.items)
+}
+
+/// Everything one reconcile pass needs to move the targets of one LoadBalancer.
+pub struct Pass<'a> {
+    /// The controller context.
+    pub ctx: &'a Context,
+    /// The LoadBalancer.
+    pub lb: &'a LoadBalancer,
+    /// Its annotation keys.
+    pub keys: TargetKeys,
+    /// Its effective selector.
+    pub selector: &'a Selector,
+    /// State machine settings.
+    pub settings: Settings,
+}
+
+/// The targets after the first half of a pass: hooks in place, intents decided.
+pub struct Prepared {
+    resource: ApiResource,
+    targets: Vec<TargetObject>,
+    intents: Vec<Option<MemberIntent>>,
+    now: Timestamp,
+    /// Targets whose hooks were added.
+    hooks_added: Vec<String>,
+    /// Targets whose hooks were released.
+    hooks_released: Vec<String>,
+}
+
+impl Prepared {
+    /// The member set to ask of the provider.
+    pub fn desired_members(&self) -> Vec<DesiredMember> {
+        self.targets
+            .iter()
+            .zip(&self.intents)
+            .filter_map(|(t, intent)| {
+                intent.clone().map(|intent| DesiredMember {
+                    name: t.observed.name.clone(),
+                    intent,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The targets after a pass.
+pub struct Completed {
+    /// What the status and the `TargetsReady` condition need.
+    pub views: Vec<TargetView>,
+    /// Reconcile again after this long (the earliest drain deadline).
+    pub requeue_after: Option<Duration>,
+    /// State changes (`m1: adding -> active`), for an Event on the LoadBalancer.
+    pub transitions: Vec<String>,
+    /// Targets whose deletion hooks were added in this pass.
+    pub hooks_added: Vec<String>,
+    /// Targets whose deletion hooks were released in this pass.
+    pub hooks_released: Vec<String>,
+}
+
+impl Pass<'_> {
+    fn api(&self, resource: &ApiResource) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.ctx.client.clone(),
+            &self.lb.namespace().unwrap_or_default(),
+            resource,
+        )
+    }
+
+    /// First half: list and observe the targets, decide what to ask of the provider, and put the
+    /// deletion hooks on every Machine that may have a member after the provider call (or release
+    /// them all when the Cluster is being deleted). `Ok(Err(message))` when the target kind cannot be
+    /// listed.
+    pub async fn prepare(&self) -> Result<Result<Prepared, String>> {
+        let kind = &self.lb.spec.target_kind;
+        let resource = match self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await {
+            Ok(resource) => resource,
+            Err(message) => return Ok(Err(message)),
+        };
+        let namespace = self.lb.namespace().unwrap_or_default();
+        let objects = match list(&self.ctx.client, &resource, &namespace).await {
+            Ok(objects) => objects,
+            Err(e) => return Ok(Err(format!("cannot list {kind}: {e}"))),
+        };
+        let mut targets = observe(objects, self.selector, &self.keys, &self.lb.spec);
+        let now = self.ctx.clock.now();
+        let intents = targets
+            .iter()
+            .map(|t| intent(&t.observed, now, &self.settings))
+            .collect();
+        let api = self.api(&resource);
+        let (mut hooks_added, mut hooks_released) = (Vec::new(), Vec::new());
+        let mut gone = Vec::new();
+        for (i, target) in targets.iter_mut().enumerate() {
+            let Some(hooks) = hooks_before(&target.observed, &self.settings) else {
+                continue;
+            };
+            let mut annotations = target.object.annotations().clone();
+            set_hooks(&mut annotations, &self.keys, &self.lb.name_any(), hooks);
+            if &annotations == target.object.annotations() {
+                continue;
+            }
+            match self.write(&api, &target.object, &annotations).await? {
+                Some(updated) => {
+                    target.object = updated;
+                    target.observed.pre_drain = hooks;
+                    target.observed.pre_terminate = hooks;
+                    let name = target.observed.name.clone();
+                    if hooks {
+                        hooks_added.push(name);
+                    } else {
+                        hooks_released.push(name);
+                    }
+                }
+                None => gone.push(i),
+            }
+        }
+        // A target deleted meanwhile is no longer ours to ask for.
+        let mut intents: Vec<Option<MemberIntent>> = intents;
+        for i in gone.into_iter().rev() {
+            targets.remove(i);
+            intents.remove(i);
+        }
+        Ok(Ok(Prepared {
+            resource,
+            targets,
+            intents,
+            now,
+            hooks_added,
+            hooks_released,
+        }))
+    }
+
+    /// Write `annotations` to `object` unless unchanged. `None` when the object is gone.
+    async fn write(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &DynamicObject,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<Option<DynamicObject>> {
+        if object.annotations() == annotations {
+            return Ok(Some(object.clone()));
+        }
+        match set_annotations(api, object, annotations).await {
+            Ok(updated) => Ok(Some(updated)),
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(kube_err(
+                "annotate",
+                format!("{} {}", self.lb.spec.target_kind.kind, object.name_any()),
+            )(e)),
+        }
+    }
+
+    /// Second half: settle every target's state from the provider's answer, write the states and
+    /// release the hooks of members that are gone.
+    pub async fn complete(&self, prepared: Prepared, members: Members<'_>) -> Result<Completed> {
+        let api = self.api(&prepared.resource);
+        let lb_name = self.lb.name_any();
+        let namespace = self.lb.namespace().unwrap_or_default();
+        let mut completed = Completed {
+            views: Vec::new(),
+            requeue_after: None,
+            transitions: Vec::new(),
+            hooks_added: prepared.hooks_added,
+            hooks_released: prepared.hooks_released,
+        };
+        for (target, intent) in prepared.targets.into_iter().zip(&prepared.intents) {
+            let observed = &target.observed;
+            let settled = settle(
+                observed,
+                intent.as_ref(),
+                members,
+                prepared.now,
+                &self.settings,
+            );
+            let hooks = self.settings.hooks.then_some(settled.hooks);
+            let annotations = annotate(
+                target.object.annotations(),
+                &namespace,
+                &lb_name,
+                &self.keys,
+                Some((settled.state, settled.since)),
+                hooks,
+            );
+            let had_hooks = observed.pre_drain || observed.pre_terminate;
+            if self
+                .write(&api, &target.object, &annotations)
+                .await?
+                .is_none()
+            {
+                continue;
+            }
+            if observed.recorded != Some(settled.state) {
+                let message = match observed.recorded {
+                    Some(before) => format!("{}: {before} -> {}", observed.name, settled.state),
+                    None => format!("{}: {}", observed.name, settled.state),
+                };
+                self.ctx
+                    .events
+                    .publish(
+                        &target.object.object_ref(&prepared.resource),
+                        false,
+                        event::TARGET_STATE_CHANGED,
+                        "Reconcile",
+                        format!("LoadBalancer {lb_name}: {}", settled.state),
+                    )
+                    .await;
+                completed.transitions.push(message);
+            }
+            match hooks {
+                Some(true) if !had_hooks => completed.hooks_added.push(observed.name.clone()),
+                Some(false) if had_hooks => completed.hooks_released.push(observed.name.clone()),
+                _ => {}
+            }
+            if let Some(after) = settled.requeue_after {
+                completed.requeue_after =
+                    Some(completed.requeue_after.map_or(after, |r| r.min(after)));
+            }
+            completed.views.push(TargetView {
+                name: observed.name.clone(),
+                selected: observed.selected,
+                wants_in: observed.wants_in(),
+                state: settled.state,
+                has_address: observed.address.is_some(),
+                gates_pending: observed.gates_pending.clone(),
+            });
+        }
+        Ok(completed)
+    }
+}
+
+/// Let go of every target of `lb`: remove its state annotations and deletion hooks (and the
+/// proposal's pair where it holds it). Used when the LoadBalancer is deleted. Returns what changed;
+/// a target kind that cannot be listed has nothing of ours to release that we could reach.
+pub async fn release_all(ctx: &Context, lb: &LoadBalancer) -> Result<Vec<String>> {
+    let kind = &lb.spec.target_kind;
+    let Ok(resource) = ctx.kinds.resolve(&kind.api_group, &kind.kind).await else {
+        return Ok(Vec::new());
+    };
+    let namespace = lb.namespace().unwrap_or_default();
+    let lb_name = lb.name_any();
+    let keys = TargetKeys::new(&namespace, &lb_name);
+    let objects = list(&ctx.client, &resource, &namespace)
+        .await
+        .map_err(kube_err("list", format!("{kind}")))?;
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
+    let mut changes = Vec::new();
+    for object in objects {
+        let annotations = annotate(
+            object.annotations(),
+            &namespace,
+            &lb_name,
+            &keys,
+            None,
+            None,
+        );
+        if &annotations == object.annotations() {
+            continue;
+        }
+        match set_annotations(&api, &object, &annotations).await {
+            Ok(_) => changes.push(format!("released {}", object.name_any())),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => {
+                return Err(kube_err(
+                    "annotate",
+                    format!("{kind} {}", object.name_any()),
+                )(e));
+            }
+        }
+    }
+    Ok(changes)
 }
 
 #[cfg(test)]
@@ -106,6 +436,30 @@ mod tests {
             pick_address(&m, &external_first).as_deref(),
             Some("198.51.100.7")
         );
+    }
+
+    #[test]
+    fn readiness_gates_read_both_condition_lists() {
+        let gates = [
+            ReadinessGate {
+                condition_type: "APIServerPodHealthy".into(),
+            },
+            ReadinessGate {
+                condition_type: "EtcdMemberHealthy".into(),
+            },
+        ];
+        let m = json!({"status": {
+            "conditions": [{"type": "APIServerPodHealthy", "status": "True"}],
+            "v1beta2": {"conditions": [{"type": "EtcdMemberHealthy", "status": "False"}]},
+        }});
+        assert_eq!(pending_gates(&m, &gates), vec!["EtcdMemberHealthy"]);
+        let m = json!({"status": {"v1beta2": {"conditions": [
+            {"type": "EtcdMemberHealthy", "status": "True"},
+            {"type": "APIServerPodHealthy", "status": "True"},
+        ]}}});
+        assert!(pending_gates(&m, &gates).is_empty());
+        assert_eq!(pending_gates(&json!({}), &gates).len(), 2);
+        assert!(pending_gates(&json!({}), &[]).is_empty());
     }
 
     #[test]

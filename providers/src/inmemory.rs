@@ -27,8 +27,8 @@ use serde_json::{Map, Value, json};
 use crate::clock::{SharedClock, after, until};
 use crate::error::{INVALID_CONFIGURATION, ProviderError};
 use crate::provider::{
-    DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, Listener, MemberState,
-    MemberStatus, MembersOutcome, MembersRequest, Progress, Provider,
+    DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, Listener, MemberIntent,
+    MemberState, MemberStatus, MembersOutcome, MembersRequest, Progress, Provider,
 };
 
 /// Name of the in-memory provider for `--providers`.
@@ -469,44 +469,38 @@ impl Provider for InMemoryProvider {
             lb.members.remove(&name);
             changes.push(format!("removed member {name} from {}", lb.id));
         }
+        let joining_state = if delay.is_zero() {
+            MemberState::Active
+        } else {
+            MemberState::Adding
+        };
         for desired in request.members {
-            let joining_state = |drain: bool| {
-                if drain {
-                    MemberState::Draining
-                } else if delay.is_zero() {
-                    MemberState::Active
-                } else {
-                    MemberState::Adding
-                }
-            };
-            match lb.members.get_mut(&desired.name) {
-                None => {
+            let existing = lb.members.get_mut(&desired.name);
+            match (&desired.intent, existing) {
+                (MemberIntent::Serve(address), None) => {
                     lb.members.insert(
                         desired.name.clone(),
                         CloudMember {
-                            address: desired.address.clone(),
-                            state: joining_state(desired.drain),
+                            address: address.clone(),
+                            state: joining_state,
                             active_at: after(now, delay),
                         },
                     );
                     changes.push(format!(
-                        "added member {} ({}) to {}",
-                        desired.name, desired.address, lb.id
+                        "added member {} ({address}) to {}",
+                        desired.name, lb.id
                     ));
                 }
-                Some(member) => {
-                    if member.address != desired.address {
+                (MemberIntent::Serve(address), Some(member)) => {
+                    if &member.address != address {
                         changes.push(format!(
-                            "member {} of {} moved from {} to {}",
-                            desired.name, lb.id, member.address, desired.address
+                            "member {} of {} moved from {} to {address}",
+                            desired.name, lb.id, member.address
                         ));
-                        member.address = desired.address.clone();
-                        member.state = joining_state(desired.drain);
+                        member.address = address.clone();
+                        member.state = joining_state;
                         member.active_at = after(now, delay);
-                    } else if desired.drain && member.state != MemberState::Draining {
-                        member.state = MemberState::Draining;
-                        changes.push(format!("draining member {} of {}", desired.name, lb.id));
-                    } else if !desired.drain && member.state == MemberState::Draining {
+                    } else if member.state == MemberState::Draining {
                         member.state = MemberState::Active;
                         changes.push(format!(
                             "member {} of {} takes new connections again",
@@ -514,6 +508,12 @@ impl Provider for InMemoryProvider {
                         ));
                     }
                 }
+                (MemberIntent::Drain, Some(member)) if member.state != MemberState::Draining => {
+                    member.state = MemberState::Draining;
+                    changes.push(format!("draining member {} of {}", desired.name, lb.id));
+                }
+                // Keep leaves a member as it is; neither Keep nor Drain creates one.
+                (MemberIntent::Drain | MemberIntent::Keep, _) => {}
             }
         }
         let mut next: Option<Duration> = None;

@@ -11,7 +11,7 @@ pub mod registry;
 pub use error::ProviderError;
 pub use provider::{
     DeleteOutcome, DeleteRequest, DesiredMember, EnsureOutcome, EnsureRequest, Listener,
-    LoadBalancerIdentity, MemberState, MemberStatus, MembersOutcome, MembersRequest, Progress,
-    Provider,
+    LoadBalancerIdentity, MemberIntent, MemberState, MemberStatus, MembersOutcome, MembersRequest,
+    Progress, Provider,
 };
 pub use registry::ProviderRegistry;

@@ -91,11 +91,50 @@ pub struct Listener {
 pub struct DesiredMember {
     /// Name of the target (unique within the LoadBalancer).
     pub name: String,
-    /// Address traffic goes to (an IP, or a DNS name where the target only has one).
-    pub address: String,
-    /// When true the member must stop taking new connections but keep serving existing ones
-    /// (weight 0); it is removed later by leaving it out of the desired set.
-    pub drain: bool,
+    /// What to do with it.
+    pub intent: MemberIntent,
+}
+
+/// What the reconciler wants for one member. Members not listed at all are removed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MemberIntent {
+    /// Serve new connections at this address (an IP, or a DNS name where the target only has
+    /// one): create the member, move it to this address, or take it out of draining.
+    Serve(String),
+    /// Leave an existing member exactly as it is and never create one. Used for a target that has
+    /// no usable address right now, or is not admitted yet (readiness gates), so that a passing
+    /// glitch in its status does not drop a serving member.
+    Keep,
+    /// Stop new connections (weight 0, or out of the endpoints where the provider has no weights)
+    /// while existing ones continue; the member is removed later by leaving it out. A draining
+    /// member that does not exist is not created.
+    Drain,
+}
+
+impl DesiredMember {
+    /// A member serving at `address`.
+    pub fn serve(name: impl Into<String>, address: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            intent: MemberIntent::Serve(address.into()),
+        }
+    }
+
+    /// An existing member left as it is.
+    pub fn keep(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            intent: MemberIntent::Keep,
+        }
+    }
+
+    /// An existing member draining.
+    pub fn drain(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            intent: MemberIntent::Drain,
+        }
+    }
 }
 
 /// State of a member as the provider sees it.
@@ -248,9 +287,10 @@ pub trait Provider: Send + Sync + 'static {
     /// ownership tags before creating one.
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError>;
 
-    /// Make the member set equal to `request.members`: add missing members, drain members marked
-    /// `drain`, remove members not listed (including members no target claims). Called only after
-    /// `ensure` reported the load balancer as provisioned.
+    /// Make the member set match `request.members`: create or update members to `Serve`, leave
+    /// `Keep` members as they are, drain `Drain` members, never create a member for `Keep` or
+    /// `Drain`, and remove every member not listed (including members no target claims). Called
+    /// only after `ensure` reported the load balancer as provisioned.
     async fn converge_members(
         &self,
         request: MembersRequest<'_>,

@@ -65,10 +65,10 @@ fn listeners() -> Vec<Listener> {
 }
 
 fn member(name: &str, address: &str, drain: bool) -> DesiredMember {
-    DesiredMember {
-        name: name.into(),
-        address: address.into(),
-        drain,
+    if drain {
+        DesiredMember::drain(name)
+    } else {
+        DesiredMember::serve(name, address)
     }
 }
 
@@ -317,6 +317,58 @@ async fn members_are_added_drained_moved_and_removed() {
         "a moved member is re-added"
     );
     assert_eq!(out.status["memberCount"], json!(1));
+}
+
+#[tokio::test]
+async fn keep_and_drain_never_create_a_member() {
+    let w = world();
+    let id = identity("cp");
+    let infra = infra("cp", json!({}));
+    ensure(&w, &id, &infra).await.unwrap();
+    let out = converge(
+        &w,
+        &id,
+        &infra,
+        &[DesiredMember::keep("m1"), DesiredMember::drain("m2")],
+    )
+    .await;
+    assert!(out.members.is_empty(), "{:?}", out.members);
+    assert!(out.changes.is_empty());
+
+    // Keep leaves an active member active and a draining member draining.
+    converge(
+        &w,
+        &id,
+        &infra,
+        &[
+            member("m1", "10.0.0.1", false),
+            member("m2", "10.0.0.2", false),
+        ],
+    )
+    .await;
+    converge(
+        &w,
+        &id,
+        &infra,
+        &[DesiredMember::keep("m1"), DesiredMember::drain("m2")],
+    )
+    .await;
+    let out = converge(
+        &w,
+        &id,
+        &infra,
+        &[DesiredMember::keep("m1"), DesiredMember::keep("m2")],
+    )
+    .await;
+    let state = |name: &str| out.members.iter().find(|m| m.name == name).map(|m| m.state);
+    assert_eq!(state("m1"), Some(MemberState::Active));
+    assert_eq!(state("m2"), Some(MemberState::Draining));
+    assert!(out.changes.is_empty(), "{:?}", out.changes);
+
+    // Serving again takes a draining member out of draining.
+    let out = converge(&w, &id, &infra, &[member("m2", "10.0.0.2", false)]).await;
+    assert_eq!(out.members.len(), 1);
+    assert_eq!(out.members[0].state, MemberState::Active);
 }
 
 #[tokio::test]
