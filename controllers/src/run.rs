@@ -16,6 +16,7 @@ use capi_lb_api::constants::{
     ENDPOINTSLICE_MANAGED_BY_VALUE, LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_LB_NAME,
     LABEL_MANAGED_BY, MANAGED_BY_VALUE,
 };
+use capi_lb_api::target::TargetKeys;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::clock::{SharedClock, SystemClock};
 use capi_lb_providers::inmemory::{self, InMemoryCloud, InMemoryProvider};
@@ -150,16 +151,25 @@ fn referencing(
         .collect()
 }
 
-/// LoadBalancers whose target selector matches `obj` (a Machine).
+/// LoadBalancers that deal with `obj` (a Machine): those whose target selector matches it, and
+/// those whose annotations are still on it (it was deselected and is being removed, or it holds
+/// their deletion hooks).
 fn selecting(store: &Store<LoadBalancer>, obj: &DynamicObject) -> Vec<ObjectRef<LoadBalancer>> {
     let namespace = obj.namespace().unwrap_or_default();
-    let labels = obj.labels().clone();
+    let labels = obj.labels();
+    let annotations = obj.annotations();
     store
         .state()
         .iter()
         .filter(|lb| lb.namespace().as_deref() == Some(namespace.as_str()))
         .filter(|lb| lb.spec.target_kind.kind == Machine::kind(&()))
-        .filter(|lb| lb.effective_selector().is_ok_and(|s| s.matches(&labels)))
+        .filter(|lb| {
+            lb.effective_selector().is_ok_and(|s| s.matches(labels))
+                || TargetKeys::new(&namespace, &lb.name_any())
+                    .all()
+                    .iter()
+                    .any(|k| annotations.contains_key(*k))
+        })
         .map(|lb| lb_ref(&namespace, &lb.name_any()))
         .collect()
 }

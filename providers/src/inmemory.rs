@@ -134,6 +134,27 @@ impl InMemoryCloud {
     }
 }
 
+impl InMemoryCloud {
+    /// Put an active member into load balancer `id` behind the controller's back (tests: a member
+    /// no target claims must be removed). Returns false when there is no such load balancer.
+    pub fn insert_member(&self, id: &str, name: &str, address: &str) -> bool {
+        let now = self.clock.now();
+        let mut state = self.lock();
+        let Some(lb) = state.load_balancers.get_mut(id) else {
+            return false;
+        };
+        lb.members.insert(
+            name.to_string(),
+            CloudMember {
+                address: address.to_string(),
+                state: MemberState::Active,
+                active_at: now,
+            },
+        );
+        true
+    }
+}
+
 /// The in-memory provider.
 #[derive(Clone, Debug)]
 pub struct InMemoryProvider {
