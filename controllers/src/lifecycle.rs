@@ -676,4 +676,144 @@ mod tests {
         let out = annotate(&foreign, ns, "b", &b, None, None);
         assert!(out.contains_key("pre-drain.delete.hook.machine.cluster.x-k8s.io/other"));
     }
+
+    /// Every combination of what can be observed about a target, what was recorded, and what the
+    /// provider has: the rules that must hold whatever the combination.
+    #[test]
+    fn exhaustive_rules_over_every_combination() {
+        let bools = [false, true];
+        let recorded: Vec<Option<TargetState>> = std::iter::once(None)
+            .chain(TargetState::ALL.into_iter().map(Some))
+            .collect();
+        let member_states = [
+            None,
+            Some(MemberState::Adding),
+            Some(MemberState::Active),
+            Some(MemberState::Draining),
+        ];
+        let mut checked = 0;
+        for selected in bools {
+            for deleting in bools {
+                for disabled in bools {
+                    for address in bools {
+                        for gated in bools {
+                            for rec in &recorded {
+                                for since in [None, Some(at(0))] {
+                                    for member in member_states {
+                                        for release in bools {
+                                            for drain in [Duration::ZERO, DRAIN] {
+                                                let t = Observed {
+                                                    selected,
+                                                    deleting,
+                                                    disabled,
+                                                    address: address.then(|| "10.0.0.1".into()),
+                                                    gates_pending: if gated {
+                                                        vec!["G".into()]
+                                                    } else {
+                                                        Vec::new()
+                                                    },
+                                                    recorded: *rec,
+                                                    since,
+                                                    ..target()
+                                                };
+                                                let s = Settings {
+                                                    drain,
+                                                    hooks: true,
+                                                    release_hooks: release,
+                                                };
+                                                check_rules(&t, member, &s);
+                                                checked += 1;
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 2 * 2 * 2 * 2 * 2 * 7 * 2 * 4 * 2 * 2);
+    }
+
+    fn check_rules(t: &Observed, member: Option<MemberState>, s: &Settings) {
+        let now = at(15);
+        let i = intent(t, now, s);
+        let ctx = format!("{t:?} member {member:?} {s:?} -> {i:?}");
+        // Only a target that wants in, has an address and passed its gates is served.
+        if let Some(MemberIntent::Serve(_)) = i {
+            assert!(
+                t.wants_in() && t.address.is_some() && t.gates_pending.is_empty(),
+                "{ctx}"
+            );
+        }
+        // A target that wants in is never removed or drained.
+        if t.wants_in() {
+            assert!(
+                matches!(i, Some(MemberIntent::Serve(_) | MemberIntent::Keep)),
+                "{ctx}"
+            );
+        }
+        // A serving member of a target that wants out is drained first when there is a drain time.
+        if !t.wants_in() && !s.drain.is_zero() && t.recorded == Some(TargetState::Active) {
+            assert_eq!(i, Some(MemberIntent::Drain), "{ctx}");
+        }
+        // Hooks go on before a member can be created and are only released by a release.
+        match hooks_before(t, s) {
+            Some(false) => assert!(s.release_hooks, "{ctx}"),
+            Some(true) => assert!(!s.release_hooks, "{ctx}"),
+            None => assert!(!t.wants_in(), "{ctx}"),
+        }
+        // The provider answered with `member` (as the in-memory provider would after `i`).
+        let after: Vec<MemberStatus> = member
+            .into_iter()
+            .map(|state| MemberStatus {
+                name: t.name.clone(),
+                address: "10.0.0.1".into(),
+                state,
+            })
+            .collect();
+        let out = settle(t, i.as_ref(), Members::Known(&after), now, s);
+        // The state says whether a member exists.
+        assert_eq!(
+            out.state.may_be_member(),
+            t.wants_in() || member.is_some(),
+            "{ctx} => {out:?}"
+        );
+        assert_eq!(
+            out.state == TargetState::Active,
+            t.wants_in() && member == Some(MemberState::Active),
+            "{ctx} => {out:?}"
+        );
+        // Hooks are held exactly while a member may exist, unless released.
+        assert_eq!(
+            out.hooks,
+            !s.release_hooks && out.state.may_be_member(),
+            "{ctx} => {out:?}"
+        );
+        // Disabled vs removed follows the reason.
+        if !t.wants_in() {
+            let by_user = t.selected && !t.deleting;
+            assert_eq!(
+                matches!(out.state, TargetState::Disabling | TargetState::Disabled),
+                by_user,
+                "{ctx} => {out:?}"
+            );
+        }
+        // A drain deadline is asked for only while draining.
+        if out.requeue_after.is_some() {
+            assert!(out.state.is_draining(), "{ctx} => {out:?}");
+        }
+        // Time only moves forward and an unchanged state keeps its time.
+        assert!(out.since <= now);
+        if t.recorded == Some(out.state) && t.since.is_some() {
+            assert_eq!(Some(out.since), t.since, "{ctx} => {out:?}");
+        }
+        // With the provider unknown, nothing leaves a state that implies a member.
+        let unknown = settle(t, i.as_ref(), Members::Unknown, now, s);
+        if t.recorded.is_some_and(TargetState::may_be_member) {
+            assert!(unknown.state.may_be_member(), "{ctx} => {unknown:?}");
+            assert_eq!(unknown.hooks, !s.release_hooks, "{ctx} => {unknown:?}");
+        }
+    }
 }
