@@ -274,3 +274,189 @@ async fn a_hand_made_ext_service_is_left_alone() {
         .await
         .unwrap();
 }
+
+/// Install the Cluster API Machine and Cluster CRDs (unmodified upstream files, from
+/// `CAPI_CRDS_DIR`, default `../shared/crds/cluster-api` next to the repository). Conversion is
+/// switched off for the install: no Cluster API webhook runs in the test cluster and only the
+/// storage version is used.
+async fn install_capi_crds(client: &Client) {
+    let dir = std::env::var("CAPI_CRDS_DIR").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/crds/cluster-api").to_string()
+    });
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for file in [
+        "cluster.x-k8s.io_machines.yaml",
+        "cluster.x-k8s.io_clusters.yaml",
+    ] {
+        let text = std::fs::read_to_string(format!("{dir}/{file}"))
+            .unwrap_or_else(|e| panic!("{dir}/{file}: {e} (set CAPI_CRDS_DIR)"));
+        let mut crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
+        crd.spec.conversion = None;
+        crd.metadata.annotations = None;
+        let name = crd.name_any();
+        crds.patch(
+            &name,
+            &PatchParams::apply("capi-lb-e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap();
+        eventually(&format!("CRD {name} established"), || async {
+            let crd = crds.get(&name).await.ok()?;
+            crd.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(())
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: set KUBECONFIG to a disposable cluster (and CAPI_CRDS_DIR if ../shared is absent)"]
+async fn a_rolling_machine_replacement_drains_before_the_hooks_are_released() {
+    use capi_lb_api::capi::Machine;
+    use capi_lb_api::target::TargetKeys;
+
+    capi_lb::install_crypto_provider();
+    let client = Client::try_default().await.unwrap();
+    install_crds(&client).await;
+    install_capi_crds(&client).await;
+    let ns = test_namespace(&client).await;
+    let controller = start_controller(client.clone(), &ns);
+    let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
+    let lbs: Api<LoadBalancer> = Api::namespaced(client.clone(), &ns);
+    let keys = TargetKeys::new(&ns, "cp");
+
+    let create_machine = |name: &'static str, ip: &'static str| {
+        let machines = machines.clone();
+        async move {
+            let m: Machine = serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": name, "finalizers": ["machine.cluster.x-k8s.io"],
+                    "labels": {"cluster.x-k8s.io/cluster-name": "demo",
+                               "loadbalancer.cluster.x-k8s.io/name": "cp"}},
+                "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "none"},
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                          "kind": "DockerMachine", "name": name}},
+            }))
+            .unwrap();
+            machines.create(&PostParams::default(), &m).await.unwrap();
+            machines
+                .patch_status(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"status": {"addresses": [
+                        {"type": "InternalIP", "address": ip}]}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    let state_of = |name: &'static str| {
+        let machines = machines.clone();
+        let key = keys.state.clone();
+        async move {
+            machines
+                .get_opt(name)
+                .await
+                .unwrap()
+                .and_then(|m| m.annotations().get(&key).cloned())
+        }
+    };
+
+    Api::<InMemoryLoadBalancer>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                "kind": "InMemoryLoadBalancer", "metadata": {"name": "cp"}, "spec": {}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    lbs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1",
+            "kind": "LoadBalancer", "metadata": {"name": "cp"},
+            "spec": {"clusterName": "demo", "drainSeconds": 5, "infrastructureRef": {
+                "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryLoadBalancer", "name": "cp"}}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    create_machine("cp-old", "10.0.0.11").await;
+    eventually("old machine active", || async {
+        (state_of("cp-old").await.as_deref() == Some("active")).then_some(())
+    })
+    .await;
+    create_machine("cp-new", "10.0.0.21").await;
+    eventually("new machine active", || async {
+        (state_of("cp-new").await.as_deref() == Some("active")).then_some(())
+    })
+    .await;
+
+    machines
+        .delete("cp-old", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("old machine removing", || async {
+        (state_of("cp-old").await.as_deref() == Some("removing")).then_some(())
+    })
+    .await;
+    let drain_seen = Instant::now();
+    let m = machines.get("cp-old").await.unwrap();
+    assert!(m.annotations().contains_key(&keys.pre_drain));
+    assert!(m.annotations().contains_key(&keys.pre_terminate));
+    // The emulated Machine controller waits for the hooks; they go once the member is removed.
+    eventually("hooks released", || async {
+        let m = machines.get("cp-old").await.ok()?;
+        let a = m.annotations();
+        (!a.contains_key(&keys.pre_drain) && !a.contains_key(&keys.pre_terminate)).then_some(())
+    })
+    .await;
+    assert!(
+        drain_seen.elapsed() >= Duration::from_secs(4),
+        "released after {:?}, before the drain time",
+        drain_seen.elapsed()
+    );
+    assert_eq!(state_of("cp-old").await.as_deref(), Some("removed"));
+    machines
+        .patch(
+            "cp-old",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    eventually("only the new machine is active", || async {
+        let status = lbs.get("cp").await.ok()?.status?;
+        (status.active_targets == vec!["cp-new".to_string()]
+            && status.targets == vec!["cp-new".to_string()])
+        .then_some(())
+    })
+    .await;
+
+    // Deleting the LoadBalancer releases the remaining hooks.
+    lbs.delete("cp", &DeleteParams::default()).await.unwrap();
+    eventually("hooks of the new machine released", || async {
+        let m = machines.get("cp-new").await.ok()?;
+        (!m.annotations().contains_key(&keys.pre_terminate)).then_some(())
+    })
+    .await;
+    machines
+        .patch(
+            "cp-new",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    controller.stop().await;
+    Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
+}
