@@ -12,14 +12,16 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use capi_lb_api::capi::Machine;
 use capi_lb_api::constants::{LABEL_LB_NAME, LABEL_SERVICE_NAME};
+use capi_lb_api::target::TargetKeys;
 use capi_lb_api::validation::{FieldErrors, parse};
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::ResourceExt;
 use kube::api::{Api, ListParams};
+use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::world::{EPOCH, RunReport, World, WorldError};
@@ -300,6 +302,28 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
             "# LoadBalancer {namespace}/{name}: {}",
             if ready { "Ready" } else { "NOT Ready" }
         );
+        if lb.spec.target_kind.kind == Machine::kind(&()) {
+            let keys = TargetKeys::new(&namespace, &name);
+            let mut machines = Api::<Machine>::namespaced(client.clone(), &namespace)
+                .list(&ListParams::default())
+                .await
+                .map_err(Box::new)?
+                .items;
+            machines.sort_by_key(ResourceExt::name_any);
+            for machine in machines {
+                let a = machine.annotations();
+                let Some(state) = a.get(&keys.state) else {
+                    continue;
+                };
+                let hooks = a.contains_key(&keys.pre_drain) || a.contains_key(&keys.pre_terminate);
+                let _ = writeln!(
+                    output,
+                    "#   target Machine/{}: {state}{}",
+                    machine.name_any(),
+                    if hooks { ", deletion hooks held" } else { "" }
+                );
+            }
+        }
         emit(&mut output, serde_json::to_value(lb).unwrap_or_default());
         let services = Api::<Service>::namespaced(client.clone(), &namespace)
             .list(&ListParams::default().labels(&format!("{LABEL_LB_NAME}={name}")))

@@ -326,8 +326,8 @@ impl Pass<'_> {
             }
             if observed.recorded != Some(settled.state) {
                 let message = match observed.recorded {
-                    Some(before) => format!("{}: {before} -> {}", observed.name, settled.state),
-                    None => format!("{}: {}", observed.name, settled.state),
+                    Some(before) => format!("{before} -> {}", settled.state),
+                    None => settled.state.to_string(),
                 };
                 self.ctx
                     .events
@@ -336,10 +336,12 @@ impl Pass<'_> {
                         false,
                         event::TARGET_STATE_CHANGED,
                         "Reconcile",
-                        format!("LoadBalancer {lb_name}: {}", settled.state),
+                        format!("LoadBalancer {lb_name}: {message}"),
                     )
                     .await;
-                completed.transitions.push(message);
+                completed
+                    .transitions
+                    .push(format!("{}: {message}", observed.name));
             }
             match hooks {
                 Some(true) if !had_hooks => completed.hooks_added.push(observed.name.clone()),

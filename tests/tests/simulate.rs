@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use capi_lb::simulate::{Options, SimulateError, Source, load, read, simulate};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -219,9 +219,35 @@ async fn every_example_simulates_and_shows_what_it_says() {
                     sim.output
                 );
             }
+            "target-lifecycle.yaml" => {
+                assert!(sim.not_ready.is_empty(), "{}", sim.output);
+                for line in [
+                    "#   target Machine/cp-a: active, deletion hooks held",
+                    "#   target Machine/cp-b: disabled\n",
+                    "#   target Machine/cp-c: adding, deletion hooks held",
+                ] {
+                    assert!(sim.output.contains(line), "{line:?} in {}", sim.output);
+                }
+                let docs: Vec<Value> = serde_saphyr::from_multiple(&sim.output).unwrap();
+                let lb = docs.iter().find(|d| d["kind"] == "LoadBalancer").unwrap();
+                let ready = lb["status"]["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|c| c["type"] == "TargetsReady")
+                    .unwrap();
+                assert_eq!(ready["reason"], "TargetsNotAdmitted");
+                assert!(
+                    ready["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("disabled: cp-b")
+                );
+                assert_eq!(lb["status"]["activeTargets"], json!(["cp-a"]));
+            }
             other => panic!("examples/{other} has no check here: add one"),
         }
         seen.push(name);
     }
-    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert_eq!(seen.len(), 4, "{seen:?}");
 }
