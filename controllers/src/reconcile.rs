@@ -22,7 +22,9 @@ use capi_lb_api::constants::{
     ANNOTATION_PAUSED, CAPI_GROUP, FIELD_MANAGER, INFRASTRUCTURE_FINALIZER, LOADBALANCER_FINALIZER,
     MACHINE_KIND, condition as c, event, reason as r,
 };
-use capi_lb_api::loadbalancer::{InfrastructureRef, LoadBalancerAddress, LoadBalancerStatus};
+use capi_lb_api::loadbalancer::{
+    InfrastructureRef, LoadBalancerAddress, LoadBalancerStatus, TargetKind,
+};
 use capi_lb_api::target::{TargetKeys, TargetState};
 use capi_lb_api::validation::check;
 use capi_lb_providers::{
@@ -598,6 +600,18 @@ impl<'a> Reconciliation<'a> {
             return Ok(TargetsState::Unavailable("the spec is invalid".into()));
         };
         let kind = &self.lb.spec.target_kind;
+        // A changed target kind: the objects of the previous kind are no longer targets.
+        if let Some(previous) = self.status.target_kind.as_deref()
+            && previous != kind.to_string()
+            && let Some((old_kind, old_group)) = previous.split_once('.')
+        {
+            let old = TargetKind {
+                api_group: old_group.to_string(),
+                kind: old_kind.to_string(),
+            };
+            let released = targets::release_all(self.ctx, self.lb, &old).await?;
+            self.note(false, event::DELETION_HOOKS_RELEASED, released);
+        }
         let pass = targets::Pass {
             ctx: self.ctx,
             lb: self.lb,
@@ -917,7 +931,7 @@ async fn cleanup(lb: &LoadBalancer, ctx: &Context, api: &Api<LoadBalancer>) -> R
     let reference = lb.object_ref(&());
     // Hooks and target annotations go first, so that Machine deletion never waits on a
     // LoadBalancer that is going away.
-    let released = targets::release_all(ctx, lb).await?;
+    let released = targets::release_all(ctx, lb, &lb.spec.target_kind).await?;
     if !released.is_empty() {
         ctx.events
             .publish(

@@ -211,6 +211,9 @@ pub fn targets_condition(
             _ => problems.push(format!("waiting for {} to become active", list(&joining))),
         }
         reason = reason.or(Some(r::TARGETS_PROGRESSING));
+    } else if let MembersState::NotConverged(why) = members {
+        problems.push(format!("{why}; target states are the last known ones"));
+        reason = reason.or(Some(r::MEMBERS_UNKNOWN));
     }
     match reason {
         None => DesiredCondition::true_(
@@ -333,7 +336,6 @@ pub fn is_warning(reason: &str) -> bool {
             | r::PROVIDER_ERROR
             | r::PROVIDER_FAILED
             | r::TARGETS_WITHOUT_ADDRESS
-            | r::MEMBERS_UNKNOWN
             | r::TARGET_KIND_UNAVAILABLE
             | r::NAME_CONFLICT
     )
@@ -436,6 +438,12 @@ mod tests {
         );
         assert_eq!(d.reason, r::TARGETS_PROGRESSING);
         assert!(d.message.contains("once provisioned"));
+        let d = cond_with(
+            vec![target("m1", Some("10.0.0.1"), TargetState::Active)],
+            MembersState::NotConverged("the infrastructure object is missing".into()),
+        );
+        assert_eq!((d.status, d.reason), (false, r::MEMBERS_UNKNOWN));
+        assert!(d.message.contains("last known"), "{}", d.message);
         let d = cond_with(
             vec![target("m1", Some("10.0.0.1"), TargetState::Active)],
             MembersState::Problem {

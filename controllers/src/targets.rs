@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use capi_lb_api::constants::event;
-use capi_lb_api::loadbalancer::{MachineAddressType, ReadinessGate};
+use capi_lb_api::loadbalancer::{MachineAddressType, ReadinessGate, TargetKind};
 use capi_lb_api::target::TargetKeys;
 use capi_lb_api::{LoadBalancer, LoadBalancerSpec};
 use capi_lb_providers::{DesiredMember, MemberIntent};
@@ -365,20 +365,27 @@ impl Pass<'_> {
     }
 }
 
-/// Let go of every target of `lb`: remove its state annotations and deletion hooks (and the
-/// proposal's pair where it holds it). Used when the LoadBalancer is deleted. Returns what changed;
+/// Let go of every object of `kind` that carries `lb`'s annotations: remove its state annotations
+/// and deletion hooks (and the proposal's pair where it holds it). Used when the LoadBalancer is
+/// deleted, and when its target kind changed (for the previous kind). Returns what changed;
 /// a target kind that cannot be listed has nothing of ours to release that we could reach.
-pub async fn release_all(ctx: &Context, lb: &LoadBalancer) -> Result<Vec<String>> {
-    let kind = &lb.spec.target_kind;
+pub async fn release_all(
+    ctx: &Context,
+    lb: &LoadBalancer,
+    kind: &TargetKind,
+) -> Result<Vec<String>> {
     let Ok(resource) = ctx.kinds.resolve(&kind.api_group, &kind.kind).await else {
         return Ok(Vec::new());
     };
     let namespace = lb.namespace().unwrap_or_default();
     let lb_name = lb.name_any();
     let keys = TargetKeys::new(&namespace, &lb_name);
-    let objects = list(&ctx.client, &resource, &namespace)
-        .await
-        .map_err(kube_err("list", format!("{kind}")))?;
+    let objects = match list(&ctx.client, &resource, &namespace).await {
+        Ok(objects) => objects,
+        // The kind is not installed (any more): nothing of ours can be on its objects.
+        Err(e) if is_not_found(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(kube_err("list", format!("{kind}"))(e)),
+    };
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
     let mut changes = Vec::new();
     for object in objects {

@@ -856,6 +856,29 @@ async fn an_unknown_target_kind_is_reported_and_members_are_left_alone() {
         2,
         "an unlistable kind never empties the load balancer"
     );
+    // The Machines are no longer targets: nothing of ours stays on them.
+    let machine = Api::<Machine>::namespaced(world.client(), NS)
+        .get("cp-m1")
+        .await
+        .unwrap();
+    assert!(
+        !machine
+            .annotations()
+            .keys()
+            .any(|k| k.contains("loadbalancer.cluster.x-k8s.io") || k.contains("capi-lb-")),
+        "{:?}",
+        machine.annotations()
+    );
+    // And the LoadBalancer can still be deleted.
+    delete::<LoadBalancer>(&world, "cp").await;
+    settle(&world).await;
+    assert!(
+        Api::<LoadBalancer>::namespaced(world.client(), NS)
+            .get_opt("cp")
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[tokio::test]
