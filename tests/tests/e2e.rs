@@ -34,26 +34,31 @@ where
     }
 }
 
-async fn install_crds(client: &Client) {
+/// Apply `crd` and wait until it is established.
+async fn apply_crd(client: &Client, crd: &CustomResourceDefinition) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.name_any();
+    crds.patch(
+        &name,
+        &PatchParams::apply("capi-lb-e2e").force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .unwrap();
+    eventually(&format!("CRD {name} established"), || async {
+        let crd = crds.get(&name).await.ok()?;
+        crd.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+}
+
+async fn install_crds(client: &Client) {
     for crd in capi_lb_api::crds() {
-        let name = crd.name_any();
-        crds.patch(
-            &name,
-            &PatchParams::apply("capi-lb-e2e").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap();
-        eventually(&format!("CRD {name} established"), || async {
-            let crd = crds.get(&name).await.ok()?;
-            crd.status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-                .then_some(())
-        })
-        .await;
+        apply_crd(client, &crd).await;
     }
 }
 
@@ -283,7 +288,6 @@ async fn install_capi_crds(client: &Client) {
     let dir = std::env::var("CAPI_CRDS_DIR").unwrap_or_else(|_| {
         concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/crds/cluster-api").to_string()
     });
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for file in [
         "cluster.x-k8s.io_machines.yaml",
         "cluster.x-k8s.io_clusters.yaml",
@@ -293,23 +297,7 @@ async fn install_capi_crds(client: &Client) {
         let mut crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
         crd.spec.conversion = None;
         crd.metadata.annotations = None;
-        let name = crd.name_any();
-        crds.patch(
-            &name,
-            &PatchParams::apply("capi-lb-e2e").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap();
-        eventually(&format!("CRD {name} established"), || async {
-            let crd = crds.get(&name).await.ok()?;
-            crd.status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-                .then_some(())
-        })
-        .await;
+        apply_crd(client, &crd).await;
     }
 }
 

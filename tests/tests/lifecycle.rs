@@ -41,6 +41,17 @@ fn machines(world: &World) -> Api<Machine> {
     Api::namespaced(world.client(), NS)
 }
 
+/// A world with LoadBalancer `cp` (given), its InMemoryLoadBalancer and Machines cp-m1 and cp-m2.
+async fn two_machines(lb: Value) -> World {
+    world(vec![
+        lb,
+        infra("cp").build(),
+        cp_machine("cp-m1", "cp", "10.0.0.11"),
+        cp_machine("cp-m2", "cp", "10.0.0.12"),
+    ])
+    .await
+}
+
 /// A control-plane Machine kept by Cluster API's finalizer while it is deleted.
 fn cp_machine(name: &str, lb: &str, ip: &str) -> Value {
     let mut m = machine(name, lb, ip).build();
@@ -62,6 +73,14 @@ async fn state(world: &World, machine: &str, lb: &str) -> Option<String> {
         .await
         .get(&keys(lb).state)
         .cloned()
+}
+
+async fn assert_state(world: &World, machine: &str, expected: &str) {
+    assert_eq!(
+        state(world, machine, "cp").await.as_deref(),
+        Some(expected),
+        "state of {machine}"
+    );
 }
 
 async fn has_hooks(world: &World, machine: &str, lb: &str) -> (bool, bool) {
@@ -180,10 +199,7 @@ async fn every_target_carries_its_state_hooks_and_the_proposal_pair() {
     .await;
     // The first pass asks for the load balancer: targets are adding, hooks are on.
     world.reconcile(NS, "cp").await.unwrap();
-    assert_eq!(
-        state(&world, "cp-m1", "cp").await.as_deref(),
-        Some("adding")
-    );
+    assert_state(&world, "cp-m1", "adding").await;
     settle(&world).await;
     let k = keys("cp");
     for m in ["cp-m1", "cp-m2"] {
@@ -209,13 +225,7 @@ async fn every_target_carries_its_state_hooks_and_the_proposal_pair() {
 
 #[tokio::test]
 async fn disable_drains_for_the_drain_time_and_keeps_the_target_out_until_enabled() {
-    let world = world(vec![
-        lb("cp").spec("drainSeconds", json!(20)).build(),
-        infra("cp").build(),
-        cp_machine("cp-m1", "cp", "10.0.0.11"),
-        cp_machine("cp-m2", "cp", "10.0.0.12"),
-    ])
-    .await;
+    let world = two_machines(lb("cp").spec("drainSeconds", json!(20)).build()).await;
     settle(&world).await;
     patch_machine(
         &world,
@@ -225,10 +235,7 @@ async fn disable_drains_for_the_drain_time_and_keeps_the_target_out_until_enable
     .await;
     let outcome = world.reconcile(NS, "cp").await.unwrap();
     assert_eq!(outcome.requeue_after, Some(Duration::from_secs(20)));
-    assert_eq!(
-        state(&world, "cp-m2", "cp").await.as_deref(),
-        Some("disabling")
-    );
+    assert_state(&world, "cp-m2", "disabling").await;
     assert_eq!(members(&world, "cp")["cp-m2"], MemberState::Draining);
     assert_eq!(has_hooks(&world, "cp-m2", "cp").await, (true, true));
 
@@ -242,10 +249,7 @@ async fn disable_drains_for_the_drain_time_and_keeps_the_target_out_until_enable
     world.clock.advance(Duration::from_secs(1));
     world.reconcile(NS, "cp").await.unwrap();
     assert!(!members(&world, "cp").contains_key("cp-m2"));
-    assert_eq!(
-        state(&world, "cp-m2", "cp").await.as_deref(),
-        Some("disabled")
-    );
+    assert_state(&world, "cp-m2", "disabled").await;
     assert_eq!(
         annotations(&world, "cp-m2").await[ANNOTATION_TARGET_STATUS],
         "disabled"
@@ -272,10 +276,7 @@ async fn disable_drains_for_the_drain_time_and_keeps_the_target_out_until_enable
     .await;
     settle(&world).await;
     assert_eq!(members(&world, "cp")["cp-m2"], MemberState::Active);
-    assert_eq!(
-        state(&world, "cp-m2", "cp").await.as_deref(),
-        Some("active")
-    );
+    assert_state(&world, "cp-m2", "active").await;
     assert_eq!(has_hooks(&world, "cp-m2", "cp").await, (true, true));
 }
 
@@ -310,10 +311,7 @@ async fn a_control_plane_rolling_upgrade_is_make_before_break_and_drains_before_
         let m = members(&world, "cp");
         if new_active_at.is_none() && m.get("cp-new1") == Some(&MemberState::Active) {
             new_active_at = Some(second);
-            assert_eq!(
-                state(&world, "cp-new1", "cp").await.as_deref(),
-                Some("active")
-            );
+            assert_state(&world, "cp-new1", "active").await;
             delete_machine(&world, "cp-old1").await;
             old_deleted_at = Some(second);
             continue;
@@ -321,10 +319,7 @@ async fn a_control_plane_rolling_upgrade_is_make_before_break_and_drains_before_
         if old_deleted_at.is_some() {
             if drain_started_at.is_none() && m.get("cp-old1") == Some(&MemberState::Draining) {
                 drain_started_at = Some(second);
-                assert_eq!(
-                    state(&world, "cp-old1", "cp").await.as_deref(),
-                    Some("removing")
-                );
+                assert_state(&world, "cp-old1", "removing").await;
             }
             let hooks = has_hooks(&world, "cp-old1", "cp").await;
             if member_gone_at.is_none() && !m.contains_key("cp-old1") {
@@ -377,13 +372,7 @@ async fn a_control_plane_rolling_upgrade_is_make_before_break_and_drains_before_
 
 #[tokio::test]
 async fn when_pre_drain_is_skipped_pre_terminate_still_waits_for_the_drain() {
-    let world = world(vec![
-        lb("cp").build(),
-        infra("cp").build(),
-        cp_machine("cp-m1", "cp", "10.0.0.11"),
-        cp_machine("cp-m2", "cp", "10.0.0.12"),
-    ])
-    .await;
+    let world = two_machines(lb("cp").build()).await;
     settle(&world).await;
     delete_machine(&world, "cp-m2").await;
     for _ in 0..40 {
@@ -404,13 +393,7 @@ async fn when_pre_drain_is_skipped_pre_terminate_still_waits_for_the_drain() {
 
 #[tokio::test]
 async fn a_deselected_machine_drains_and_loses_its_hooks() {
-    let world = world(vec![
-        lb("cp").build(),
-        infra("cp").build(),
-        cp_machine("cp-m1", "cp", "10.0.0.11"),
-        cp_machine("cp-m2", "cp", "10.0.0.12"),
-    ])
-    .await;
+    let world = two_machines(lb("cp").build()).await;
     settle(&world).await;
     patch_machine(
         &world,
@@ -419,10 +402,7 @@ async fn a_deselected_machine_drains_and_loses_its_hooks() {
     )
     .await;
     world.reconcile(NS, "cp").await.unwrap();
-    assert_eq!(
-        state(&world, "cp-m2", "cp").await.as_deref(),
-        Some("removing")
-    );
+    assert_state(&world, "cp-m2", "removing").await;
     assert_eq!(members(&world, "cp")["cp-m2"], MemberState::Draining);
     let status = get_lb(&world, "cp").await.status.unwrap();
     assert_eq!(
@@ -431,10 +411,7 @@ async fn a_deselected_machine_drains_and_loses_its_hooks() {
         "tracked until removed"
     );
     settle(&world).await;
-    assert_eq!(
-        state(&world, "cp-m2", "cp").await.as_deref(),
-        Some("removed")
-    );
+    assert_state(&world, "cp-m2", "removed").await;
     assert_eq!(has_hooks(&world, "cp-m2", "cp").await, (false, false));
     assert!(!members(&world, "cp").contains_key("cp-m2"));
     let status = get_lb(&world, "cp").await.status.unwrap();
@@ -573,10 +550,7 @@ async fn readiness_gates_hold_admission_until_the_condition_is_true() {
     .await;
     settle(&world).await;
     assert!(members(&world, "cp").is_empty());
-    assert_eq!(
-        state(&world, "cp-m1", "cp").await.as_deref(),
-        Some("adding")
-    );
+    assert_state(&world, "cp-m1", "adding").await;
     let lb = get_lb(&world, "cp").await;
     let c = condition(&lb, "TargetsReady");
     assert_eq!(
@@ -646,13 +620,7 @@ async fn stray_members_are_removed_and_a_lost_address_keeps_its_member() {
 
 #[tokio::test]
 async fn a_restart_during_a_drain_keeps_the_drain_clock() {
-    let world = world(vec![
-        lb("cp").spec("drainSeconds", json!(60)).build(),
-        infra("cp").build(),
-        cp_machine("cp-m1", "cp", "10.0.0.11"),
-        cp_machine("cp-m2", "cp", "10.0.0.12"),
-    ])
-    .await;
+    let world = two_machines(lb("cp").spec("drainSeconds", json!(60)).build()).await;
     settle(&world).await;
     delete_machine(&world, "cp-m2").await;
     world.reconcile(NS, "cp").await.unwrap();
@@ -669,22 +637,13 @@ async fn a_restart_during_a_drain_keeps_the_drain_clock() {
     restarted.clock.advance(Duration::from_secs(20));
     restarted.reconcile(NS, "cp").await.unwrap();
     assert!(!members(&restarted, "cp").contains_key("cp-m2"));
-    assert_eq!(
-        state(&restarted, "cp-m2", "cp").await.as_deref(),
-        Some("removed")
-    );
+    assert_state(&restarted, "cp-m2", "removed").await;
     assert_eq!(has_hooks(&restarted, "cp-m2", "cp").await, (false, false));
 }
 
 #[tokio::test]
 async fn a_member_update_failure_keeps_hooks_and_states_until_it_recovers() {
-    let world = world(vec![
-        lb("cp").spec("drainSeconds", json!(0)).build(),
-        infra("cp").build(),
-        cp_machine("cp-m1", "cp", "10.0.0.11"),
-        cp_machine("cp-m2", "cp", "10.0.0.12"),
-    ])
-    .await;
+    let world = two_machines(lb("cp").spec("drainSeconds", json!(0)).build()).await;
     settle(&world).await;
     Api::<capi_lb_api::InMemoryLoadBalancer>::namespaced(world.client(), NS)
         .patch(
@@ -697,10 +656,7 @@ async fn a_member_update_failure_keeps_hooks_and_states_until_it_recovers() {
         .unwrap();
     delete_machine(&world, "cp-m2").await;
     world.reconcile(NS, "cp").await.unwrap();
-    assert_eq!(
-        state(&world, "cp-m2", "cp").await.as_deref(),
-        Some("active")
-    );
+    assert_state(&world, "cp-m2", "active").await;
     assert_eq!(has_hooks(&world, "cp-m2", "cp").await, (true, true));
     assert!(members(&world, "cp").contains_key("cp-m2"));
     let lb = get_lb(&world, "cp").await;
