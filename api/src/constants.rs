@@ -34,6 +34,8 @@ pub const MANAGED_BY_VALUE: &str = "capi-lb";
 /// CAPI label carrying the cluster name.
 pub const LABEL_CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
 
+/// Label on legacy v1 Endpoints telling the EndpointSlice mirroring controller not to mirror them.
+pub const LABEL_SKIP_MIRROR: &str = "endpointslice.kubernetes.io/skip-mirror";
 /// EndpointSlice label naming the Service the slice belongs to.
 pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
 /// EndpointSlice label naming the controller that manages the slice.
@@ -67,6 +69,9 @@ pub const PRE_DRAIN_HOOK_PREFIX: &str = "pre-drain.delete.hook.machine.cluster.x
 pub const PRE_TERMINATE_HOOK_PREFIX: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io/";
 /// Prefix of the per-LoadBalancer target key and deletion hook name.
 pub const TARGET_KEY_PREFIX: &str = "capi-lb-";
+
+/// Annotation on a published Service for which capi-lb also maintains legacy v1 Endpoints.
+pub const ANNOTATION_LEGACY_ENDPOINTS: &str = "loadbalancer.cluster.x-k8s.io/legacy-endpoints";
 
 // --- defaults -----------------------------------------------------------------------------------
 

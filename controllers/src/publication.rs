@@ -1,34 +1,42 @@
-//! Publication of a load balancer's addresses under a stable DNS name.
+//! Publication of load balancer addresses under a stable DNS name. One implementation serves both
+//! publishers: a `LoadBalancer` (its `<name><suffix>` Service) and a Service of `type: LoadBalancer`
+//! (its `<svc><suffix>` Service, see `crate::services`).
 //!
-//! For a LoadBalancer `<name>` (publication enabled) capi-lb maintains a selectorless headless
-//! Service `<name><suffix>` (ports from `spec.ports`, `port == targetPort`) with a controller owner
-//! reference to the LoadBalancer, and one `discovery.k8s.io/v1` EndpointSlice per IP family
-//! (`<service>-ipv4`, `<service>-ipv6`) listing every provider address of that family, owned by the
-//! Service. Cluster DNS then answers `<service>.<namespace>.svc.<cluster-domain>` with those addresses,
-//! whatever the provider and however often the addresses change. When the provider only has a
-//! hostname, the Service is an ExternalName Service (a CNAME) instead.
+//! For a [`Publisher`] (who owns the objects and how they are labelled) and a [`Desired`] publication
+//! (Service name, ports, addresses, readiness), capi-lb maintains a selectorless headless Service
+//! (`port == targetPort`) with a controller owner reference to the publisher, and one
+//! `discovery.k8s.io/v1` EndpointSlice per IP family (`<service>-ipv4`, `<service>-ipv6`) listing every
+//! address of that family, owned by the Service. Cluster DNS then answers
+//! `<service>.<namespace>.svc.<cluster-domain>` with those addresses, however often they change. When
+//! there is only a hostname, the Service is an ExternalName Service (a CNAME) instead. Optionally a
+//! legacy v1 Endpoints object mirrors the slices for old consumers (labelled so the mirroring
+//! controller does not copy it back into slices).
 //!
 //! The plan ([`plan`]) is pure. [`publish`] applies it: it never touches an object it does not own
-//! (a Service without our controller reference, a slice without our managed-by label), writes only
-//! when the observed object differs from the plan, updates slices in place, and removes what is no
-//! longer planned (a family that disappeared, the Service of an old suffix, everything when
-//! publication is disabled).
+//! (a Service without the publisher's controller reference and label, a slice or Endpoints without
+//! our labels) unless the publisher may adopt it, writes only when the observed object differs from
+//! the plan, updates slices in place, and removes what is no longer planned (a family that
+//! disappeared, the Service of an old suffix, everything when publication stops).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::constants::{
-    ENDPOINTSLICE_MANAGED_BY_VALUE, FIELD_MANAGER, LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_LB_NAME,
-    LABEL_MANAGED_BY, LABEL_SERVICE_NAME, MANAGED_BY_VALUE, MAX_ENDPOINTS_PER_SLICE,
+    ANNOTATION_LEGACY_ENDPOINTS, ENDPOINTSLICE_MANAGED_BY_VALUE, FIELD_MANAGER,
+    LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_LB_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME,
+    LABEL_SKIP_MIRROR, MANAGED_BY_VALUE, MAX_ENDPOINTS_PER_SLICE,
 };
 use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{
+    EndpointAddress, EndpointSubset, Endpoints, Service, ServicePort, ServiceSpec,
+};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Resource, ResourceExt};
+use serde_json::json;
 
 use crate::error::{Result, is_not_found, kube_err};
 use crate::metadata::is_controlled_by;
@@ -108,20 +116,69 @@ fn unpublishable(ip: IpAddr) -> Option<&'static str> {
     }
 }
 
-/// What publication should look like for a LoadBalancer.
+/// Who publishes: the owner of the published objects and how they are marked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Publisher {
+    /// Namespace of the publisher and of everything published.
+    pub namespace: String,
+    /// `Kind name` of the publisher, for messages.
+    pub describe: String,
+    /// Controller owner reference put on the published Service.
+    pub owner: OwnerReference,
+    /// Labels put on every published object.
+    pub labels: BTreeMap<String, String>,
+    /// The label (one of `labels`) that finds this publisher's objects.
+    pub selector: (String, String),
+    /// What to do about a name conflict, appended to the message.
+    pub conflict_hint: String,
+    /// Labels that mark a foreign Service (and Endpoints) this publisher may take over (kube-dc's
+    /// `-ext` publisher); `None` never adopts.
+    pub adopt: Option<BTreeMap<String, String>>,
+    /// Also maintain a legacy v1 Endpoints object.
+    pub legacy_endpoints: bool,
+}
+
+/// One published port (`port == targetPort`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublishedPort {
+    /// Port name (the source's; may be empty for a single-port Service).
+    pub name: Option<String>,
+    /// Port.
+    pub port: i32,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+}
+
+/// What to publish.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    /// Name of the published Service.
+    pub service_name: String,
+    /// Its ports.
+    pub ports: Vec<PublishedPort>,
+    /// Addresses to publish.
+    pub addresses: Vec<LoadBalancerAddress>,
+    /// Endpoints are marked ready (resolvable) only when true.
+    pub ready: bool,
+}
+
+/// What publication should look like.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
     /// The Service to apply.
     pub service: Service,
     /// The EndpointSlices to apply (owner reference to the Service added at apply time).
     pub slices: Vec<EndpointSlice>,
+    /// The legacy Endpoints to apply, when wanted and there are IPs (owner reference added at apply
+    /// time).
+    pub endpoints: Option<Endpoints>,
     /// Addresses that were left out, with reasons.
     pub skipped: Vec<String>,
     /// True when there is at least one published address (slices or an ExternalName).
     pub has_address: bool,
 }
 
-/// Labels on every object publication creates.
+/// Labels on every object a LoadBalancer publishes.
 pub fn managed_labels(lb_name: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (LABEL_MANAGED_BY.to_string(), MANAGED_BY_VALUE.to_string()),
@@ -136,22 +193,58 @@ pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerR
     Some(r)
 }
 
-/// The publication plan of `lb` for `addresses`, or `None` when publication is disabled. Endpoints
-/// are marked ready (and so resolvable in DNS) only when `ready`, i.e. once the load balancer is
-/// provisioned.
-pub fn plan(lb: &LoadBalancer, addresses: &[LoadBalancerAddress], ready: bool) -> Option<Plan> {
-    let service_name = lb.published_service_name()?;
-    let namespace = lb.namespace();
-    let classified = classify(addresses);
-    let ports: Vec<ServicePort> = lb
-        .spec
+/// The publisher for LoadBalancer `lb`.
+pub fn lb_publisher(lb: &LoadBalancer) -> Option<Publisher> {
+    let name = lb.name_any();
+    Some(Publisher {
+        namespace: lb.namespace().unwrap_or_default(),
+        describe: format!("LoadBalancer {name}"),
+        owner: controller_ref(lb)?,
+        labels: managed_labels(&name),
+        selector: (LABEL_LB_NAME.to_string(), name),
+        conflict_hint: "Delete or rename it, or set spec.publication.suffix".into(),
+        adopt: None,
+        legacy_endpoints: false,
+    })
+}
+
+/// What LoadBalancer `lb` publishes for `addresses`, or `None` when publication is disabled.
+/// Endpoints are ready only when `ready`, i.e. once the load balancer is provisioned.
+pub fn lb_desired(
+    lb: &LoadBalancer,
+    addresses: &[LoadBalancerAddress],
+    ready: bool,
+) -> Option<Desired> {
+    Some(Desired {
+        service_name: lb.published_service_name()?,
+        ports: lb
+            .spec
+            .ports
+            .iter()
+            .map(|p| PublishedPort {
+                name: Some(p.name.clone()),
+                port: p.port,
+                protocol: p.protocol.as_str().to_string(),
+            })
+            .collect(),
+        addresses: addresses.to_vec(),
+        ready,
+    })
+}
+
+/// The publication plan of `desired` by `publisher`.
+pub fn plan(publisher: &Publisher, desired: &Desired) -> Plan {
+    let service_name = &desired.service_name;
+    let namespace = Some(publisher.namespace.clone());
+    let classified = classify(&desired.addresses);
+    let ports: Vec<ServicePort> = desired
         .ports
         .iter()
         .map(|p| ServicePort {
-            name: Some(p.name.clone()),
+            name: p.name.clone(),
             port: p.port,
             target_port: Some(IntOrString::Int(p.port)),
-            protocol: Some(p.protocol.as_str().to_string()),
+            protocol: Some(p.protocol.clone()),
             ..Default::default()
         })
         .collect();
@@ -177,30 +270,33 @@ pub fn plan(lb: &LoadBalancer, addresses: &[LoadBalancerAddress], ready: bool) -
         metadata: ObjectMeta {
             name: Some(service_name.clone()),
             namespace: namespace.clone(),
-            labels: Some(managed_labels(&lb.name_any())),
-            owner_references: controller_ref(lb).map(|r| vec![r]),
+            labels: Some(publisher.labels.clone()),
+            annotations: publisher.legacy_endpoints.then(|| {
+                BTreeMap::from([(ANNOTATION_LEGACY_ENDPOINTS.to_string(), "true".to_string())])
+            }),
+            owner_references: Some(vec![publisher.owner.clone()]),
             ..Default::default()
         },
         spec: Some(spec),
         status: None,
     };
-    let mut slice_labels = managed_labels(&lb.name_any());
+    let mut slice_labels = publisher.labels.clone();
     slice_labels.insert(LABEL_SERVICE_NAME.into(), service_name.clone());
     slice_labels.insert(
         LABEL_ENDPOINTSLICE_MANAGED_BY.into(),
         ENDPOINTSLICE_MANAGED_BY_VALUE.into(),
     );
-    let slice_ports: Vec<EndpointPort> = lb
-        .spec
+    let slice_ports: Vec<EndpointPort> = desired
         .ports
         .iter()
         .map(|p| EndpointPort {
-            name: Some(p.name.clone()),
+            name: p.name.clone(),
             port: Some(p.port),
-            protocol: Some(p.protocol.as_str().to_string()),
+            protocol: Some(p.protocol.clone()),
             app_protocol: None,
         })
         .collect();
+    let ready = desired.ready;
     let slices = [
         ("IPv4", "ipv4", &classified.ipv4),
         ("IPv6", "ipv6", &classified.ipv6),
@@ -230,12 +326,55 @@ pub fn plan(lb: &LoadBalancer, addresses: &[LoadBalancerAddress], ready: bool) -
         ports: Some(slice_ports.clone()),
     })
     .collect();
-    Some(Plan {
+    let endpoints = (publisher.legacy_endpoints && has_ips).then(|| {
+        let mut labels = publisher.labels.clone();
+        labels.insert(LABEL_SKIP_MIRROR.into(), "true".into());
+        let addresses: Vec<EndpointAddress> = classified
+            .ipv4
+            .iter()
+            .chain(&classified.ipv6)
+            .map(|ip| EndpointAddress {
+                ip: ip.clone(),
+                ..Default::default()
+            })
+            .collect();
+        let (ready_addresses, not_ready) = if ready {
+            (Some(addresses), None)
+        } else {
+            (None, Some(addresses))
+        };
+        Endpoints {
+            metadata: ObjectMeta {
+                name: Some(service_name.clone()),
+                namespace: namespace.clone(),
+                labels: Some(labels),
+                ..Default::default()
+            },
+            subsets: Some(vec![EndpointSubset {
+                addresses: ready_addresses,
+                not_ready_addresses: not_ready,
+                ports: Some(
+                    desired
+                        .ports
+                        .iter()
+                        .map(|p| k8s_openapi::api::core::v1::EndpointPort {
+                            name: p.name.clone(),
+                            port: p.port,
+                            protocol: Some(p.protocol.clone()),
+                            app_protocol: None,
+                        })
+                        .collect(),
+                ),
+            }]),
+        }
+    });
+    Plan {
         service,
         slices,
+        endpoints,
         skipped: classified.skipped,
         has_address: has_ips || external_name.is_some(),
-    })
+    }
 }
 
 /// How publication ended up.
@@ -243,7 +382,7 @@ pub fn plan(lb: &LoadBalancer, addresses: &[LoadBalancerAddress], ready: bool) -
 pub enum Published {
     /// Publication is disabled; nothing is published.
     Disabled,
-    /// The Service exists; the provider has no publishable address yet.
+    /// The Service exists; there is no publishable address yet.
     WaitingForAddress {
         /// Service name.
         service: String,
@@ -271,6 +410,8 @@ pub struct Report {
     pub state: Published,
     /// Human-readable changes made (empty when nothing was written).
     pub changes: Vec<String>,
+    /// Objects taken over from another publisher (adoption), for an Event.
+    pub adopted: Vec<String>,
 }
 
 fn ports_key(service: &Service) -> Vec<(String, i32, String, String)> {
@@ -330,8 +471,10 @@ pub fn service_matches(observed: &Service, desired: &Service) -> bool {
     let (Some(o), Some(d)) = (observed.spec.as_ref(), desired.spec.as_ref()) else {
         return false;
     };
+    let legacy = |s: &Service| s.annotations().contains_key(ANNOTATION_LEGACY_ENDPOINTS);
     labels_contain(&observed.metadata, &desired.metadata)
         && owner_refs_contain(&observed.metadata, &desired.metadata)
+        && legacy(observed) == legacy(desired)
         && service_kind(observed) == service_kind(desired)
         && (d.cluster_ip.is_none() || o.cluster_ip == d.cluster_ip)
         && o.external_name == d.external_name
@@ -377,14 +520,45 @@ pub fn slice_matches(observed: &EndpointSlice, desired: &EndpointSlice) -> bool 
         && slice_ports_key(observed) == slice_ports_key(desired)
 }
 
-/// A slice capi-lb manages for this LoadBalancer (managed-by label and LoadBalancer name label).
-fn is_our_slice(slice: &EndpointSlice, lb_name: &str) -> bool {
-    let labels = slice.labels();
-    labels
+fn has_label(meta: &ObjectMeta, (key, value): &(String, String)) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .is_some_and(|v| v == value)
+}
+
+/// A Service this publisher manages: its controller reference and its label.
+fn is_our_service(service: &Service, publisher: &Publisher) -> bool {
+    is_controlled_by(service, &publisher.owner.uid)
+        && has_label(&service.metadata, &publisher.selector)
+}
+
+/// A slice capi-lb manages for this publisher (managed-by label and the publisher's label).
+fn is_our_slice(slice: &EndpointSlice, publisher: &Publisher) -> bool {
+    slice
+        .labels()
         .get(LABEL_ENDPOINTSLICE_MANAGED_BY)
         .map(String::as_str)
         == Some(ENDPOINTSLICE_MANAGED_BY_VALUE)
-        && labels.get(LABEL_LB_NAME).map(String::as_str) == Some(lb_name)
+        && has_label(&slice.metadata, &publisher.selector)
+}
+
+/// Legacy Endpoints capi-lb manages for this publisher (skip-mirror and the publisher's label).
+fn is_our_endpoints(endpoints: &Endpoints, publisher: &Publisher) -> bool {
+    endpoints
+        .labels()
+        .get(LABEL_SKIP_MIRROR)
+        .map(String::as_str)
+        == Some("true")
+        && has_label(&endpoints.metadata, &publisher.selector)
+}
+
+/// A foreign object this publisher may take over.
+fn adoptable(meta: &ObjectMeta, publisher: &Publisher) -> bool {
+    publisher.adopt.as_ref().is_some_and(|wanted| {
+        let labels = meta.labels.clone().unwrap_or_default();
+        wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
+    })
 }
 
 /// `203.0.113.1, 203.0.113.2`, with ` (not ready)` after endpoints that are not ready.
@@ -424,7 +598,6 @@ where
     }
 }
 
-/// Delete every EndpointSlice of Service `service` that this LoadBalancer manages, except `keep`.
 /// The EndpointSlices labelled as belonging to Service `service`.
 async fn slices_of(slices: &Api<EndpointSlice>, service: &str) -> Result<Vec<EndpointSlice>> {
     Ok(slices
@@ -434,17 +607,17 @@ async fn slices_of(slices: &Api<EndpointSlice>, service: &str) -> Result<Vec<End
         .items)
 }
 
-/// Delete the slices in `listed` that this LoadBalancer manages, except those named in `keep`.
+/// Delete the slices in `listed` that this publisher manages, except those named in `keep`.
 async fn prune_slices(
     slices: &Api<EndpointSlice>,
     listed: &[EndpointSlice],
-    lb_name: &str,
+    publisher: &Publisher,
     keep: &[String],
     changes: &mut Vec<String>,
 ) -> Result<()> {
     for slice in listed {
         let name = slice.name_any();
-        if is_our_slice(slice, lb_name) && !keep.contains(&name) {
+        if is_our_slice(slice, publisher) && !keep.contains(&name) {
             delete_exact(slices, slice, &format!("EndpointSlice {name}")).await?;
             changes.push(format!("removed EndpointSlice {name}"));
         }
@@ -452,35 +625,52 @@ async fn prune_slices(
     Ok(())
 }
 
-/// Remove everything publication created for `lb`.
-pub async fn withdraw(client: &kube::Client, lb: &LoadBalancer) -> Result<Vec<String>> {
-    Ok(withdraw_except(client, lb, None).await?.0)
+/// Delete our legacy Endpoints named `name`, if any.
+async fn prune_endpoints(
+    client: &kube::Client,
+    publisher: &Publisher,
+    name: &str,
+    changes: &mut Vec<String>,
+) -> Result<()> {
+    let api: Api<Endpoints> = Api::namespaced(client.clone(), &publisher.namespace);
+    let found = api.get_opt(name).await.map_err(kube_err(
+        "get",
+        format!("Endpoints {}/{name}", publisher.namespace),
+    ))?;
+    if let Some(endpoints) = found
+        && is_our_endpoints(&endpoints, publisher)
+    {
+        delete_exact(&api, &endpoints, &format!("Endpoints {name}")).await?;
+        changes.push(format!("removed Endpoints {name}"));
+    }
+    Ok(())
 }
 
-/// Remove everything publication created for `lb` except the Service named `keep`, which is
-/// returned when it exists and is ours (so the caller does not need to read it again).
+/// Remove everything `publisher` published.
+pub async fn withdraw(client: &kube::Client, publisher: &Publisher) -> Result<Vec<String>> {
+    Ok(withdraw_except(client, publisher, None).await?.0)
+}
+
+/// Remove everything `publisher` published except the Service named `keep`, which is returned when
+/// it exists and is ours (so the caller does not need to read it again).
 async fn withdraw_except(
     client: &kube::Client,
-    lb: &LoadBalancer,
+    publisher: &Publisher,
     keep: Option<&str>,
 ) -> Result<(Vec<String>, Option<Service>)> {
-    let namespace = lb.namespace().unwrap_or_default();
-    let lb_name = lb.name_any();
-    let lb_uid = lb.uid().unwrap_or_default();
-    let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
-    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &namespace);
+    let namespace = &publisher.namespace;
+    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
     let mut changes = Vec::new();
     let mut kept = None;
+    let (key, value) = &publisher.selector;
     let listed = services
-        .list(&ListParams::default().labels(&format!("{LABEL_LB_NAME}={lb_name}")))
+        .list(&ListParams::default().labels(&format!("{key}={value}")))
         .await
-        .map_err(kube_err(
-            "list Services of",
-            format!("LoadBalancer {namespace}/{lb_name}"),
-        ))?;
+        .map_err(kube_err("list Services of", publisher.describe.clone()))?;
     for service in listed.items {
         let name = service.name_any();
-        if !is_controlled_by(&service, &lb_uid) {
+        if !is_our_service(&service, publisher) {
             continue;
         }
         if Some(name.as_str()) == keep {
@@ -488,35 +678,62 @@ async fn withdraw_except(
             continue;
         }
         let listed_slices = slices_of(&slices, &name).await?;
-        prune_slices(&slices, &listed_slices, &lb_name, &[], &mut changes).await?;
+        prune_slices(&slices, &listed_slices, publisher, &[], &mut changes).await?;
+        if service
+            .annotations()
+            .contains_key(ANNOTATION_LEGACY_ENDPOINTS)
+        {
+            prune_endpoints(client, publisher, &name, &mut changes).await?;
+        }
         delete_exact(&services, &service, &format!("Service {namespace}/{name}")).await?;
         changes.push(format!("removed Service {name}"));
     }
     Ok((changes, kept))
 }
 
-/// Bring the published objects of `lb` in line with `addresses`.
+/// Take a foreign object over: drop the labels that marked it as the other publisher's (so that
+/// publisher, if still running, sees it as not its own), keeping everything else.
+async fn strip_adopt_labels<K>(api: &Api<K>, obj: &K, publisher: &Publisher) -> Result<()>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let labels: serde_json::Map<String, serde_json::Value> = publisher
+        .adopt
+        .iter()
+        .flatten()
+        .map(|(k, _)| (k.clone(), serde_json::Value::Null))
+        .collect();
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": labels}})),
+    )
+    .await
+    .map_err(kube_err("adopt", obj.name_any()))?;
+    Ok(())
+}
+
+/// Bring what `publisher` publishes in line with `desired` (`None`: publish nothing).
 pub async fn publish(
     client: &kube::Client,
-    lb: &LoadBalancer,
-    addresses: &[LoadBalancerAddress],
-    ready: bool,
+    publisher: &Publisher,
+    desired: Option<&Desired>,
 ) -> Result<Report> {
-    let namespace = lb.namespace().unwrap_or_default();
-    let lb_name = lb.name_any();
-    let lb_uid = lb.uid().unwrap_or_default();
-    let plan = plan(lb, addresses, ready);
-    let keep = plan.as_ref().and_then(|p| p.service.metadata.name.clone());
-    let (mut changes, ours) = withdraw_except(client, lb, keep.as_deref()).await?;
+    let namespace = &publisher.namespace;
+    let plan = desired.map(|d| plan(publisher, d));
+    let keep = desired.map(|d| d.service_name.clone());
+    let (mut changes, ours) = withdraw_except(client, publisher, keep.as_deref()).await?;
+    let mut adopted = Vec::new();
     let Some(plan) = plan else {
         return Ok(Report {
             state: Published::Disabled,
             changes,
+            adopted,
         });
     };
     let service_name = keep.unwrap_or_default();
-    let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
-    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &namespace);
+    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
     let apply = PatchParams::apply(FIELD_MANAGER).force();
 
     // The Service: ours was in the list; otherwise look for one someone else made.
@@ -527,18 +744,34 @@ pub async fn publish(
             format!("Service {namespace}/{service_name}"),
         ))?,
     };
-    let service = match observed {
-        Some(existing) if !is_controlled_by(&existing, &lb_uid) => {
-            return Ok(Report {
-                state: Published::Conflict {
-                    message: format!(
-                        "Service {namespace}/{service_name} already exists and is not managed by this LoadBalancer; it was left untouched. Delete or rename it, or set spec.publication.suffix"
-                    ),
-                },
-                changes,
-            });
+    let conflict = |what: String| Report {
+        state: Published::Conflict {
+            message: format!(
+                "{what} already exists and is not managed by capi-lb for {}; it was left untouched. {}",
+                publisher.describe, publisher.conflict_hint
+            ),
+        },
+        changes: Vec::new(),
+        adopted: Vec::new(),
+    };
+    let mut adopting = false;
+    let had_legacy = observed
+        .as_ref()
+        .is_some_and(|s| s.annotations().contains_key(ANNOTATION_LEGACY_ENDPOINTS));
+    if let Some(existing) = &observed
+        && !is_our_service(existing, publisher)
+    {
+        if !adoptable(&existing.metadata, publisher) {
+            let mut report = conflict(format!("Service {namespace}/{service_name}"));
+            report.changes = changes;
+            return Ok(report);
         }
-        Some(existing) if service_matches(&existing, &plan.service) => existing,
+        strip_adopt_labels(&services, existing, publisher).await?;
+        adopted.push(format!("Service {service_name}"));
+        adopting = true;
+    }
+    let service = match observed {
+        Some(existing) if !adopting && service_matches(&existing, &plan.service) => existing,
         Some(existing) => {
             if service_kind(&existing) != service_kind(&plan.service) {
                 // ClusterIP <-> ExternalName cannot be changed in place cleanly: recreate.
@@ -588,15 +821,11 @@ pub async fn publish(
                 .map_err(kube_err("get", format!("EndpointSlice {namespace}/{name}")))?,
         };
         match observed {
-            Some(existing) if !is_our_slice(&existing, &lb_name) => {
-                return Ok(Report {
-                    state: Published::Conflict {
-                        message: format!(
-                            "EndpointSlice {namespace}/{name} already exists and is not managed by capi-lb for this LoadBalancer; it was left untouched"
-                        ),
-                    },
-                    changes,
-                });
+            Some(existing) if !is_our_slice(&existing, publisher) => {
+                let mut report = conflict(format!("EndpointSlice {namespace}/{name}"));
+                report.changes = changes;
+                report.adopted = adopted;
+                return Ok(report);
             }
             Some(existing) if slice_matches(&existing, &desired) => {}
             existing => {
@@ -622,7 +851,22 @@ pub async fn publish(
         }
         keep_slices.push(name);
     }
-    prune_slices(&slices, &listed, &lb_name, &keep_slices, &mut changes).await?;
+    prune_slices(&slices, &listed, publisher, &keep_slices, &mut changes).await?;
+
+    // Legacy Endpoints (after the slices, so DNS never goes empty during an adoption). Looked at only
+    // when wanted, when we wrote them before (the Service says so), or when adopting.
+    if publisher.legacy_endpoints || had_legacy || adopting {
+        endpoints(
+            client,
+            publisher,
+            &service,
+            &service_name,
+            plan.endpoints,
+            &mut changes,
+            &mut adopted,
+        )
+        .await?;
+    }
 
     let state = if plan.has_address {
         Published::Published {
@@ -635,7 +879,113 @@ pub async fn publish(
             skipped: plan.skipped,
         }
     };
-    Ok(Report { state, changes })
+    Ok(Report {
+        state,
+        changes,
+        adopted,
+    })
+}
+
+/// Bring what LoadBalancer `lb` publishes in line with `addresses` (see [`lb_desired`]).
+pub async fn publish_lb(
+    client: &kube::Client,
+    lb: &LoadBalancer,
+    addresses: &[LoadBalancerAddress],
+    ready: bool,
+) -> Result<Report> {
+    let Some(publisher) = lb_publisher(lb) else {
+        return Err(crate::error::Error::MissingField(
+            format!("LoadBalancer {}", lb.name_any()),
+            "uid",
+        ));
+    };
+    publish(
+        client,
+        &publisher,
+        lb_desired(lb, addresses, ready).as_ref(),
+    )
+    .await
+}
+
+/// Remove everything LoadBalancer `lb` published.
+pub async fn withdraw_lb(client: &kube::Client, lb: &LoadBalancer) -> Result<Vec<String>> {
+    match lb_publisher(lb) {
+        Some(publisher) => withdraw(client, &publisher).await,
+        None => Ok(Vec::new()),
+    }
+}
+
+fn endpoints_matches(observed: &Endpoints, desired: &Endpoints) -> bool {
+    labels_contain(&observed.metadata, &desired.metadata)
+        && owner_refs_contain(&observed.metadata, &desired.metadata)
+        && observed.subsets == desired.subsets
+}
+
+/// Converge the legacy Endpoints named `name`: apply `desired` (owned by `service`), or remove ours
+/// (and an adoptable foreign one: it is replaced by the slices) when there is none.
+async fn endpoints(
+    client: &kube::Client,
+    publisher: &Publisher,
+    service: &Service,
+    name: &str,
+    desired: Option<Endpoints>,
+    changes: &mut Vec<String>,
+    adopted: &mut Vec<String>,
+) -> Result<()> {
+    let api: Api<Endpoints> = Api::namespaced(client.clone(), &publisher.namespace);
+    let observed = api.get_opt(name).await.map_err(kube_err(
+        "get",
+        format!("Endpoints {}/{name}", publisher.namespace),
+    ))?;
+    let ours = observed
+        .as_ref()
+        .is_some_and(|e| is_our_endpoints(e, publisher));
+    let foreign_adoptable = observed
+        .as_ref()
+        .is_some_and(|e| !ours && adoptable(&e.metadata, publisher));
+    match (desired, observed) {
+        (Some(mut desired), observed) => {
+            desired.metadata.owner_references = controller_ref(service).map(|r| vec![r]);
+            if let Some(existing) = &observed {
+                if foreign_adoptable {
+                    strip_adopt_labels(&api, existing, publisher).await?;
+                    adopted.push(format!("Endpoints {name}"));
+                } else if !ours {
+                    // Someone else's Endpoints: left alone (the slices carry the addresses).
+                    return Ok(());
+                } else if endpoints_matches(existing, &desired) {
+                    return Ok(());
+                }
+            }
+            api.patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&desired),
+            )
+            .await
+            .map_err(kube_err(
+                "apply",
+                format!("Endpoints {}/{name}", publisher.namespace),
+            ))?;
+            changes.push(format!(
+                "{} Endpoints {name}",
+                if observed.is_some() {
+                    "updated"
+                } else {
+                    "created"
+                }
+            ));
+        }
+        (None, Some(existing)) if ours || foreign_adoptable => {
+            delete_exact(&api, &existing, &format!("Endpoints {name}")).await?;
+            if foreign_adoptable {
+                adopted.push(format!("Endpoints {name} (replaced by EndpointSlices)"));
+            }
+            changes.push(format!("removed Endpoints {name}"));
+        }
+        (None, _) => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -655,6 +1005,11 @@ mod tests {
         lb.metadata.namespace = Some("default".into());
         lb.metadata.uid = Some("uid-cp".into());
         lb
+    }
+
+    fn lb_plan(lb: &LoadBalancer, addresses: &[LoadBalancerAddress], ready: bool) -> Option<Plan> {
+        let desired = lb_desired(lb, addresses, ready)?;
+        Some(plan(&lb_publisher(lb).unwrap(), &desired))
     }
 
     #[test]
@@ -678,7 +1033,7 @@ mod tests {
 
     #[test]
     fn plans_a_headless_service_and_one_slice_per_family() {
-        let p = plan(
+        let p = lb_plan(
             &lb(),
             &[
                 LoadBalancerAddress::ip("203.0.113.1"),
@@ -713,7 +1068,7 @@ mod tests {
 
     #[test]
     fn plans_an_external_name_for_a_hostname_only_provider() {
-        let p = plan(
+        let p = lb_plan(
             &lb(),
             &[LoadBalancerAddress::hostname("lb.example.com")],
             true,
@@ -725,7 +1080,7 @@ mod tests {
         assert!(spec.cluster_ip.is_none());
         assert!(p.slices.is_empty());
         // IPs win over a hostname.
-        let p = plan(
+        let p = lb_plan(
             &lb(),
             &[
                 LoadBalancerAddress::hostname("lb.example.com"),
@@ -741,14 +1096,14 @@ mod tests {
     fn no_plan_when_publication_is_disabled_and_no_slices_without_addresses() {
         let mut disabled = lb();
         disabled.spec.publication.enabled = false;
-        assert!(plan(&disabled, &[LoadBalancerAddress::ip("203.0.113.1")], true).is_none());
-        let p = plan(&lb(), &[], true).unwrap();
+        assert!(lb_plan(&disabled, &[LoadBalancerAddress::ip("203.0.113.1")], true).is_none());
+        let p = lb_plan(&lb(), &[], true).unwrap();
         assert!(p.slices.is_empty() && !p.has_address);
     }
 
     #[test]
     fn matching_ignores_apiserver_defaults_but_sees_real_changes() {
-        let p = plan(&lb(), &[LoadBalancerAddress::ip("203.0.113.1")], true).unwrap();
+        let p = lb_plan(&lb(), &[LoadBalancerAddress::ip("203.0.113.1")], true).unwrap();
         let mut observed = p.service.clone();
         let spec = observed.spec.as_mut().unwrap();
         spec.session_affinity = Some("None".into());
@@ -765,7 +1120,7 @@ mod tests {
 
         let mut slice = p.slices[0].clone();
         assert!(slice_matches(&slice, &p.slices[0]));
-        let not_ready = plan(&lb(), &[LoadBalancerAddress::ip("203.0.113.1")], false).unwrap();
+        let not_ready = lb_plan(&lb(), &[LoadBalancerAddress::ip("203.0.113.1")], false).unwrap();
         assert!(
             !slice_matches(&not_ready.slices[0], &p.slices[0]),
             "readiness is part of the slice"

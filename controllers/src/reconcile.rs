@@ -445,7 +445,7 @@ impl<'a> Reconciliation<'a> {
         let published = if matches!(infra_state, InfraState::Problem { .. }) {
             None
         } else {
-            let report = publication::publish(
+            let report = publication::publish_lb(
                 &self.ctx.client,
                 self.lb,
                 &self.status.addresses,
@@ -543,7 +543,7 @@ impl<'a> Reconciliation<'a> {
                 self.note(false, event::LOAD_BALANCER_DELETED, changes);
                 self.status.infrastructure_ref = None;
                 self.status.addresses.clear();
-                let report = publication::publish(&self.ctx.client, self.lb, &[], false).await?;
+                let report = publication::publish_lb(&self.ctx.client, self.lb, &[], false).await?;
                 self.note(false, event::ENDPOINT_WITHDRAWN, report.changes);
                 self.conditions
                     .push(publication_condition(&report.state, false));
@@ -986,7 +986,7 @@ async fn cleanup(lb: &LoadBalancer, ctx: &Context, api: &Api<LoadBalancer>) -> R
         set_deleting_condition(ctx, api, lb, r::DELETING, &message).await?;
         return Ok(Outcome::requeue(retry));
     }
-    let changes = publication::withdraw(&ctx.client, lb).await?;
+    let changes = publication::withdraw_lb(&ctx.client, lb).await?;
     if !changes.is_empty() {
         ctx.events
             .publish(
