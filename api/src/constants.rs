@@ -73,6 +73,34 @@ pub const TARGET_KEY_PREFIX: &str = "capi-lb-";
 /// Annotation on a published Service for which capi-lb also maintains legacy v1 Endpoints.
 pub const ANNOTATION_LEGACY_ENDPOINTS: &str = "loadbalancer.cluster.x-k8s.io/legacy-endpoints";
 
+// --- external endpoints of Services of type LoadBalancer ----------------------------------------
+
+/// Service annotation: `"true"` publishes an `-ext` endpoint for this Service, `"false"` never does
+/// (whatever the controller's default policy).
+pub const ANNOTATION_EXTERNAL_ENDPOINT: &str = "loadbalancer.cluster.x-k8s.io/external-endpoint";
+/// Service annotation: the suffix of this Service's `-ext` endpoint (default `-ext`).
+pub const ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX: &str =
+    "loadbalancer.cluster.x-k8s.io/external-endpoint-suffix";
+/// Service annotation written by capi-lb: the DNS name of the published `-ext` endpoint.
+pub const ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME: &str =
+    "loadbalancer.cluster.x-k8s.io/external-endpoint-dns-name";
+/// Label on objects the `-ext` publisher creates: who manages them.
+pub const LABEL_EXTERNAL_MANAGED_BY: &str = "loadbalancer.cluster.x-k8s.io/managed-by";
+/// Label on objects the `-ext` publisher creates: the source Service.
+pub const LABEL_SOURCE_SERVICE: &str = "loadbalancer.cluster.x-k8s.io/source-service";
+/// Label on objects the `-ext` publisher creates: `external`.
+pub const LABEL_ENDPOINT_TYPE: &str = "loadbalancer.cluster.x-k8s.io/endpoint-type";
+/// Value of [`LABEL_ENDPOINT_TYPE`].
+pub const ENDPOINT_TYPE_EXTERNAL: &str = "external";
+/// kube-dc's `-ext` publisher labels (adoption mode): managed-by ...
+pub const KUBE_DC_LABEL_MANAGED_BY: &str = "kube-dc.com/managed-by";
+/// ... with this value ...
+pub const KUBE_DC_MANAGED_BY_VALUE: &str = "service-lb-controller";
+/// ... and the source Service.
+pub const KUBE_DC_LABEL_SOURCE_SERVICE: &str = "kube-dc.com/source-service";
+/// kube-dc's endpoint-type label.
+pub const KUBE_DC_LABEL_ENDPOINT_TYPE: &str = "kube-dc.com/endpoint-type";
+
 // --- defaults -----------------------------------------------------------------------------------
 
 /// Default suffix of the published Service: `<name>-ext`.
@@ -199,6 +227,16 @@ pub mod event {
     /// A target changed state (`adding`, `active`, `disabling`, ...). Emitted on the LoadBalancer
     /// and on the target.
     pub const TARGET_STATE_CHANGED: &str = "TargetStateChanged";
+    /// The `-ext` endpoint of a Service of type LoadBalancer was created or updated.
+    pub const EXTERNAL_ENDPOINT_PUBLISHED: &str = "ExternalEndpointPublished";
+    /// The `-ext` endpoint of a Service was removed.
+    pub const EXTERNAL_ENDPOINT_WITHDRAWN: &str = "ExternalEndpointWithdrawn";
+    /// An object with the `-ext` name exists and is not ours: left untouched.
+    pub const EXTERNAL_ENDPOINT_CONFLICT: &str = "ExternalEndpointConflict";
+    /// Objects of kube-dc's `-ext` publisher were taken over (adoption mode).
+    pub const EXTERNAL_ENDPOINT_ADOPTED: &str = "ExternalEndpointAdopted";
+    /// The Service's `-ext` annotations or name cannot work; nothing was done.
+    pub const INVALID_EXTERNAL_ENDPOINT: &str = "InvalidExternalEndpoint";
     /// Deletion hooks were added to Machines.
     pub const DELETION_HOOKS_ADDED: &str = "DeletionHooksAdded";
     /// Deletion hooks were released from Machines (their member is gone, they are no longer

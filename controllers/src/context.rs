@@ -10,6 +10,7 @@ use capi_lb_providers::clock::SharedClock;
 
 use crate::events::EventSink;
 use crate::kinds::KindResolver;
+use crate::services::ExternalEndpoints;
 
 /// Controller configuration.
 #[derive(Clone, Debug)]
@@ -18,6 +19,8 @@ pub struct Config {
     pub cluster_domain: String,
     /// How often an unchanged LoadBalancer is reconciled anyway, to repair drift in the cloud.
     pub resync: Duration,
+    /// The `-ext` publisher for Services of type LoadBalancer.
+    pub external: ExternalEndpoints,
 }
 
 impl Default for Config {
@@ -25,6 +28,7 @@ impl Default for Config {
         Self {
             cluster_domain: capi_lb_api::constants::DEFAULT_CLUSTER_DOMAIN.to_string(),
             resync: Duration::from_secs(600),
+            external: ExternalEndpoints::default(),
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod metadata;
 pub mod publication;
 pub mod reconcile;
 pub mod run;
+pub mod services;
 pub mod simulate;
 pub mod status;
 pub mod targets;

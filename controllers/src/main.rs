@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use capi_lb::run::RunOptions;
+use capi_lb::services::{ExternalEndpoints, Policy};
 use capi_lb::simulate::{Options, Source};
-use capi_lb_api::constants::DEFAULT_CLUSTER_DOMAIN;
+use capi_lb_api::constants::{DEFAULT_CLUSTER_DOMAIN, DEFAULT_PUBLICATION_SUFFIX};
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
@@ -61,6 +62,24 @@ enum Command {
         /// Seconds between reconciles of an unchanged LoadBalancer (repairs drift in the cloud).
         #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(10..))]
         resync_seconds: u64,
+        /// Publish a stable `<svc>-ext` endpoint for Services of type LoadBalancer.
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "CAPI_LB_EXTERNAL_ENDPOINTS")]
+        external_endpoints: bool,
+        /// Which LoadBalancer Services get one when they carry no
+        /// `loadbalancer.cluster.x-k8s.io/external-endpoint` annotation.
+        #[arg(long, value_enum, default_value_t = Policy::All)]
+        external_endpoints_policy: Policy,
+        /// Default suffix of the published Service.
+        #[arg(long, default_value = DEFAULT_PUBLICATION_SUFFIX)]
+        external_endpoints_suffix: String,
+        /// Take over `-ext` Services and Endpoints made by kube-dc's publisher (labels
+        /// `kube-dc.com/managed-by=service-lb-controller`), to migrate from it.
+        #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+        adopt_kube_dc: bool,
+        /// Also write legacy v1 Endpoints for the `-ext` Services (for consumers that do not read
+        /// EndpointSlices).
+        #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+        legacy_endpoints: bool,
     },
     /// Print the CRDs as YAML (or write them under a directory with --output-dir).
     Crds {
@@ -112,6 +131,11 @@ async fn main() -> ExitCode {
             providers,
             concurrency,
             resync_seconds,
+            external_endpoints,
+            external_endpoints_policy,
+            external_endpoints_suffix,
+            adopt_kube_dc,
+            legacy_endpoints,
         } => {
             init_logging(cli.log_format, "info");
             let options = RunOptions {
@@ -120,6 +144,13 @@ async fn main() -> ExitCode {
                 providers,
                 concurrency,
                 resync: Duration::from_secs(resync_seconds),
+                external: ExternalEndpoints {
+                    enabled: external_endpoints,
+                    policy: external_endpoints_policy,
+                    suffix: external_endpoints_suffix,
+                    adopt_kube_dc,
+                    legacy_endpoints,
+                },
             };
             match capi_lb::run::run(options).await {
                 Ok(()) => ExitCode::SUCCESS,

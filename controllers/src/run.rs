@@ -13,14 +13,15 @@ use std::time::Duration;
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::constants::{
-    ENDPOINTSLICE_MANAGED_BY_VALUE, LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_LB_NAME,
-    LABEL_MANAGED_BY, MANAGED_BY_VALUE,
+    ENDPOINT_TYPE_EXTERNAL, ENDPOINTSLICE_MANAGED_BY_VALUE, LABEL_ENDPOINT_TYPE,
+    LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_EXTERNAL_MANAGED_BY, LABEL_LB_NAME, LABEL_MANAGED_BY,
+    LABEL_SOURCE_SERVICE, MANAGED_BY_VALUE,
 };
 use capi_lb_api::target::TargetKeys;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::clock::{SharedClock, SystemClock};
 use capi_lb_providers::inmemory::{self, InMemoryCloud, InMemoryProvider};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
@@ -35,6 +36,7 @@ use crate::error::Error;
 use crate::events::EventSink;
 use crate::kinds::KindResolver;
 use crate::reconcile::reconcile;
+use crate::services::{ExternalEndpoints, Reported, reconcile_service};
 
 /// Providers `run` can enable.
 pub const AVAILABLE_PROVIDERS: &[&str] = &[inmemory::NAME];
@@ -52,6 +54,8 @@ pub struct RunOptions {
     pub concurrency: u16,
     /// Periodic resync of unchanged LoadBalancers.
     pub resync: Duration,
+    /// The `-ext` publisher for Services of type LoadBalancer.
+    pub external: ExternalEndpoints,
 }
 
 /// Errors starting the controller.
@@ -232,6 +236,7 @@ pub async fn run_with_client(
         Config {
             cluster_domain: options.cluster_domain.clone(),
             resync: options.resync,
+            external: options.external.clone(),
         },
         clock.clone(),
         EventSink::new(client.clone(), instance, clock),
@@ -316,19 +321,98 @@ pub async fn run_with_client(
         );
     }
 
-    controller
+    let shutdown = shutdown.shared();
+    let loadbalancers = controller
         .with_config(ControllerConfig::default().concurrency(options.concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile_action, error_policy, ctx)
+        .graceful_shutdown_on(shutdown.clone())
+        .run(reconcile_action, error_policy, ctx.clone())
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(object = %object, "reconciled"),
                 Err(e) => tracing::warn!(error = %e, "reconcile failed"),
             }
-        })
-        .await;
+        });
+    let services = async {
+        if options.external.enabled {
+            external_endpoints(&client, ns, &options, ctx.clone(), shutdown).await;
+        }
+    };
+    futures::join!(loadbalancers, services);
     tracing::info!("capi-lb controller stopped");
     Ok(())
+}
+
+/// What the `-ext` publisher's reconciles share.
+struct ServiceContext {
+    ctx: Arc<Context>,
+    reported: Reported,
+}
+
+/// The `-ext` publisher: every Service (the LoadBalancer ones are published; our `-ext` Services are
+/// checked for a vanished source), re-triggered by changes to the `-ext` Services and EndpointSlices
+/// it manages (mapped to their source by label). Watch-driven: no per-Service polling beyond the
+/// resync.
+async fn external_endpoints(
+    client: &kube::Client,
+    ns: Option<&str>,
+    options: &RunOptions,
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    tracing::info!(
+        policy = ?options.external.policy,
+        suffix = %options.external.suffix,
+        adopt_kube_dc = options.external.adopt_kube_dc,
+        legacy_endpoints = options.external.legacy_endpoints,
+        "publishing -ext endpoints for Services of type LoadBalancer"
+    );
+    let ours = format!(
+        "{LABEL_ENDPOINT_TYPE}={ENDPOINT_TYPE_EXTERNAL},{LABEL_EXTERNAL_MANAGED_BY}={MANAGED_BY_VALUE}"
+    );
+    let to_source = |labels: &std::collections::BTreeMap<String, String>,
+                     namespace: Option<String>| {
+        let source = labels.get(LABEL_SOURCE_SERVICE)?;
+        Some(ObjectRef::<Service>::new(source).within(&namespace?))
+    };
+    let context = Arc::new(ServiceContext {
+        ctx,
+        reported: Reported::default(),
+    });
+    Controller::new(api::<Service>(client, ns), watcher::Config::default())
+        .watches(
+            api::<Service>(client, ns),
+            watcher::Config::default().labels(&ours),
+            move |svc: Service| to_source(svc.labels(), svc.namespace()),
+        )
+        .watches(
+            api::<EndpointSlice>(client, ns),
+            watcher::Config::default().labels(&ours),
+            move |slice: EndpointSlice| to_source(slice.labels(), slice.namespace()),
+        )
+        .with_config(ControllerConfig::default().concurrency(options.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(
+            |svc: Arc<Service>, c: Arc<ServiceContext>| async move {
+                let outcome = reconcile_service(svc, c.ctx.clone(), &c.reported).await?;
+                Ok::<_, Error>(match outcome.requeue_after {
+                    Some(after) => Action::requeue(after),
+                    None => Action::requeue(c.ctx.config.resync),
+                })
+            },
+            |svc: Arc<Service>, error: &Error, c: Arc<ServiceContext>| {
+                let key = svc.uid().unwrap_or_else(|| svc.name_any());
+                let delay = c.ctx.backoff(&key);
+                tracing::warn!(service = %svc.name_any(), namespace = ?svc.namespace(), error = %error, retry_in = ?delay, "external endpoint reconcile failed");
+                Action::requeue(delay)
+            },
+            context,
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "external endpoint reconcile failed");
+            }
+        })
+        .await;
 }
 
 async fn reconcile_action(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -75,6 +75,7 @@ fn start_controller(client: Client, namespace: &str) -> Controller {
         providers: vec!["inmemory".into()],
         concurrency: 2,
         resync: Duration::from_secs(60),
+        external: Default::default(),
     };
     let task = tokio::spawn(async move {
         run_with_client(client, options, async move {

@@ -1,0 +1,552 @@
+//! Stable `-ext` endpoints for every Service of `type: LoadBalancer`, whatever implements it
+//! (kube-dc, MetalLB, a cloud's controller manager, capi-lb).
+//!
+//! Once a Service has addresses in `status.loadBalancer.ingress`, capi-lb publishes them under the
+//! headless selectorless Service `<svc><suffix>` (default `-ext`) with one EndpointSlice per IP family
+//! (an ExternalName Service for a hostname-only ingress), owned by the source Service, through the same
+//! [`crate::publication`] code as a LoadBalancer's endpoint. The DNS name is written back onto the
+//! source as the annotation `loadbalancer.cluster.x-k8s.io/external-endpoint-dns-name`. When the
+//! Service stops being `type: LoadBalancer`, loses its addresses or opts out, the `-ext` objects go;
+//! when it is deleted, the garbage collector removes them through their owner references (and the
+//! orphan check below does it where there is no garbage collector).
+//!
+//! Which Services: every LoadBalancer Service ([`Policy::All`], the default) or only those annotated
+//! `loadbalancer.cluster.x-k8s.io/external-endpoint: "true"` ([`Policy::Annotated`]);
+//! `"false"` always opts out. `loadbalancer.cluster.x-k8s.io/external-endpoint-suffix` picks another
+//! suffix. A name that does not fit (a DNS label of at most 63 characters) or an invalid annotation
+//! is reported with a Warning Event on the Service and nothing is done.
+//!
+//! [`decide`] is pure; [`reconcile_service`] applies it. A reconcile of an unchanged Service makes
+//! no write, and a Service that is not (and was not) of `type: LoadBalancer` costs no API call.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use capi_lb_api::constants::{
+    ANNOTATION_EXTERNAL_ENDPOINT, ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME,
+    ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX, DEFAULT_PUBLICATION_SUFFIX, ENDPOINT_TYPE_EXTERNAL,
+    KUBE_DC_LABEL_MANAGED_BY, KUBE_DC_LABEL_SOURCE_SERVICE, KUBE_DC_MANAGED_BY_VALUE,
+    LABEL_ENDPOINT_TYPE, LABEL_EXTERNAL_MANAGED_BY, LABEL_MANAGED_BY, LABEL_SOURCE_SERVICE,
+    MANAGED_BY_VALUE, event,
+};
+use capi_lb_api::loadbalancer::LoadBalancerAddress;
+use capi_lb_api::naming::is_dns_label;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::context::Context;
+use crate::error::{Result, is_not_found, kube_err};
+use crate::metadata::controller_of;
+use crate::publication::{self, Desired, Published, PublishedPort, Publisher};
+use crate::reconcile::Outcome;
+
+/// Which Services of `type: LoadBalancer` get an `-ext` endpoint when they say nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Policy {
+    /// Every one, unless annotated `external-endpoint: "false"`.
+    #[default]
+    All,
+    /// Only those annotated `external-endpoint: "true"`.
+    Annotated,
+}
+
+/// Configuration of the `-ext` publisher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternalEndpoints {
+    /// Run the publisher at all.
+    pub enabled: bool,
+    /// Default policy.
+    pub policy: Policy,
+    /// Default suffix.
+    pub suffix: String,
+    /// Take over `-ext` objects of kube-dc's publisher (migration).
+    pub adopt_kube_dc: bool,
+    /// Also write legacy v1 Endpoints.
+    pub legacy_endpoints: bool,
+}
+
+impl Default for ExternalEndpoints {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            policy: Policy::All,
+            suffix: DEFAULT_PUBLICATION_SUFFIX.to_string(),
+            adopt_kube_dc: false,
+            legacy_endpoints: false,
+        }
+    }
+}
+
+/// What to do with one Service.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// Publish this.
+    Publish(Desired),
+    /// Publish nothing (remove what was published); the reason, for the Event.
+    Withdraw(String),
+    /// Something is wrong with the Service's annotations or name: report it, change nothing.
+    Invalid(String),
+    /// Not a LoadBalancer Service and nothing was ever published for it: no API call at all.
+    Ignore,
+}
+
+fn is_load_balancer(service: &Service) -> bool {
+    service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
+}
+
+/// The ingress addresses of `service`: IPs, and hostnames where an entry has no IP.
+pub fn ingress_addresses(service: &Service) -> Vec<LoadBalancerAddress> {
+    service
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| match (&i.ip, &i.hostname) {
+            (Some(ip), _) if !ip.is_empty() => Some(LoadBalancerAddress::ip(ip.clone())),
+            (_, Some(host)) if !host.is_empty() => {
+                Some(LoadBalancerAddress::hostname(host.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// What to do with `service` under `config`.
+pub fn decide(service: &Service, config: &ExternalEndpoints) -> Decision {
+    let name = service.name_any();
+    let annotations = service.annotations();
+    let published_before = annotations.contains_key(ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME);
+    if !is_load_balancer(service) {
+        return if published_before {
+            Decision::Withdraw("the Service is no longer of type LoadBalancer".into())
+        } else {
+            Decision::Ignore
+        };
+    }
+    if service.meta().deletion_timestamp.is_some() {
+        return Decision::Withdraw("the Service is being deleted".into());
+    }
+    let opted_in = match annotations
+        .get(ANNOTATION_EXTERNAL_ENDPOINT)
+        .map(String::as_str)
+    {
+        Some("true") => true,
+        Some("false") => false,
+        None => config.policy == Policy::All,
+        Some(other) => {
+            return Decision::Invalid(format!(
+                "annotation {ANNOTATION_EXTERNAL_ENDPOINT} must be \"true\" or \"false\", not {other:?}; nothing was changed"
+            ));
+        }
+    };
+    if !opted_in {
+        return Decision::Withdraw(match config.policy {
+            Policy::All => {
+                format!("the Service opted out ({ANNOTATION_EXTERNAL_ENDPOINT}: \"false\")")
+            }
+            Policy::Annotated => format!(
+                "only Services annotated {ANNOTATION_EXTERNAL_ENDPOINT}: \"true\" get an external endpoint"
+            ),
+        });
+    }
+    let suffix = match annotations.get(ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX) {
+        Some(s) => {
+            let ok = !s.is_empty()
+                && s.len() < 63
+                && s.bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
+            if !ok {
+                return Decision::Invalid(format!(
+                    "annotation {ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX} {s:?} is not a valid suffix (lowercase letters, digits and -); nothing was changed"
+                ));
+            }
+            s.clone()
+        }
+        None => config.suffix.clone(),
+    };
+    let service_name = format!("{name}{suffix}");
+    if !is_dns_label(&service_name) {
+        return Decision::Invalid(format!(
+            "the external endpoint name {service_name} is not a DNS label of at most 63 characters; set a shorter suffix with {ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX}; nothing was changed"
+        ));
+    }
+    let addresses = ingress_addresses(service);
+    if addresses.is_empty() {
+        return Decision::Withdraw(
+            "the Service has no address in status.loadBalancer.ingress".into(),
+        );
+    }
+    let ports = service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|p| PublishedPort {
+            name: p.name.clone().filter(|n| !n.is_empty()),
+            port: p.port,
+            protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+        })
+        .collect();
+    Decision::Publish(Desired {
+        service_name,
+        ports,
+        addresses,
+        ready: true,
+    })
+}
+
+/// Labels on every object the `-ext` publisher creates for Service `source`.
+pub fn labels(source: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_MANAGED_BY.to_string(), MANAGED_BY_VALUE.to_string()),
+        (
+            LABEL_EXTERNAL_MANAGED_BY.to_string(),
+            MANAGED_BY_VALUE.to_string(),
+        ),
+        (LABEL_SOURCE_SERVICE.to_string(), source.to_string()),
+        (
+            LABEL_ENDPOINT_TYPE.to_string(),
+            ENDPOINT_TYPE_EXTERNAL.to_string(),
+        ),
+    ])
+}
+
+/// The publisher for Service `source` (whose controller reference is `owner`).
+fn publisher(
+    namespace: &str,
+    source: &str,
+    owner: k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    config: &ExternalEndpoints,
+) -> Publisher {
+    Publisher {
+        namespace: namespace.to_string(),
+        describe: format!("Service {source}"),
+        owner,
+        labels: labels(source),
+        selector: (LABEL_SOURCE_SERVICE.to_string(), source.to_string()),
+        conflict_hint: format!(
+            "Delete it, or choose another suffix with the {ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX} annotation"
+        ),
+        adopt: config.adopt_kube_dc.then(|| {
+            BTreeMap::from([
+                (
+                    KUBE_DC_LABEL_MANAGED_BY.to_string(),
+                    KUBE_DC_MANAGED_BY_VALUE.to_string(),
+                ),
+                (KUBE_DC_LABEL_SOURCE_SERVICE.to_string(), source.to_string()),
+            ])
+        }),
+        legacy_endpoints: config.legacy_endpoints,
+    }
+}
+
+/// Problems already reported per Service UID, so a conflict or an invalid annotation is reported
+/// once, not at every resync (an Event is a write).
+#[derive(Debug, Default)]
+pub struct Reported(Mutex<HashMap<String, String>>);
+
+impl Reported {
+    /// True when `message` is new for `uid` (and remember it).
+    fn first_time(&self, uid: &str, message: &str) -> bool {
+        let mut seen = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.get(uid).map(String::as_str) == Some(message) {
+            return false;
+        }
+        seen.insert(uid.to_string(), message.to_string());
+        true
+    }
+
+    fn clear(&self, uid: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
+    }
+}
+
+/// Whether `service` is an `-ext` Service this publisher created: its source's name.
+fn source_of(service: &Service) -> Option<String> {
+    let labels = service.labels();
+    (labels.get(LABEL_EXTERNAL_MANAGED_BY).map(String::as_str) == Some(MANAGED_BY_VALUE)
+        && labels.get(LABEL_ENDPOINT_TYPE).map(String::as_str) == Some(ENDPOINT_TYPE_EXTERNAL))
+    .then(|| labels.get(LABEL_SOURCE_SERVICE).cloned())
+    .flatten()
+}
+
+/// Reconcile one Service: publish, update or withdraw its `-ext` endpoint, or, for an `-ext`
+/// Service whose source is gone, remove it.
+pub async fn reconcile_service(
+    service: Arc<Service>,
+    ctx: Arc<Context>,
+    reported: &Reported,
+) -> Result<Outcome> {
+    let config = &ctx.config.external;
+    let namespace = service.namespace().unwrap_or_default();
+    let name = service.name_any();
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    if let Some(source) = source_of(&service) {
+        return remove_orphan(&ctx, &services, &service, &source).await;
+    }
+    let decision = decide(&service, config);
+    let reference = service.object_ref(&());
+    let uid = service.uid().unwrap_or_default();
+    let desired = match decision {
+        Decision::Ignore => return Ok(Outcome::done()),
+        Decision::Invalid(message) => {
+            if reported.first_time(&uid, &message) {
+                ctx.events
+                    .publish(
+                        &reference,
+                        true,
+                        event::INVALID_EXTERNAL_ENDPOINT,
+                        "Publish",
+                        message,
+                    )
+                    .await;
+            }
+            return Ok(Outcome::done());
+        }
+        Decision::Withdraw(why) => Err(why),
+        Decision::Publish(desired) => Ok(desired),
+    };
+    let Some(owner) = publication::controller_ref(service.as_ref()) else {
+        return Ok(Outcome::done());
+    };
+    let publisher = publisher(&namespace, &name, owner, config);
+    let report = publication::publish(&ctx.client, &publisher, desired.as_ref().ok()).await?;
+    if !report.adopted.is_empty() {
+        ctx.events
+            .publish(
+                &reference,
+                false,
+                event::EXTERNAL_ENDPOINT_ADOPTED,
+                "Publish",
+                format!(
+                    "took over from kube-dc's publisher: {}",
+                    report.adopted.join(", ")
+                ),
+            )
+            .await;
+    }
+    let dns_name = match (&report.state, &desired) {
+        (Published::Conflict { message }, _) => {
+            if reported.first_time(&uid, message) {
+                ctx.events
+                    .publish(
+                        &reference,
+                        true,
+                        event::EXTERNAL_ENDPOINT_CONFLICT,
+                        "Publish",
+                        message.clone(),
+                    )
+                    .await;
+            }
+            None
+        }
+        (_, Ok(desired)) => {
+            reported.clear(&uid);
+            if !report.changes.is_empty() {
+                ctx.events
+                    .publish(
+                        &reference,
+                        false,
+                        event::EXTERNAL_ENDPOINT_PUBLISHED,
+                        "Publish",
+                        report.changes.join("; "),
+                    )
+                    .await;
+            }
+            Some(format!(
+                "{}.{namespace}.svc.{}",
+                desired.service_name, ctx.config.cluster_domain
+            ))
+        }
+        (_, Err(why)) => {
+            reported.clear(&uid);
+            if !report.changes.is_empty() {
+                ctx.events
+                    .publish(
+                        &reference,
+                        false,
+                        event::EXTERNAL_ENDPOINT_WITHDRAWN,
+                        "Publish",
+                        format!("{why}: {}", report.changes.join("; ")),
+                    )
+                    .await;
+            }
+            None
+        }
+    };
+    // The DNS name on the source, only our one annotation, only when it differs.
+    let current = service
+        .annotations()
+        .get(ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME);
+    if current != dns_name.as_ref() {
+        let patch =
+            json!({"metadata": {"annotations": {ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME: dns_name}}});
+        match services
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => {
+                return Err(kube_err("annotate", format!("Service {namespace}/{name}"))(
+                    e,
+                ));
+            }
+        }
+    }
+    Ok(Outcome::done())
+}
+
+/// An `-ext` Service whose source Service is gone (or was recreated: another UID) is removed with
+/// its slices and Endpoints. A real cluster's garbage collector does the same through the owner
+/// references; this covers clusters where it is slow and the in-memory API, which has none.
+async fn remove_orphan(
+    ctx: &Context,
+    services: &Api<Service>,
+    ext: &Service,
+    source: &str,
+) -> Result<Outcome> {
+    let Some(owner) = controller_of(ext).cloned() else {
+        return Ok(Outcome::done());
+    };
+    if owner.kind != "Service" || owner.name != source {
+        return Ok(Outcome::done());
+    }
+    let namespace = ext.namespace().unwrap_or_default();
+    let found = services
+        .get_opt(source)
+        .await
+        .map_err(kube_err("get", format!("Service {namespace}/{source}")))?;
+    if found.as_ref().and_then(|s| s.uid()) == Some(owner.uid.clone()) {
+        return Ok(Outcome::done());
+    }
+    let publisher = publisher(&namespace, source, owner, &ctx.config.external);
+    publication::withdraw(&ctx.client, &publisher).await?;
+    Ok(Outcome::done())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn service(spec: Value, status: Value, annotations: Value) -> Service {
+        serde_json::from_value(json!({
+            "metadata": {"name": "etcd-lb", "namespace": "tenant", "uid": "u1", "annotations": annotations},
+            "spec": spec,
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn lb_service(ingress: Value, annotations: Value) -> Service {
+        service(
+            json!({"type": "LoadBalancer", "ports": [{"name": "etcd", "port": 2379, "protocol": "TCP"}]}),
+            json!({"loadBalancer": {"ingress": ingress}}),
+            annotations,
+        )
+    }
+
+    fn config() -> ExternalEndpoints {
+        ExternalEndpoints::default()
+    }
+
+    #[test]
+    fn a_load_balancer_service_with_addresses_is_published() {
+        let s = lb_service(
+            json!([{"ip": "198.51.100.7"}, {"hostname": "lb.example.com"}]),
+            json!({}),
+        );
+        let Decision::Publish(d) = decide(&s, &config()) else {
+            panic!("expected a publication")
+        };
+        assert_eq!(d.service_name, "etcd-lb-ext");
+        assert_eq!(d.addresses.len(), 2);
+        assert_eq!(d.ports[0].port, 2379);
+        assert_eq!(d.ports[0].name.as_deref(), Some("etcd"));
+    }
+
+    #[test]
+    fn policy_and_opt_in_out() {
+        let s = lb_service(json!([{"ip": "198.51.100.7"}]), json!({}));
+        let annotated_only = ExternalEndpoints {
+            policy: Policy::Annotated,
+            ..config()
+        };
+        assert!(matches!(decide(&s, &annotated_only), Decision::Withdraw(_)));
+        let opted_in = lb_service(
+            json!([{"ip": "198.51.100.7"}]),
+            json!({ANNOTATION_EXTERNAL_ENDPOINT: "true"}),
+        );
+        assert!(matches!(
+            decide(&opted_in, &annotated_only),
+            Decision::Publish(_)
+        ));
+        let opted_out = lb_service(
+            json!([{"ip": "198.51.100.7"}]),
+            json!({ANNOTATION_EXTERNAL_ENDPOINT: "false"}),
+        );
+        assert!(matches!(
+            decide(&opted_out, &config()),
+            Decision::Withdraw(_)
+        ));
+        let garbage = lb_service(
+            json!([{"ip": "198.51.100.7"}]),
+            json!({ANNOTATION_EXTERNAL_ENDPOINT: "yes"}),
+        );
+        assert!(matches!(decide(&garbage, &config()), Decision::Invalid(_)));
+    }
+
+    #[test]
+    fn suffixes_and_names_that_do_not_fit_are_invalid() {
+        let custom = lb_service(
+            json!([{"ip": "198.51.100.7"}]),
+            json!({ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX: "-public"}),
+        );
+        let Decision::Publish(d) = decide(&custom, &config()) else {
+            panic!()
+        };
+        assert_eq!(d.service_name, "etcd-lb-public");
+        for bad in ["", "-Ext", "_x", "-ext.", &"-x".repeat(40)] {
+            let s = lb_service(
+                json!([{"ip": "198.51.100.7"}]),
+                json!({ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX: bad}),
+            );
+            assert!(
+                matches!(decide(&s, &config()), Decision::Invalid(_)),
+                "{bad:?}"
+            );
+        }
+        let mut long = lb_service(json!([{"ip": "198.51.100.7"}]), json!({}));
+        long.metadata.name = Some("a".repeat(60));
+        let Decision::Invalid(message) = decide(&long, &config()) else {
+            panic!()
+        };
+        assert!(message.contains("63"), "{message}");
+    }
+
+    #[test]
+    fn no_addresses_or_not_a_load_balancer() {
+        let s = lb_service(json!([]), json!({}));
+        assert!(matches!(decide(&s, &config()), Decision::Withdraw(_)));
+        let cluster_ip = service(json!({"type": "ClusterIP"}), json!({}), json!({}));
+        assert_eq!(decide(&cluster_ip, &config()), Decision::Ignore);
+        let was_published = service(
+            json!({"type": "ClusterIP"}),
+            json!({}),
+            json!({ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME: "etcd-lb-ext.tenant.svc.cluster.local"}),
+        );
+        assert!(matches!(
+            decide(&was_published, &config()),
+            Decision::Withdraw(_)
+        ));
+    }
+}
