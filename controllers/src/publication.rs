@@ -271,9 +271,6 @@ pub fn plan(publisher: &Publisher, desired: &Desired) -> Plan {
             name: Some(service_name.clone()),
             namespace: namespace.clone(),
             labels: Some(publisher.labels.clone()),
-            annotations: publisher.legacy_endpoints.then(|| {
-                BTreeMap::from([(ANNOTATION_LEGACY_ENDPOINTS.to_string(), "true".to_string())])
-            }),
             owner_references: Some(vec![publisher.owner.clone()]),
             ..Default::default()
         },
@@ -471,10 +468,8 @@ pub fn service_matches(observed: &Service, desired: &Service) -> bool {
     let (Some(o), Some(d)) = (observed.spec.as_ref(), desired.spec.as_ref()) else {
         return false;
     };
-    let legacy = |s: &Service| s.annotations().contains_key(ANNOTATION_LEGACY_ENDPOINTS);
     labels_contain(&observed.metadata, &desired.metadata)
         && owner_refs_contain(&observed.metadata, &desired.metadata)
-        && legacy(observed) == legacy(desired)
         && service_kind(observed) == service_kind(desired)
         && (d.cluster_ip.is_none() || o.cluster_ip == d.cluster_ip)
         && o.external_name == d.external_name
@@ -854,7 +849,14 @@ pub async fn publish(
     prune_slices(&slices, &listed, publisher, &keep_slices, &mut changes).await?;
 
     // Legacy Endpoints (after the slices, so DNS never goes empty during an adoption). Looked at only
-    // when wanted, when we wrote them before (the Service says so), or when adopting.
+    // when wanted, when we wrote them before (the Service carries a marker, set before they are
+    // written and removed after they are gone), or when adopting.
+    let marked = service
+        .annotations()
+        .contains_key(ANNOTATION_LEGACY_ENDPOINTS);
+    if publisher.legacy_endpoints && !marked {
+        mark_legacy(&services, &publisher.namespace, &service_name, true).await?;
+    }
     if publisher.legacy_endpoints || had_legacy || adopting {
         endpoints(
             client,
@@ -866,6 +868,9 @@ pub async fn publish(
             &mut adopted,
         )
         .await?;
+    }
+    if !publisher.legacy_endpoints && marked {
+        mark_legacy(&services, &publisher.namespace, &service_name, false).await?;
     }
 
     let state = if plan.has_address {
@@ -884,6 +889,23 @@ pub async fn publish(
         changes,
         adopted,
     })
+}
+
+/// Set or remove the marker annotation that says legacy Endpoints exist for Service `name` (a merge
+/// patch: it must go when they go, which an apply of a plan without it would not guarantee).
+async fn mark_legacy(services: &Api<Service>, namespace: &str, name: &str, on: bool) -> Result<()> {
+    let value = on.then_some("true");
+    services
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {ANNOTATION_LEGACY_ENDPOINTS: value}}}),
+            ),
+        )
+        .await
+        .map_err(kube_err("annotate", format!("Service {namespace}/{name}")))?;
+    Ok(())
 }
 
 /// Bring what LoadBalancer `lb` publishes in line with `addresses` (see [`lb_desired`]).

@@ -15,6 +15,7 @@ use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::clock::{ManualClock, SharedClock, until};
 use capi_lb_providers::inmemory::{InMemoryCloud, InMemoryProvider};
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
@@ -25,6 +26,7 @@ use crate::events::EventSink;
 use crate::inmemory_api::{InMemoryApi, InMemoryApiBuilder, InMemoryApiError};
 use crate::kinds::KindResolver;
 use crate::reconcile::{Outcome, reconcile};
+use crate::services::{Reported, reconcile_service};
 
 /// The instant every world starts at, so simulate output is reproducible.
 pub const EPOCH: &str = "2026-01-01T00:00:00Z";
@@ -67,6 +69,8 @@ pub struct World {
     pub ctx: Arc<Context>,
     /// When each LoadBalancer (`namespace/name`) asked to be reconciled again.
     due: Arc<std::sync::Mutex<BTreeMap<String, Timestamp>>>,
+    /// Problems the `-ext` publisher already reported.
+    reported: Arc<Reported>,
 }
 
 impl std::fmt::Debug for World {
@@ -105,6 +109,7 @@ impl World {
             cloud,
             ctx,
             due: Arc::default(),
+            reported: Arc::default(),
         })
     }
 
@@ -113,6 +118,16 @@ impl World {
         cloud: &InMemoryCloud,
         clock: &Arc<ManualClock>,
         timeline: bool,
+    ) -> Context {
+        Self::context_with(api, cloud, clock, timeline, Config::default())
+    }
+
+    fn context_with(
+        api: &InMemoryApi,
+        cloud: &InMemoryCloud,
+        clock: &Arc<ManualClock>,
+        timeline: bool,
+        config: Config,
     ) -> Context {
         let shared: SharedClock = clock.clone();
         let mut providers = ProviderRegistry::new();
@@ -125,7 +140,7 @@ impl World {
             api.client.clone(),
             providers,
             KindResolver::builtin(),
-            Config::default(),
+            config,
             shared,
             events,
         )
@@ -137,8 +152,64 @@ impl World {
         Self {
             ctx: Arc::new(Self::context(&self.api, &self.cloud, &self.clock, true)),
             due: Arc::default(),
+            reported: Arc::default(),
             ..self.clone()
         }
+    }
+
+    /// The same world with a controller started with another configuration (a restart with other
+    /// flags).
+    pub fn reconfigured(&self, change: impl FnOnce(&mut Config)) -> Self {
+        let mut config = self.ctx.config.clone();
+        change(&mut config);
+        Self {
+            ctx: Arc::new(Self::context_with(
+                &self.api,
+                &self.cloud,
+                &self.clock,
+                true,
+                config,
+            )),
+            due: Arc::default(),
+            reported: Arc::default(),
+            ..self.clone()
+        }
+    }
+
+    /// Reconcile one Service once with the `-ext` publisher.
+    pub async fn reconcile_service(&self, namespace: &str, name: &str) -> Result<Outcome> {
+        let api: Api<Service> = Api::namespaced(self.client(), namespace);
+        let service = api
+            .get(name)
+            .await
+            .map_err(kube_err("get", format!("Service {namespace}/{name}")))?;
+        reconcile_service(Arc::new(service), self.ctx.clone(), &self.reported).await
+    }
+
+    /// Stand-in for the `-ext` publisher's watches: reconcile every Service (in a stable order) until
+    /// a pass writes nothing. Returns the number of passes.
+    pub async fn settle_services(&self, max_passes: usize) -> Result<usize, WorldError> {
+        let all: Api<Service> = Api::all(self.client());
+        for pass in 1..=max_passes {
+            let writes_before = self.api.stats.writes_excluding_events();
+            let mut services = all
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| Box::new(kube_err("list", "Services")(e)))?
+                .items;
+            services.sort_by_key(|s| (s.namespace(), s.name_any()));
+            for service in services {
+                reconcile_service(Arc::new(service), self.ctx.clone(), &self.reported)
+                    .await
+                    .map_err(Box::new)?;
+            }
+            if self.api.stats.writes_excluding_events() == writes_before {
+                return Ok(pass);
+            }
+        }
+        let log = self.api.stats.log();
+        let tail: Vec<String> = log.iter().rev().take(5).cloned().collect();
+        Err(WorldError::DidNotSettle(max_passes, tail.join(", ")))
     }
 
     /// The kube client.
