@@ -81,6 +81,16 @@ enum Command {
         #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
         legacy_endpoints: bool,
     },
+    /// Measure how fast an ingress IP change of a LoadBalancer Service reaches its `-ext`
+    /// EndpointSlice, with N Services in an in-memory cluster (see docs/benchmarks.md).
+    Bench {
+        /// LoadBalancer Services in the cluster (comma-separated list: one run each).
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]
+        services: Vec<usize>,
+        /// IP changes measured per run.
+        #[arg(long, default_value_t = 500)]
+        changes: usize,
+    },
     /// Print the CRDs as YAML (or write them under a directory with --output-dir).
     Crds {
         /// Write `bases/<group>_<plural>.yaml` and `kustomization.yaml` here (e.g. config/crd).
@@ -98,6 +108,34 @@ enum Command {
         #[arg(long)]
         expect_ready: bool,
     },
+}
+
+async fn bench(services: &[usize], changes: usize) -> ExitCode {
+    println!(
+        "| Services | changes | median | p99 | max | writes/change | events/change | reads/change | initial publish |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &n in services {
+        match capi_lb::bench::external_endpoints(n, changes).await {
+            Ok(r) => println!(
+                "| {} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} | {:.1} | {:.1} | {:.2} s |",
+                r.services,
+                r.changes,
+                r.median.as_secs_f64() * 1e3,
+                r.p99.as_secs_f64() * 1e3,
+                r.max.as_secs_f64() * 1e3,
+                r.writes_per_change,
+                r.events_per_change,
+                r.reads_per_change,
+                r.initial.as_secs_f64(),
+            ),
+            Err(e) => {
+                eprintln!("capi-lb bench: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn init_logging(format: LogFormat, default_level: &str) {
@@ -125,6 +163,7 @@ async fn main() -> ExitCode {
         }
     });
     match command {
+        Command::Bench { services, changes } => bench(&services, changes).await,
         Command::Run {
             namespace,
             cluster_domain,
