@@ -13,7 +13,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use capi_lb_api::capi::Machine;
-use capi_lb_api::constants::{LABEL_LB_NAME, LABEL_SERVICE_NAME};
+use capi_lb_api::constants::{
+    ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME, LABEL_LB_NAME, LABEL_SERVICE_NAME, LABEL_SOURCE_SERVICE,
+};
 use capi_lb_api::target::TargetKeys;
 use capi_lb_api::validation::{FieldErrors, parse};
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
@@ -52,8 +54,8 @@ pub enum SimulateError {
     /// One or more objects are invalid.
     #[error("invalid manifests:\n{}", .0.join("\n"))]
     Invalid(Vec<String>),
-    /// No LoadBalancer to simulate.
-    #[error("the manifests contain no LoadBalancer")]
+    /// Nothing to simulate: no LoadBalancer and no Service of type LoadBalancer.
+    #[error("the manifests contain no LoadBalancer and no Service of type LoadBalancer")]
     NothingToDo,
     /// The simulation failed.
     #[error(transparent)]
@@ -243,10 +245,13 @@ pub fn load(sources: &[Source]) -> Result<Vec<Value>, SimulateError> {
     if !problems.is_empty() {
         return Err(SimulateError::Invalid(problems));
     }
-    if !objects
-        .iter()
-        .any(|o| o.get("kind").and_then(Value::as_str) == Some("LoadBalancer"))
-    {
+    let something = objects.iter().any(|o| {
+        let kind = o.get("kind").and_then(Value::as_str);
+        kind == Some("LoadBalancer")
+            || (kind == Some("Service")
+                && o.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer"))
+    });
+    if !something {
         return Err(SimulateError::NothingToDo);
     }
     Ok(objects)
@@ -257,6 +262,8 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
     let objects = load(sources)?;
     let world = World::new(objects).await.map_err(Box::new)?;
     let run = world.run_until_stable(MAX_PASSES).await.map_err(Box::new)?;
+    // The -ext publisher for Services of type LoadBalancer (after the LoadBalancers settled).
+    world.settle_services(MAX_PASSES).await.map_err(Box::new)?;
     let mut output = String::new();
     let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
     let _ = writeln!(output, "# capi-lb simulate -f {}", names.join(" -f "));
@@ -362,6 +369,59 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
                 .map_err(Box::new)?
         {
             emit(&mut output, serde_json::to_value(infra).unwrap_or_default());
+        }
+    }
+    // Services of type LoadBalancer and their -ext endpoints.
+    let mut sources: Vec<Service> = Api::<Service>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Box::new)?
+        .items
+        .into_iter()
+        .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
+        .collect();
+    sources.sort_by_key(|s| (s.namespace(), s.name_any()));
+    for source in &sources {
+        let namespace = source.namespace().unwrap_or_default();
+        let name = source.name_any();
+        let published = source
+            .annotations()
+            .get(ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME)
+            .cloned();
+        let _ = writeln!(
+            output,
+            "# Service {namespace}/{name} (type LoadBalancer): {}",
+            published
+                .as_deref()
+                .map_or("no external endpoint".to_string(), |d| format!(
+                    "external endpoint {d}"
+                ))
+        );
+        let ext = Api::<Service>::namespaced(client.clone(), &namespace)
+            .list(&ListParams::default().labels(&format!("{LABEL_SOURCE_SERVICE}={name}")))
+            .await
+            .map_err(Box::new)?
+            .items;
+        for service in ext {
+            let service_name = service.name_any();
+            emit(
+                &mut output,
+                serde_json::to_value(&service).unwrap_or_default(),
+            );
+            let mut slices = Api::<EndpointSlice>::namespaced(client.clone(), &namespace)
+                .list(
+                    &ListParams::default().labels(&format!("{LABEL_SERVICE_NAME}={service_name}")),
+                )
+                .await
+                .map_err(Box::new)?
+                .items;
+            slices.sort_by_key(ResourceExt::name_any);
+            for slice in slices {
+                emit(
+                    &mut output,
+                    serde_json::to_value(&slice).unwrap_or_default(),
+                );
+            }
         }
     }
     if options.expect_ready && !not_ready.is_empty() {

@@ -245,9 +245,27 @@ async fn every_example_simulates_and_shows_what_it_says() {
                 );
                 assert_eq!(lb["status"]["activeTargets"], json!(["cp-a"]));
             }
+            "external-endpoints.yaml" => {
+                for line in [
+                    "# Service tenant/etcd-lb (type LoadBalancer): external endpoint etcd-lb-ext.tenant.svc.cluster.local",
+                    "# Service tenant/tenant-api (type LoadBalancer): external endpoint tenant-api-public.tenant.svc.cluster.local",
+                    "# Service tenant/aws-style (type LoadBalancer): external endpoint aws-style-ext.tenant.svc.cluster.local",
+                    "# Service tenant/internal (type LoadBalancer): no external endpoint",
+                ] {
+                    assert!(sim.output.contains(line), "{line:?} in {}", sim.output);
+                }
+                let docs: Vec<Value> = serde_saphyr::from_multiple(&sim.output).unwrap();
+                let families: Vec<&str> = docs
+                    .iter()
+                    .filter(|d| d["kind"] == "EndpointSlice")
+                    .filter_map(|d| d["addressType"].as_str())
+                    .collect();
+                assert_eq!(families, ["IPv4", "IPv6", "IPv4"]);
+                assert!(docs.iter().any(|d| d["spec"]["type"] == "ExternalName"));
+            }
             other => panic!("examples/{other} has no check here: add one"),
         }
         seen.push(name);
     }
-    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert_eq!(seen.len(), 5, "{seen:?}");
 }
