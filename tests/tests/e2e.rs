@@ -449,3 +449,95 @@ async fn a_rolling_machine_replacement_drains_before_the_hooks_are_released() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+#[ignore = "needs a cluster: set KUBECONFIG to a disposable cluster"]
+async fn a_load_balancer_service_gets_a_stable_ext_endpoint_that_follows_its_ip() {
+    capi_lb::install_crypto_provider();
+    let client = Client::try_default().await.unwrap();
+    install_crds(&client).await;
+    let ns = test_namespace(&client).await;
+    let controller = start_controller(client.clone(), &ns);
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
+
+    let source: Service = serde_json::from_value(json!({
+        "metadata": {"name": "etcd-lb"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "etcd"},
+                 "ports": [{"name": "etcd", "port": 2379, "targetPort": 2379}]},
+    }))
+    .unwrap();
+    services
+        .create(&PostParams::default(), &source)
+        .await
+        .unwrap();
+    // No load balancer implementation runs in a test cluster: write the ingress as one would.
+    let set_ingress = |ip: &'static str| {
+        let services = services.clone();
+        async move {
+            services
+                .patch_status(
+                    "etcd-lb",
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_ingress("198.51.100.7").await;
+    let slice = eventually("etcd-lb-ext-ipv4 published", || async {
+        let s = slices.get("etcd-lb-ext-ipv4").await.ok()?;
+        (s.endpoints.first()?.addresses == vec!["198.51.100.7".to_string()]).then_some(s)
+    })
+    .await;
+    let ext = services.get("etcd-lb-ext").await.unwrap();
+    assert_eq!(ext.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+    let dns = eventually("DNS name annotation", || async {
+        services
+            .get("etcd-lb")
+            .await
+            .ok()?
+            .annotations()
+            .get("loadbalancer.cluster.x-k8s.io/external-endpoint-dns-name")
+            .cloned()
+    })
+    .await;
+    assert_eq!(dns, format!("etcd-lb-ext.{ns}.svc.cluster.local"));
+
+    // The IP changes: same slice, new address.
+    set_ingress("198.51.100.8").await;
+    eventually("slice updated in place", || async {
+        let s = slices.get("etcd-lb-ext-ipv4").await.ok()?;
+        (s.endpoints.first()?.addresses == vec!["198.51.100.8".to_string()]
+            && s.uid() == slice.uid())
+        .then_some(())
+    })
+    .await;
+
+    // Opting out withdraws it.
+    services
+        .patch(
+            "etcd-lb",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {
+                "loadbalancer.cluster.x-k8s.io/external-endpoint": "false"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("etcd-lb-ext removed", || async {
+        services
+            .get_opt("etcd-lb-ext")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    controller.stop().await;
+    Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
+}
