@@ -333,55 +333,43 @@ pub async fn reconcile_service(
             )
             .await;
     }
-    let dns_name = match (&report.state, &desired) {
-        (Published::Conflict { message }, _) => {
-            if reported.first_time(&uid, message) {
-                ctx.events
-                    .publish(
-                        &reference,
-                        true,
-                        event::EXTERNAL_ENDPOINT_CONFLICT,
-                        "Publish",
-                        message.clone(),
-                    )
-                    .await;
-            }
-            None
-        }
+    let changes = (!report.changes.is_empty()).then(|| report.changes.join("; "));
+    let (note, dns_name) = match (&report.state, &desired) {
+        (Published::Conflict { message }, _) => (
+            reported
+                .first_time(&uid, message)
+                .then(|| (true, event::EXTERNAL_ENDPOINT_CONFLICT, message.clone())),
+            None,
+        ),
         (_, Ok(desired)) => {
             reported.clear(&uid);
-            if !report.changes.is_empty() {
-                ctx.events
-                    .publish(
-                        &reference,
-                        false,
-                        event::EXTERNAL_ENDPOINT_PUBLISHED,
-                        "Publish",
-                        report.changes.join("; "),
-                    )
-                    .await;
-            }
-            Some(format!(
-                "{}.{namespace}.svc.{}",
-                desired.service_name, ctx.config.cluster_domain
-            ))
+            (
+                changes.map(|c| (false, event::EXTERNAL_ENDPOINT_PUBLISHED, c)),
+                Some(format!(
+                    "{}.{namespace}.svc.{}",
+                    desired.service_name, ctx.config.cluster_domain
+                )),
+            )
         }
         (_, Err(why)) => {
             reported.clear(&uid);
-            if !report.changes.is_empty() {
-                ctx.events
-                    .publish(
-                        &reference,
+            (
+                changes.map(|c| {
+                    (
                         false,
                         event::EXTERNAL_ENDPOINT_WITHDRAWN,
-                        "Publish",
-                        format!("{why}: {}", report.changes.join("; ")),
+                        format!("{why}: {c}"),
                     )
-                    .await;
-            }
-            None
+                }),
+                None,
+            )
         }
     };
+    if let Some((warning, reason, message)) = note {
+        ctx.events
+            .publish(&reference, warning, reason, "Publish", message)
+            .await;
+    }
     // The DNS name on the source, only our one annotation, only when it differs.
     let current = service
         .annotations()
