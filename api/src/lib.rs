@@ -6,12 +6,14 @@ pub mod capi;
 pub mod conditions;
 pub mod constants;
 pub mod inmemory;
+pub mod kubedc;
 pub mod loadbalancer;
 pub mod naming;
 pub mod target;
 pub mod validation;
 
 pub use inmemory::{InMemoryLoadBalancer, InMemoryLoadBalancerSpec, InMemoryLoadBalancerStatus};
+pub use kubedc::{KubeDCLoadBalancer, KubeDCLoadBalancerSpec, KubeDCLoadBalancerStatus};
 pub use loadbalancer::{LoadBalancer, LoadBalancerSpec, LoadBalancerStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -19,5 +21,9 @@ use kube::CustomResourceExt;
 
 /// Every CRD capi-lb defines, in the order `capi-lb crds` prints them.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![LoadBalancer::crd(), InMemoryLoadBalancer::crd()]
+    vec![
+        LoadBalancer::crd(),
+        InMemoryLoadBalancer::crd(),
+        KubeDCLoadBalancer::crd(),
+    ]
 }

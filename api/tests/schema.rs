@@ -417,3 +417,43 @@ fn cel_rules_pass_static_analysis() {
     assert!(checked >= 7, "only {checked} rules found");
     assert!(problems.is_empty(), "{problems:#?}");
 }
+
+#[test]
+fn kubedc_defaults_and_rules() {
+    use capi_lb_api::KubeDCLoadBalancer;
+    use capi_lb_api::kubedc::ExternalNetworkType;
+    let obj = |spec: Value| {
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "kind": "KubeDCLoadBalancer",
+            "metadata": {"name": "cp", "namespace": "default"},
+            "spec": spec,
+        })
+    };
+    let parsed: KubeDCLoadBalancer = parse(&obj(json!({}))).unwrap();
+    assert_eq!(
+        parsed.spec.external_network_type,
+        ExternalNetworkType::Cloud
+    );
+    assert!(parsed.spec.eip_name.is_none());
+    let parsed: KubeDCLoadBalancer = parse(&obj(
+        json!({"externalNetworkType": "public", "eipName": "default-gw"}),
+    ))
+    .unwrap();
+    assert_eq!(parsed.spec.eip_name.as_deref(), Some("default-gw"));
+    let errors = parse::<KubeDCLoadBalancer>(&obj(json!({"externalNetworkType": "internet"})))
+        .expect_err("unknown network type");
+    assert!(
+        errors
+            .0
+            .iter()
+            .any(|e| e.field == "spec.externalNetworkType"),
+        "{errors}"
+    );
+    let errors = parse::<KubeDCLoadBalancer>(&obj(json!({"eipName": "Not_A_Name"})))
+        .expect_err("invalid EIp name");
+    assert!(
+        errors.0.iter().any(|e| e.field == "spec.eipName"),
+        "{errors}"
+    );
+}

@@ -1,0 +1,143 @@
+//! kube-dc: `KubeDCLoadBalancer` (`infrastructure.cluster.x-k8s.io/v1alpha1`), the configuration of
+//! capi-lb's kube-dc provider, and a read view of kube-dc's `EIp` (`kube-dc.com/v1`), the OVN external
+//! IP the provider binds a LoadBalancer Service to.
+//!
+//! The provider realises a load balancer the way kube-dc itself does: an EIp (unless an existing one
+//! is named), a selectorless Service of `type: LoadBalancer` bound to it, and the members as that
+//! Service's endpoints; kube-dc's controller programs OVN from them. See `docs/providers/kubedc.md`.
+
+use std::collections::BTreeMap;
+
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// kube-dc's external network types.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ExternalNetworkType {
+    /// The provider's cloud network (addresses routable within the cloud).
+    #[default]
+    #[serde(rename = "cloud")]
+    Cloud,
+    /// Public Internet addresses (subject to the project's public IP quota).
+    #[serde(rename = "public")]
+    Public,
+}
+
+impl ExternalNetworkType {
+    /// `cloud` or `public`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExternalNetworkType::Cloud => "cloud",
+            ExternalNetworkType::Public => "public",
+        }
+    }
+}
+
+/// Configuration of a load balancer on a kube-dc external IP.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "KubeDCLoadBalancer",
+    plural = "kubedcloadbalancers",
+    namespaced,
+    doc = "Configuration of a capi-lb load balancer realised on kube-dc: an EIp (OVN external IP, created or an existing one) and a LoadBalancer Service bound to it whose endpoints are the members. Reference it from a LoadBalancer spec.infrastructureRef.",
+    status = "KubeDCLoadBalancerStatus",
+    shortname = "kdclb",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    printcolumn = r#"{"name":"Ready","type":"boolean","jsonPath":".status.ready"}"#,
+    printcolumn = r#"{"name":"Network","type":"string","jsonPath":".spec.externalNetworkType"}"#,
+    printcolumn = r#"{"name":"EIp","type":"string","jsonPath":".status.eipName"}"#,
+    printcolumn = r#"{"name":"Address","type":"string","jsonPath":".status.address"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.eipName) == has(oldSelf.eipName) && (!has(self.eipName) || self.eipName == oldSelf.eipName)").message("eipName is immutable: create another KubeDCLoadBalancer and point the LoadBalancer's infrastructureRef at it").reason(Reason::FieldValueForbidden))]
+pub struct KubeDCLoadBalancerSpec {
+    /// Network of the EIp the provider creates: `cloud` (default) or `public` (counts against the
+    /// project's public IP quota). Immutable, like the EIp's own field. Ignored when `eipName` names
+    /// an existing EIp.
+    #[serde(default)]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("externalNetworkType is immutable").reason(Reason::FieldValueForbidden))]
+    pub external_network_type: ExternalNetworkType,
+
+    /// An existing EIp in this namespace to bind to instead of creating one: the project's
+    /// `default-gw`, or a pre-allocated EIp whose address is already in certificates. It is never
+    /// modified or deleted. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub eip_name: Option<String>,
+}
+
+/// What the kube-dc provider created and observed. Rebuilt from the world after `clusterctl move`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeDCLoadBalancerStatus {
+    /// The EIp the Service is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eip_name: Option<String>,
+    /// True when the provider created that EIp (and deletes it with the load balancer); false for
+    /// an existing EIp named in the spec, which is never deleted.
+    #[serde(default)]
+    pub eip_created: bool,
+    /// The LoadBalancer Service the provider maintains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_name: Option<String>,
+    /// The EIp's address, once allocated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// True when the EIp is ready and kube-dc reports its address on the Service.
+    #[serde(default)]
+    pub ready: bool,
+    /// Members in the Service's endpoints.
+    #[serde(default)]
+    pub member_count: i32,
+    /// What the provider is waiting for, while not ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+}
+
+/// The fields of kube-dc's `EIp` spec that capi-lb reads and writes.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kube-dc.com",
+    version = "v1",
+    kind = "EIp",
+    plural = "eips",
+    namespaced,
+    status = "EIpStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EIpSpec {
+    /// `public` or `cloud`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_network_type: Option<String>,
+    /// Every other spec field, unchanged.
+    #[serde(flatten)]
+    pub rest: BTreeMap<String, Value>,
+}
+
+/// The fields of kube-dc's `EIp` status that capi-lb reads.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EIpStatus {
+    /// The allocated external IP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_address: Option<String>,
+    /// True once the EIp is usable.
+    #[serde(default)]
+    pub ready: bool,
+    /// kube-dc's conditions (type, status, reason, message).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Value>,
+    /// Every other status field, unchanged.
+    #[serde(flatten)]
+    pub rest: BTreeMap<String, Value>,
+}
