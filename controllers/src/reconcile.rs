@@ -407,9 +407,13 @@ impl<'a> Reconciliation<'a> {
                     Progress::Pending {
                         message,
                         retry_after,
+                        reason,
                     } => {
                         self.outcome = self.outcome.min(Some(retry_after));
-                        InfraState::Provisioning(message)
+                        match reason {
+                            Some(reason) => InfraState::Waiting { reason, message },
+                            None => InfraState::Provisioning(message),
+                        }
                     }
                 };
                 (state, out.status)
@@ -900,6 +904,7 @@ async fn release(
         Progress::Pending {
             message,
             retry_after,
+            ..
         } => Ok(Release::Pending(message, retry_after)),
         Progress::Done => {
             let mut changes = outcome.changes;

@@ -14,6 +14,13 @@ pub enum InfraState {
     Provisioned,
     /// Still being provisioned; the message says what is awaited.
     Provisioning(String),
+    /// Still being provisioned, for a provider-specific reason users need to tell apart.
+    Waiting {
+        /// Condition reason from the provider.
+        reason: &'static str,
+        /// What is awaited.
+        message: String,
+    },
     /// Something is wrong.
     Problem {
         /// Condition reason (one of [`capi_lb_api::constants::reason`]).
@@ -80,6 +87,9 @@ pub fn infrastructure_condition(infra: &InfraState) -> DesiredCondition {
         ),
         InfraState::Provisioning(message) => {
             DesiredCondition::false_(c::INFRASTRUCTURE_READY, r::PROVISIONING, message.clone())
+        }
+        InfraState::Waiting { reason, message } => {
+            DesiredCondition::false_(c::INFRASTRUCTURE_READY, reason, message.clone())
         }
         InfraState::Problem { reason, message } => {
             DesiredCondition::false_(c::INFRASTRUCTURE_READY, reason, message.clone())

@@ -350,11 +350,7 @@ fn status_of(lb: Option<&CloudLoadBalancer>, now: Timestamp) -> Map<String, Valu
 }
 
 fn pending(message: impl Into<String>, retry_after: Duration) -> Progress {
-    Progress::Pending {
-        message: message.into(),
-        // Never ask to be called again in less than 100ms: a zero delay would spin.
-        retry_after: retry_after.max(Duration::from_millis(100)),
-    }
+    Progress::pending(message, retry_after)
 }
 
 #[async_trait]

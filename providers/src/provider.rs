@@ -182,6 +182,9 @@ pub enum Progress {
         message: String,
         /// When to ask again.
         retry_after: Duration,
+        /// A provider-specific condition reason (e.g. `EIpNotReady`) for states users need to tell
+        /// apart; `None` reports the generic `Provisioning`.
+        reason: Option<&'static str>,
     },
 }
 
@@ -189,6 +192,35 @@ impl Progress {
     /// True when done.
     pub fn is_done(&self) -> bool {
         matches!(self, Progress::Done)
+    }
+
+    /// Pending with the generic reason; `retry_after` is at least 100ms (a zero delay would spin).
+    pub fn pending(message: impl Into<String>, retry_after: Duration) -> Self {
+        Progress::Pending {
+            message: message.into(),
+            retry_after: retry_after.max(Duration::from_millis(100)),
+            reason: None,
+        }
+    }
+
+    /// Pending for a provider-specific `reason`.
+    pub fn pending_because(
+        reason: &'static str,
+        message: impl Into<String>,
+        retry_after: Duration,
+    ) -> Self {
+        match Self::pending(message, retry_after) {
+            Progress::Pending {
+                message,
+                retry_after,
+                ..
+            } => Progress::Pending {
+                message,
+                retry_after,
+                reason: Some(reason),
+            },
+            done => done,
+        }
     }
 
     /// The retry delay of a pending operation.
