@@ -5,6 +5,7 @@
 pub mod clock;
 pub mod error;
 pub mod inmemory;
+pub mod kubedc;
 pub mod provider;
 pub mod registry;
 
