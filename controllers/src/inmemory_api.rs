@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use capi_lb_api::capi::{Cluster, Machine};
-use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
+use capi_lb_api::{InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer};
 use capi_lb_providers::clock::SharedClock;
 use futures::future::BoxFuture;
 use http::{Method, Request, Response};
@@ -114,6 +114,7 @@ impl InMemoryApiBuilder {
         let builder = kube_fake_client::ClientBuilder::new()
             .with_resource::<LoadBalancer>()
             .with_resource::<InMemoryLoadBalancer>()
+            .with_resource::<KubeDCLoadBalancer>()
             .with_resource::<Machine>()
             .with_resource::<Cluster>();
         Self { builder, clock }

@@ -17,10 +17,13 @@ use capi_lb_api::constants::{
     LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_EXTERNAL_MANAGED_BY, LABEL_LB_NAME, LABEL_MANAGED_BY,
     LABEL_SOURCE_SERVICE, MANAGED_BY_VALUE,
 };
+use capi_lb_api::kubedc::EIp;
 use capi_lb_api::target::TargetKeys;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::clock::{SharedClock, SystemClock};
 use capi_lb_providers::inmemory::{self, InMemoryCloud, InMemoryProvider};
+use capi_lb_providers::kubedc::{self, KubeDcProvider};
+use capi_lb_providers::provider::tags;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -39,7 +42,7 @@ use crate::reconcile::reconcile;
 use crate::services::{ExternalEndpoints, Reported, reconcile_service};
 
 /// Providers `run` can enable.
-pub const AVAILABLE_PROVIDERS: &[&str] = &[inmemory::NAME];
+pub const AVAILABLE_PROVIDERS: &[&str] = &[inmemory::NAME, kubedc::NAME];
 
 /// Options of `capi-lb run`.
 #[derive(Clone, Debug)]
@@ -77,8 +80,13 @@ pub enum RunError {
     },
 }
 
-/// Build the registry of the requested providers.
-pub fn providers(names: &[String], clock: SharedClock) -> Result<ProviderRegistry, RunError> {
+/// Build the registry of the requested providers (those that work through the Kubernetes API use
+/// `client`).
+pub fn providers(
+    names: &[String],
+    client: &kube::Client,
+    clock: SharedClock,
+) -> Result<ProviderRegistry, RunError> {
     let mut registry = ProviderRegistry::new();
     for name in names {
         match name.as_str() {
@@ -86,6 +94,9 @@ pub fn providers(names: &[String], clock: SharedClock) -> Result<ProviderRegistr
                 registry.register(Arc::new(InMemoryProvider::new(InMemoryCloud::new(
                     clock.clone(),
                 ))));
+            }
+            kubedc::NAME => {
+                registry.register(Arc::new(KubeDcProvider::new(client.clone(), clock.clone())));
             }
             other => {
                 return Err(RunError::UnknownProvider {
@@ -227,7 +238,7 @@ pub async fn run_with_client(
         ));
     }
     let clock: SharedClock = Arc::new(SystemClock);
-    let registry = providers(&options.providers, clock.clone())?;
+    let registry = providers(&options.providers, &client, clock.clone())?;
     let instance = std::env::var("POD_NAME").ok();
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -277,6 +288,35 @@ pub async fn run_with_client(
             watcher::Config::default(),
             move |obj: DynamicObject| referencing(&store, &mapped, &obj),
         );
+    }
+
+    // Objects providers create through the Kubernetes API (kube-dc: the LoadBalancer Service and
+    // the EIp) carry the owning LoadBalancer's UID label and name annotation.
+    let by_tags = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        let namespace = meta.namespace.clone()?;
+        let name = meta.annotations.as_ref()?.get(tags::NAME)?;
+        Some(lb_ref(&namespace, name))
+    };
+    controller = controller.watches(
+        api::<Service>(&client, ns),
+        watcher::Config::default().labels(tags::UID),
+        move |svc: Service| by_tags(&svc.metadata),
+    );
+    if registry.names().contains(&kubedc::NAME) {
+        if installed(&client, &EIp::group(&()), &EIp::kind(&()))
+            .await
+            .map_err(RunError::Connect)?
+        {
+            controller = controller.watches(
+                api::<EIp>(&client, ns),
+                watcher::Config::default().labels(tags::UID),
+                move |eip: EIp| by_tags(&eip.metadata),
+            );
+        } else {
+            tracing::warn!(
+                "kube-dc's CRDs are not installed: LoadBalancers on kube-dc report KubeDCNotInstalled until they are"
+            );
+        }
     }
 
     let machine = ApiResource::erase::<Machine>(&());

@@ -14,6 +14,7 @@ use capi_lb_api::LoadBalancer;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::clock::{ManualClock, SharedClock, until};
 use capi_lb_providers::inmemory::{InMemoryCloud, InMemoryProvider};
+use capi_lb_providers::kubedc::KubeDcProvider;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
@@ -132,6 +133,10 @@ impl World {
         let shared: SharedClock = clock.clone();
         let mut providers = ProviderRegistry::new();
         providers.register(Arc::new(InMemoryProvider::new(cloud.clone())));
+        providers.register(Arc::new(KubeDcProvider::new(
+            api.client.clone(),
+            shared.clone(),
+        )));
         let mut events = EventSink::new(api.client.clone(), None, shared.clone());
         if timeline {
             events = events.with_timeline();

@@ -51,13 +51,21 @@ async fn an_unreachable_api_is_a_connection_error_not_a_panic() {
     assert!(matches!(result, Err(RunError::Connect(_))), "{result:?}");
 }
 
-#[test]
-fn unknown_providers_are_refused_with_the_available_ones() {
-    let err = providers(&["octavia".to_string()], std::sync::Arc::new(SystemClock)).unwrap_err();
+#[tokio::test]
+async fn unknown_providers_are_refused_with_the_available_ones() {
+    capi_lb::install_crypto_provider();
+    let client = unreachable_client().await;
+    let clock = || std::sync::Arc::new(SystemClock);
+    let err = providers(&["octavia".to_string()], &client, clock()).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "unknown provider \"octavia\"; available: inmemory"
+        "unknown provider \"octavia\"; available: inmemory, kubedc"
     );
-    let registry = providers(&["inmemory".to_string()], std::sync::Arc::new(SystemClock)).unwrap();
-    assert_eq!(registry.names(), vec!["inmemory"]);
+    let registry = providers(
+        &["inmemory".to_string(), "kubedc".to_string()],
+        &client,
+        clock(),
+    )
+    .unwrap();
+    assert_eq!(registry.names(), vec!["inmemory", "kubedc"]);
 }
