@@ -121,7 +121,14 @@ impl InMemoryApiBuilder {
     }
 
     /// Add initial objects (each a full object with `apiVersion` and `kind`).
-    pub fn with_objects(mut self, objects: Vec<Value>) -> Self {
+    pub fn with_objects(mut self, mut objects: Vec<Value>) -> Self {
+        let now = Value::String(self.clock.now().to_string());
+        for object in &mut objects {
+            if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.entry("creationTimestamp")
+                    .or_insert_with(|| now.clone());
+            }
+        }
         self.builder = self.builder.with_runtime_objects(objects);
         self
     }
@@ -238,6 +245,27 @@ impl Emulator {
                     return json_response(http::StatusCode::OK, &object);
                 }
             }
+        }
+
+        // A real apiserver stamps creationTimestamp with its own clock: use the world's clock, so
+        // ages computed from it (how long an EIp has been pending) are in simulated time. An
+        // existing object keeps its timestamp (the fake copies it over on updates).
+        let creates = method == Method::POST
+            || (method == Method::PATCH
+                && parts
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .is_some_and(|v| v.as_bytes().starts_with(b"application/apply-patch")));
+        if creates
+            && let Ok(mut object) = serde_json::from_slice::<Value>(&body)
+            && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
+            && !meta.contains_key("creationTimestamp")
+        {
+            meta.insert(
+                "creationTimestamp".into(),
+                Value::String(self.clock.now().to_string()),
+            );
+            body = Bytes::from(serde_json::to_vec(&object)?);
         }
 
         if method == Method::PUT {

@@ -727,9 +727,11 @@ impl<'a> Reconciliation<'a> {
         status: Map<String, Value>,
     ) -> Result<()> {
         let current = infra.data.get("status");
-        let unchanged = status
-            .iter()
-            .all(|(k, v)| current.and_then(|s| s.get(k)) == Some(v));
+        // A null asks for the field to be absent, and absent is what a stored null looks like.
+        let unchanged = status.iter().all(|(k, v)| {
+            let stored = current.and_then(|s| s.get(k));
+            stored == Some(v) || (v.is_null() && stored.is_none_or(Value::is_null))
+        });
         if unchanged {
             return Ok(());
         }

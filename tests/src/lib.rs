@@ -15,6 +15,8 @@ use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
 /// Namespace every fixture lives in.
+pub mod kubedc_sim;
+
 pub const NS: &str = "default";
 
 /// A LoadBalancer fixture.
