@@ -60,10 +60,19 @@ impl KubeDcSim {
         }
     }
 
-    /// One pass of kube-dc's controller over the namespace.
+    /// One pass of kube-dc's controller over the test namespace of `world`.
     pub async fn step(&mut self, world: &World) {
-        let now = world.clock.now();
-        let eips: Api<EIp> = Api::namespaced(world.client(), NS);
+        self.step_with(&world.client(), NS, world.clock.now()).await;
+    }
+
+    /// One pass over `namespace` through `client` (a real cluster in the e2e tests), at `now`.
+    pub async fn step_with(
+        &mut self,
+        client: &kube::Client,
+        namespace: &str,
+        now: jiff::Timestamp,
+    ) {
+        let eips: Api<EIp> = Api::namespaced(client.clone(), namespace);
         let all = eips.list(&ListParams::default()).await.unwrap().items;
         let mut public_ready = all
             .iter()
@@ -138,8 +147,8 @@ impl KubeDcSim {
             .into_iter()
             .map(|e| (e.name_any(), e))
             .collect();
-        let services: Api<Service> = Api::namespaced(world.client(), NS);
-        let endpoints: Api<Endpoints> = Api::namespaced(world.client(), NS);
+        let services: Api<Service> = Api::namespaced(client.clone(), namespace);
+        let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), namespace);
         self.rows.clear();
         for service in services.list(&ListParams::default()).await.unwrap().items {
             let a = service.annotations();

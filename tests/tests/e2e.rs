@@ -68,11 +68,15 @@ struct Controller {
 }
 
 fn start_controller(client: Client, namespace: &str) -> Controller {
+    start_controller_with(client, namespace, &["inmemory"])
+}
+
+fn start_controller_with(client: Client, namespace: &str, providers: &[&str]) -> Controller {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let options = RunOptions {
         namespace: Some(namespace.to_string()),
         cluster_domain: "cluster.local".into(),
-        providers: vec!["inmemory".into()],
+        providers: providers.iter().map(|p| p.to_string()).collect(),
         concurrency: 2,
         resync: Duration::from_secs(60),
         external: Default::default(),
@@ -286,15 +290,26 @@ async fn a_hand_made_ext_service_is_left_alone() {
 /// switched off for the install: no Cluster API webhook runs in the test cluster and only the
 /// storage version is used.
 async fn install_capi_crds(client: &Client) {
-    let dir = std::env::var("CAPI_CRDS_DIR").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/crds/cluster-api").to_string()
-    });
-    for file in [
-        "cluster.x-k8s.io_machines.yaml",
-        "cluster.x-k8s.io_clusters.yaml",
-    ] {
+    install_third_party_crds(
+        client,
+        "CAPI_CRDS_DIR",
+        "cluster-api",
+        &[
+            "cluster.x-k8s.io_machines.yaml",
+            "cluster.x-k8s.io_clusters.yaml",
+        ],
+    )
+    .await;
+}
+
+/// Install unmodified third-party CRDs from `$env_var`, default `../shared/crds/<folder>` next to
+/// the repository. Conversion webhooks are switched off for the install (no webhook runs here).
+async fn install_third_party_crds(client: &Client, env_var: &str, folder: &str, files: &[&str]) {
+    let dir = std::env::var(env_var)
+        .unwrap_or_else(|_| format!("{}/../../shared/crds/{folder}", env!("CARGO_MANIFEST_DIR")));
+    for file in files {
         let text = std::fs::read_to_string(format!("{dir}/{file}"))
-            .unwrap_or_else(|e| panic!("{dir}/{file}: {e} (set CAPI_CRDS_DIR)"));
+            .unwrap_or_else(|e| panic!("{dir}/{file}: {e} (set {env_var})"));
         let mut crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
         crd.spec.conversion = None;
         crd.metadata.annotations = None;
@@ -535,6 +550,138 @@ async fn a_load_balancer_service_gets_a_stable_ext_endpoint_that_follows_its_ip(
     })
     .await;
 
+    controller.stop().await;
+    Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+#[ignore = "needs a cluster: set KUBECONFIG to a disposable cluster (and CAPI_CRDS_DIR / KUBEDC_CRDS_DIR if ../shared is absent)"]
+async fn a_load_balancer_on_kube_dc_with_the_simulated_controller() {
+    use capi_lb_api::KubeDCLoadBalancer;
+    use capi_lb_api::capi::Machine;
+    use capi_lb_api::kubedc::EIp;
+    use capi_lb_tests::kubedc_sim::KubeDcSim;
+
+    capi_lb::install_crypto_provider();
+    let client = Client::try_default().await.unwrap();
+    install_crds(&client).await;
+    install_capi_crds(&client).await;
+    install_third_party_crds(
+        &client,
+        "KUBEDC_CRDS_DIR",
+        "kube-dc",
+        &["kube-dc.com_eips.yaml"],
+    )
+    .await;
+    let ns = test_namespace(&client).await;
+    let controller = start_controller_with(client.clone(), &ns, &["kubedc"]);
+    // kube-dc's controller, simulated, against the real apiserver.
+    let (sim_stop, mut sim_stopped) = tokio::sync::oneshot::channel::<()>();
+    let sim_client = client.clone();
+    let sim_ns = ns.clone();
+    let sim = tokio::spawn(async move {
+        let mut sim = KubeDcSim::new();
+        loop {
+            sim.step_with(&sim_client, &sim_ns, jiff::Timestamp::now())
+                .await;
+            tokio::select! {
+                _ = &mut sim_stopped => break,
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            }
+        }
+    });
+
+    Api::<KubeDCLoadBalancer>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "KubeDCLoadBalancer",
+                "metadata": {"name": "cp"}, "spec": {"externalNetworkType": "cloud"}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let lbs: Api<LoadBalancer> = Api::namespaced(client.clone(), &ns);
+    lbs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
+            "metadata": {"name": "cp"},
+            "spec": {"clusterName": "demo", "infrastructureRef": {
+                "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KubeDCLoadBalancer", "name": "cp"}}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let machines: Api<Machine> = Api::namespaced(client.clone(), &ns);
+    let m: Machine = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+        "metadata": {"name": "cp-m1", "labels": {"cluster.x-k8s.io/cluster-name": "demo",
+                                                   "loadbalancer.cluster.x-k8s.io/name": "cp"}},
+        "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "none"},
+                 "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                       "kind": "KubevirtMachine", "name": "cp-m1"}},
+    }))
+    .unwrap();
+    machines.create(&PostParams::default(), &m).await.unwrap();
+    machines
+        .patch_status(
+            "cp-m1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.11"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+
+    let ready = eventually("LoadBalancer on kube-dc Ready", || async {
+        let lb = lbs.get("cp").await.ok()?;
+        lb.status.as_ref()?.ready.then_some(lb)
+    })
+    .await;
+    let eip = Api::<EIp>::namespaced(client.clone(), &ns)
+        .get("cp-eip")
+        .await
+        .unwrap();
+    let ip = eip.status.unwrap().ip_address.unwrap();
+    assert_eq!(ready.status.unwrap().addresses[0].address, ip);
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &ns);
+    eventually("cp-ext publishes the EIp address", || async {
+        let s = slices.get("cp-ext-ipv4").await.ok()?;
+        (s.endpoints.first()?.addresses == vec![ip.clone()]).then_some(())
+    })
+    .await;
+    eventually("the member is in kube-dc's endpoints", || async {
+        let e = Api::<k8s_openapi::api::core::v1::Endpoints>::namespaced(client.clone(), &ns)
+            .get("cp-lb")
+            .await
+            .ok()?;
+        let subsets = e.subsets?;
+        (subsets.first()?.addresses.as_ref()?.first()?.ip == "10.0.0.11").then_some(())
+    })
+    .await;
+
+    lbs.delete("cp", &DeleteParams::default()).await.unwrap();
+    eventually("EIp and Service deleted", || async {
+        let eip_gone = Api::<EIp>::namespaced(client.clone(), &ns)
+            .get_opt("cp-eip")
+            .await
+            .ok()?
+            .is_none();
+        let svc_gone = Api::<Service>::namespaced(client.clone(), &ns)
+            .get_opt("cp-lb")
+            .await
+            .ok()?
+            .is_none();
+        (eip_gone && svc_gone).then_some(())
+    })
+    .await;
+    let _ = sim_stop.send(());
+    let _ = sim.await;
     controller.stop().await;
     Api::<Namespace>::all(client)
         .delete(&ns, &DeleteParams::default())
