@@ -94,6 +94,7 @@ impl KubeDcSim {
             if network == "public" && self.public_quota.is_some_and(|q| public_ready >= q) {
                 let status = json!({"status": {"ready": false, "conditions": [{
                     "type": "Ready", "status": "False", "reason": "QuotaExceeded",
+                    "lastTransitionTime": now.to_string(),
                     "message": format!("public IP quota exceeded ({public_ready} of {} in use)", self.public_quota.unwrap_or(0)),
                 }]}});
                 eips.patch_status(
@@ -127,7 +128,8 @@ impl KubeDcSim {
                 public_ready += 1;
             }
             let status = json!({"status": {"ready": true, "ipAddress": ip, "conditions": [
-                {"type": "Ready", "status": "True", "reason": "Allocated", "message": ""}]}});
+                {"type": "Ready", "status": "True", "reason": "Allocated",
+                 "message": format!("allocated {ip}"), "lastTransitionTime": now.to_string()}]}});
             eips.patch_status(
                 &eip.name_any(),
                 &PatchParams::default(),

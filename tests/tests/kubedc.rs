@@ -9,6 +9,7 @@ use capi_lb::world::World;
 use capi_lb_api::capi::Machine;
 use capi_lb_api::kubedc::EIp;
 use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer};
+use capi_lb_providers::clock::Clock;
 use capi_lb_tests::kubedc_sim::KubeDcSim;
 use capi_lb_tests::*;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
@@ -434,4 +435,60 @@ async fn without_kube_dc_installed_the_provider_waits_and_says_so() {
         service(&world, "cp-lb").await.is_none(),
         "nothing half-made"
     );
+}
+
+/// The manifests in examples/kubedc are valid and work: with control-plane Machines added and
+/// kube-dc's controller simulated, every LoadBalancer in them becomes Ready.
+#[tokio::test]
+async fn the_kube_dc_examples_become_ready() {
+    use capi_lb_api::validation::parse;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kubedc");
+    let mut objects: Vec<Value> = Vec::new();
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for doc in serde_saphyr::from_multiple::<Value>(&text).unwrap() {
+            match doc["kind"].as_str().unwrap() {
+                "LoadBalancer" => {
+                    parse::<LoadBalancer>(&doc).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+                    names.push(doc["metadata"]["name"].as_str().unwrap().to_string());
+                }
+                "KubeDCLoadBalancer" => {
+                    parse::<KubeDCLoadBalancer>(&doc).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+                }
+                "EIp" => {}
+                other => panic!("{path:?}: unexpected kind {other}"),
+            }
+            objects.push(doc);
+        }
+    }
+    assert_eq!(names.len(), 2, "{names:?}");
+    let ns = "shalb-demo";
+    for (cluster, ip) in [("tenant-a", "10.10.0.11"), ("tenant-b", "10.20.0.11")] {
+        let mut m = machine(&format!("{cluster}-cp-1"), "x", ip).build();
+        m["metadata"]["namespace"] = json!(ns);
+        m["metadata"]["labels"] =
+            json!({"cluster.x-k8s.io/cluster-name": cluster, "cluster.x-k8s.io/control-plane": ""});
+        m["status"]["conditions"] = json!([{"type": "APIServerPodHealthy", "status": "True"}]);
+        objects.push(m);
+    }
+    let world = world(objects).await;
+    let mut sim = KubeDcSim::new();
+    for _ in 0..8 {
+        sim.step_with(&world.client(), ns, world.clock.now()).await;
+        for name in &names {
+            world.reconcile(ns, name).await.unwrap();
+        }
+        world.clock.advance(Duration::from_secs(5));
+    }
+    for name in &names {
+        let lb = Api::<LoadBalancer>::namespaced(world.client(), ns)
+            .get(name)
+            .await
+            .unwrap();
+        let status = lb.status.unwrap();
+        assert!(status.ready, "{name}: {status:#?}");
+        assert_eq!(status.active_targets.len(), 1, "{name}: {status:#?}");
+    }
 }
