@@ -2,8 +2,11 @@
 //!
 //! Watches: LoadBalancers (the main stream), the Services capi-lb owns, the EndpointSlices capi-lb
 //! manages, every enabled provider's infrastructure kind (mapped to the LoadBalancers that reference
-//! the object), Cluster API Machines (mapped to the LoadBalancers whose selector matches them) and
-//! Clusters (mapped by `spec.clusterName`). Cluster API kinds are watched only when installed; other
+//! the object), objects providers create through the API (Services and kube-dc EIps labelled with a
+//! LoadBalancer UID, mapped by their tag annotations), Cluster API Machines (mapped to the
+//! LoadBalancers whose selector matches them or whose annotations they carry) and Clusters (mapped by
+//! `spec.clusterName`). A second controller publishes `-ext` endpoints for Services of type
+//! LoadBalancer (`crate::services`). Cluster API kinds are watched only when installed; other
 //! target kinds are picked up by the periodic resync. A reconcile of an unchanged object writes
 //! nothing, so the resync only costs reads.
 
