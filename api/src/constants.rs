@@ -31,6 +31,8 @@ pub const LABEL_LB_NAME: &str = "loadbalancer.cluster.x-k8s.io/name";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Value of [`LABEL_MANAGED_BY`].
 pub const MANAGED_BY_VALUE: &str = "capi-lb";
+/// CAPI label that restricts a controller to objects with a given value (`--watch-filter`).
+pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 /// CAPI label carrying the cluster name.
 pub const LABEL_CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
 

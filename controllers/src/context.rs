@@ -2,7 +2,7 @@
 //! configuration, the clock, the event sink, and per-object back-off for transient failures.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use capi_lb_providers::ProviderRegistry;
@@ -11,6 +11,7 @@ use capi_lb_providers::clock::SharedClock;
 use crate::events::EventSink;
 use crate::kinds::KindResolver;
 use crate::services::ExternalEndpoints;
+use crate::telemetry::Metrics;
 
 /// Controller configuration.
 #[derive(Clone, Debug)]
@@ -47,6 +48,8 @@ pub struct Context {
     pub clock: SharedClock,
     /// Events.
     pub events: EventSink,
+    /// Prometheus metrics.
+    pub metrics: Arc<Metrics>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -80,8 +83,15 @@ impl Context {
             config,
             clock,
             events,
+            metrics: Arc::new(Metrics::new()),
             failures: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Use `metrics` (shared with the HTTP server) instead of a private registry.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Record a transient failure of `key` and return how long to wait before the next attempt:

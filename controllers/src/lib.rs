@@ -17,6 +17,7 @@ pub mod services;
 pub mod simulate;
 pub mod status;
 pub mod targets;
+pub mod telemetry;
 pub mod world;
 
 pub use context::{Config, Context};

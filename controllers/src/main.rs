@@ -80,6 +80,31 @@ enum Command {
         /// EndpointSlices).
         #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
         legacy_endpoints: bool,
+        /// Serve /metrics, /livez and /readyz on this address ("off" to disable).
+        #[arg(
+            long,
+            default_value = "0.0.0.0:8080",
+            env = "CAPI_LB_METRICS_BIND_ADDRESS"
+        )]
+        metrics_bind_address: String,
+        /// Reconcile only while holding a Lease, so that several replicas can run.
+        #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+        leader_elect: bool,
+        /// Namespace of the leader Lease (default: the pod's namespace from POD_NAMESPACE).
+        #[arg(long, env = "POD_NAMESPACE")]
+        leader_election_namespace: Option<String>,
+        /// Name of the leader Lease.
+        #[arg(long, default_value = "capi-lb-leader")]
+        leader_election_id: String,
+        /// Seconds a Lease stays valid after its last renewal: the longest failover time.
+        #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(5..=300))]
+        lease_duration_seconds: u64,
+        /// The leader renews this many seconds before the Lease expires.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
+        lease_grace_seconds: u64,
+        /// Reconcile only LoadBalancers labelled cluster.x-k8s.io/watch-filter=<value> (clusterctl).
+        #[arg(long, env = "CAPI_LB_WATCH_FILTER")]
+        watch_filter: Option<String>,
     },
     /// Measure how fast an ingress IP change of a LoadBalancer Service reaches its `-ext`
     /// EndpointSlice, with N Services in an in-memory cluster (see docs/benchmarks.md).
@@ -175,8 +200,51 @@ async fn main() -> ExitCode {
             external_endpoints_suffix,
             adopt_kube_dc,
             legacy_endpoints,
+            metrics_bind_address,
+            leader_elect,
+            leader_election_namespace,
+            leader_election_id,
+            lease_duration_seconds,
+            lease_grace_seconds,
+            watch_filter,
         } => {
             init_logging(cli.log_format, "info");
+            let metrics_address = match metrics_bind_address.as_str() {
+                "off" | "" | "0" => None,
+                address => match address.parse() {
+                    Ok(address) => Some(address),
+                    Err(e) => {
+                        tracing::error!("--metrics-bind-address {address:?}: {e}");
+                        return ExitCode::from(2);
+                    }
+                },
+            };
+            let leader_election = if leader_elect {
+                if lease_grace_seconds >= lease_duration_seconds {
+                    tracing::error!(
+                        "--lease-grace-seconds must be shorter than --lease-duration-seconds"
+                    );
+                    return ExitCode::from(2);
+                }
+                let Some(namespace) = leader_election_namespace else {
+                    tracing::error!(
+                        "--leader-elect needs --leader-election-namespace (or POD_NAMESPACE)"
+                    );
+                    return ExitCode::from(2);
+                };
+                let identity = std::env::var("POD_NAME")
+                    .or_else(|_| std::env::var("HOSTNAME"))
+                    .unwrap_or_else(|_| format!("capi-lb-{}", std::process::id()));
+                Some(capi_lb::run::LeaderElection {
+                    namespace,
+                    lease_name: leader_election_id,
+                    identity,
+                    duration_seconds: lease_duration_seconds,
+                    grace_seconds: lease_grace_seconds,
+                })
+            } else {
+                None
+            };
             let options = RunOptions {
                 namespace,
                 cluster_domain,
@@ -190,6 +258,9 @@ async fn main() -> ExitCode {
                     adopt_kube_dc,
                     legacy_endpoints,
                 },
+                metrics_address,
+                leader_election,
+                watch_filter,
             };
             match capi_lb::run::run(options).await {
                 Ok(()) => ExitCode::SUCCESS,

@@ -10,15 +10,17 @@
 //! target kinds are picked up by the periodic resync. A reconcile of an unchanged object writes
 //! nothing, so the resync only costs reads.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::constants::{
-    ENDPOINT_TYPE_EXTERNAL, ENDPOINTSLICE_MANAGED_BY_VALUE, LABEL_ENDPOINT_TYPE,
+    ENDPOINT_TYPE_EXTERNAL, ENDPOINTSLICE_MANAGED_BY_VALUE, FIELD_MANAGER, LABEL_ENDPOINT_TYPE,
     LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_EXTERNAL_MANAGED_BY, LABEL_LB_NAME, LABEL_MANAGED_BY,
-    LABEL_SOURCE_SERVICE, MANAGED_BY_VALUE,
+    LABEL_SOURCE_SERVICE, MANAGED_BY_VALUE, WATCH_FILTER_LABEL,
 };
 use capi_lb_api::kubedc::EIp;
 use capi_lb_api::target::TargetKeys;
@@ -36,6 +38,7 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{CustomResourceExt, Resource, ResourceExt};
+use kube_lease_manager::LeaseManagerBuilder;
 
 use crate::context::{Config, Context};
 use crate::error::Error;
@@ -43,6 +46,7 @@ use crate::events::EventSink;
 use crate::kinds::KindResolver;
 use crate::reconcile::reconcile;
 use crate::services::{ExternalEndpoints, Reported, reconcile_service};
+use crate::telemetry::{self, Health, MeteredProvider, Metrics};
 
 /// Providers `run` can enable.
 pub const AVAILABLE_PROVIDERS: &[&str] = &[inmemory::NAME, kubedc::NAME];
@@ -62,6 +66,45 @@ pub struct RunOptions {
     pub resync: Duration,
     /// The `-ext` publisher for Services of type LoadBalancer.
     pub external: ExternalEndpoints,
+    /// Serve `/metrics`, `/livez` and `/readyz` here.
+    pub metrics_address: Option<SocketAddr>,
+    /// Run only while holding this Lease.
+    pub leader_election: Option<LeaderElection>,
+    /// Reconcile only LoadBalancers labelled `cluster.x-k8s.io/watch-filter=<value>` (clusterctl).
+    pub watch_filter: Option<String>,
+}
+
+/// Leader election settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderElection {
+    /// Namespace of the Lease (capi-lb's own namespace).
+    pub namespace: String,
+    /// Name of the Lease.
+    pub lease_name: String,
+    /// This replica's identity (the pod name).
+    pub identity: String,
+    /// How long a lease is valid after its last renewal. A standby takes over at most this long
+    /// after the leader stopped renewing.
+    pub duration_seconds: u64,
+    /// The leader renews this long before the lease expires.
+    pub grace_seconds: u64,
+}
+
+impl RunOptions {
+    /// Options with the defaults of `capi-lb run` (no metrics server, no leader election).
+    pub fn new(providers: Vec<String>) -> Self {
+        Self {
+            namespace: None,
+            cluster_domain: capi_lb_api::constants::DEFAULT_CLUSTER_DOMAIN.to_string(),
+            providers,
+            concurrency: 4,
+            resync: Duration::from_secs(600),
+            external: ExternalEndpoints::default(),
+            metrics_address: None,
+            leader_election: None,
+            watch_filter: None,
+        }
+    }
 }
 
 /// Errors starting the controller.
@@ -75,6 +118,16 @@ pub enum RunError {
         "the LoadBalancer CRD is not installed ({0}); install the CRDs first: capi-lb crds | kubectl apply -f -"
     )]
     CrdsMissing(String),
+    /// Leader election could not start.
+    #[error("leader election failed: {0}")]
+    LeaderElection(String),
+    /// This replica lost the leader lease and could not renew it: it stops so that only one
+    /// replica ever reconciles.
+    #[error("lost the leader lease; exiting so that another replica takes over")]
+    LostLeadership,
+    /// The metrics and health server could not start.
+    #[error("cannot serve metrics and health on {0}: {1}")]
+    Server(SocketAddr, #[source] std::io::Error),
     /// An unknown provider was asked for.
     #[error("unknown provider {name:?}; available: {}", AVAILABLE_PROVIDERS.join(", "))]
     UnknownProvider {
@@ -241,20 +294,96 @@ pub async fn run_with_client(
         ));
     }
     let clock: SharedClock = Arc::new(SystemClock);
-    let registry = providers(&options.providers, &client, clock.clone())?;
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+    let registry = providers(&options.providers, &client, clock.clone())?
+        .wrapped(|p| Arc::new(MeteredProvider::new(p, metrics.clone())));
     let instance = std::env::var("POD_NAME").ok();
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        registry.clone(),
-        KindResolver::with_discovery(client.clone()),
-        Config {
-            cluster_domain: options.cluster_domain.clone(),
-            resync: options.resync,
-            external: options.external.clone(),
-        },
-        clock.clone(),
-        EventSink::new(client.clone(), instance, clock),
-    ));
+    let shutdown = shutdown.shared();
+    if let Some(address) = options.metrics_address {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|e| RunError::Server(address, e))?;
+        let (m, h, stop) = (metrics.clone(), health.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(e) = telemetry::serve_on(listener, m, h, stop).await {
+                tracing::error!(error = %e, "metrics and health server failed");
+            }
+        });
+    }
+    // Leader election: standby replicas are ready (so rolling updates proceed) and wait here.
+    let lost = Arc::new(AtomicBool::new(false));
+    let mut lease = None;
+    let mut leadership_lost: futures::future::BoxFuture<'static, ()> =
+        Box::pin(futures::future::pending());
+    if let Some(election) = &options.leader_election {
+        health.set_ready(true);
+        let manager = LeaseManagerBuilder::new(client.clone(), &election.lease_name)
+            .with_namespace(&election.namespace)
+            .with_identity(&election.identity)
+            .with_duration(election.duration_seconds)
+            .with_grace(election.grace_seconds)
+            .with_field_manager(format!("{FIELD_MANAGER}-leader-election"))
+            .build()
+            .await
+            .map_err(|e| RunError::LeaderElection(e.to_string()))?;
+        let (mut leader, task) = manager.watch().await;
+        tracing::info!(
+            lease = %format!("{}/{}", election.namespace, election.lease_name),
+            identity = %election.identity,
+            "waiting to become the leader"
+        );
+        while !*leader.borrow_and_update() {
+            tokio::select! {
+                changed = leader.changed() => {
+                    if changed.is_err() {
+                        return Err(RunError::LeaderElection("the lease manager stopped".into()));
+                    }
+                }
+                () = shutdown.clone() => return Ok(()),
+            }
+        }
+        tracing::info!(identity = %election.identity, "became the leader");
+        let mut watch = leader.clone();
+        let flag = lost.clone();
+        leadership_lost = Box::pin(async move {
+            while watch.changed().await.is_ok() {
+                if !*watch.borrow() {
+                    break;
+                }
+            }
+            flag.store(true, Ordering::SeqCst);
+        });
+        lease = Some((leader, task));
+    }
+    metrics.set_leader(true);
+    let stop = {
+        let shutdown = shutdown.clone();
+        async move {
+            tokio::select! {
+                () = shutdown => {},
+                () = leadership_lost => {
+                    tracing::error!("lost the leader lease: stopping reconciles");
+                },
+            }
+        }
+        .shared()
+    };
+    let ctx = Arc::new(
+        Context::new(
+            client.clone(),
+            registry.clone(),
+            KindResolver::with_discovery(client.clone()),
+            Config {
+                cluster_domain: options.cluster_domain.clone(),
+                resync: options.resync,
+                external: options.external.clone(),
+            },
+            clock.clone(),
+            EventSink::new(client.clone(), instance, clock),
+        )
+        .with_metrics(metrics.clone()),
+    );
     let ns = options.namespace.as_deref();
     tracing::info!(
         namespace = ns.unwrap_or("<all>"),
@@ -263,8 +392,35 @@ pub async fn run_with_client(
         "starting capi-lb controller"
     );
 
-    let controller = Controller::new(api::<LoadBalancer>(&client, ns), watcher::Config::default());
+    let lb_watch = match &options.watch_filter {
+        Some(value) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
+        None => watcher::Config::default(),
+    };
+    let controller = Controller::new(api::<LoadBalancer>(&client, ns), lb_watch);
     let store = controller.store();
+    // Ready once the LoadBalancer cache is synced (standby replicas already are); the managed
+    // object gauges follow the cache.
+    let observers = {
+        let (store, health, metrics) = (store.clone(), health.clone(), metrics.clone());
+        tokio::spawn(async move {
+            if store.wait_until_ready().await.is_ok() {
+                health.set_ready(true);
+            }
+            let mut tick = tokio::time::interval(Duration::from_secs(10));
+            loop {
+                tick.tick().await;
+                let state = store.state();
+                metrics.set_managed("loadbalancers", state.len());
+                metrics.set_managed(
+                    "ready_loadbalancers",
+                    state
+                        .iter()
+                        .filter(|lb| lb.status.as_ref().is_some_and(|s| s.ready))
+                        .count(),
+                );
+            }
+        })
+    };
     let mut controller = controller
         .owns(
             api::<Service>(&client, ns),
@@ -364,10 +520,9 @@ pub async fn run_with_client(
         );
     }
 
-    let shutdown = shutdown.shared();
     let loadbalancers = controller
         .with_config(ControllerConfig::default().concurrency(options.concurrency))
-        .graceful_shutdown_on(shutdown.clone())
+        .graceful_shutdown_on(stop.clone())
         .run(reconcile_action, error_policy, ctx.clone())
         .for_each(|result| async move {
             match result {
@@ -377,10 +532,22 @@ pub async fn run_with_client(
         });
     let services = async {
         if options.external.enabled {
-            external_endpoints(&client, ns, &options, ctx.clone(), shutdown).await;
+            external_endpoints(&client, ns, &options, ctx.clone(), stop).await;
         }
     };
     futures::join!(loadbalancers, services);
+    observers.abort();
+    // Give the lease back (the manager releases it when its channel closes) so that a standby
+    // takes over at once instead of after the lease duration.
+    if let Some((leader, task)) = lease {
+        drop(leader);
+        let _ = tokio::time::timeout(Duration::from_secs(5), task).await;
+    }
+    if lost.load(Ordering::SeqCst) {
+        health.set_broken();
+        metrics.set_leader(false);
+        return Err(RunError::LostLeadership);
+    }
     tracing::info!("capi-lb controller stopped");
     Ok(())
 }
@@ -436,7 +603,9 @@ async fn external_endpoints(
         .graceful_shutdown_on(shutdown)
         .run(
             |svc: Arc<Service>, c: Arc<ServiceContext>| async move {
+                let timer = c.ctx.metrics.reconcile("external-endpoint");
                 let outcome = reconcile_service(svc, c.ctx.clone(), &c.reported).await?;
+                timer.succeeded();
                 Ok::<_, Error>(match outcome.requeue_after {
                     Some(after) => Action::requeue(after),
                     None => Action::requeue(c.ctx.config.resync),
@@ -459,7 +628,9 @@ async fn external_endpoints(
 }
 
 async fn reconcile_action(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let timer = ctx.metrics.reconcile("loadbalancer");
     let outcome = reconcile(lb, ctx.clone()).await?;
+    timer.succeeded();
     Ok(match outcome.requeue_after {
         Some(after) => Action::requeue(after),
         None => Action::requeue(ctx.config.resync),

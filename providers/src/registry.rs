@@ -49,6 +49,13 @@ impl ProviderRegistry {
             .cloned()
     }
 
+    /// The same providers, each wrapped by `wrap` (e.g. to measure their calls).
+    pub fn wrapped(&self, wrap: impl Fn(Arc<dyn Provider>) -> Arc<dyn Provider>) -> Self {
+        Self {
+            providers: self.providers.iter().cloned().map(wrap).collect(),
+        }
+    }
+
     /// The infrastructure kinds of every enabled provider.
     pub fn resources(&self) -> Vec<ApiResource> {
         self.providers

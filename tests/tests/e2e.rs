@@ -80,6 +80,9 @@ fn start_controller_with(client: Client, namespace: &str, providers: &[&str]) ->
         concurrency: 2,
         resync: Duration::from_secs(60),
         external: Default::default(),
+        metrics_address: None,
+        leader_election: None,
+        watch_filter: None,
     };
     let task = tokio::spawn(async move {
         run_with_client(client, options, async move {

@@ -16,6 +16,9 @@ fn options(providers: &[&str]) -> RunOptions {
         concurrency: 1,
         resync: Duration::from_secs(60),
         external: Default::default(),
+        metrics_address: None,
+        leader_election: None,
+        watch_filter: None,
     }
 }
 
@@ -68,4 +71,45 @@ async fn unknown_providers_are_refused_with_the_available_ones() {
     )
     .unwrap();
     assert_eq!(registry.names(), vec!["inmemory", "kubedc"]);
+}
+
+/// Leader election as `run` configures it (kube-lease-manager on a Lease), against the in-memory
+/// API: one of two replicas leads, the other waits; when the leader gives the lease back (graceful
+/// shutdown) the other takes over at once.
+#[tokio::test]
+async fn only_one_replica_leads_and_the_other_takes_over() {
+    use capi_lb::world::World;
+    use kube_lease_manager::LeaseManagerBuilder;
+
+    let world = World::new(Vec::new()).await.unwrap();
+    let manager = |identity: &str| {
+        LeaseManagerBuilder::new(world.client(), "capi-lb-leader")
+            .with_namespace("capi-lb-system")
+            .with_identity(identity)
+            .with_duration(5)
+            .with_grace(2)
+            .with_field_manager("capi-lb-leader-election")
+            .build()
+    };
+    let (mut a, a_task) = manager("replica-a").await.unwrap().watch().await;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !*a.borrow_and_update() {
+            a.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the first replica leads");
+    let (mut b, _b_task) = manager("replica-b").await.unwrap().watch().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!*b.borrow_and_update(), "two leaders");
+    // The leader shuts down gracefully: it releases the lease, the standby takes it.
+    drop(a);
+    let _ = tokio::time::timeout(Duration::from_secs(5), a_task).await;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !*b.borrow_and_update() {
+            b.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the standby takes over");
 }

@@ -1,0 +1,456 @@
+//! Operating a running capi-lb: Prometheus metrics (`/metrics`), liveness (`/livez`) and readiness
+//! (`/readyz`) on one small HTTP server, and a provider wrapper that measures every provider call.
+//!
+//! Metrics (all prefixed `capi_lb_`):
+//! - `reconciles_total{controller,result}` and `reconcile_duration_seconds{controller}`: every
+//!   reconcile of the `loadbalancer` and `external-endpoint` controllers, `result` = `success` or
+//!   `error`;
+//! - `reconciles_in_flight{controller}`: reconciles running now (kube-runtime does not expose its
+//!   queue; a value stuck at the concurrency limit means work is queueing);
+//! - `provider_calls_total{provider,operation,result}` and
+//!   `provider_call_duration_seconds{provider,operation}`: every `ensure`, `converge_members` and
+//!   `delete`, `result` = `done`, `pending`, `transient_error` or `permanent_error`;
+//! - `managed_objects{kind}`: LoadBalancers (`loadbalancers`, `ready_loadbalancers`) in the cache;
+//! - `leader`: 1 while this replica holds the leader lease (or runs without leader election).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use capi_lb_providers::{
+    DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MembersOutcome, MembersRequest,
+    Progress, Provider, ProviderError,
+};
+use kube::core::ApiResource;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, String)>;
+
+fn duration_histogram() -> Histogram {
+    // 1 ms .. ~33 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// capi-lb's metrics.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<Labels, Counter>,
+    reconcile_duration: Family<Labels, Histogram>,
+    in_flight: Family<Labels, Gauge>,
+    provider_calls: Family<Labels, Counter>,
+    provider_duration: Family<Labels, Histogram>,
+    managed: Family<Labels, Gauge>,
+    leader: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every capi-lb metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("capi_lb");
+        let reconciles = Family::<Labels, Counter>::default();
+        let reconcile_duration =
+            Family::<Labels, Histogram>::new_with_constructor(duration_histogram as fn() -> _);
+        let in_flight = Family::<Labels, Gauge>::default();
+        let provider_calls = Family::<Labels, Counter>::default();
+        let provider_duration =
+            Family::<Labels, Histogram>::new_with_constructor(duration_histogram as fn() -> _);
+        let managed = Family::<Labels, Gauge>::default();
+        let leader = Gauge::default();
+        registry.register(
+            "reconciles",
+            "Reconciles by controller and result (success, error)",
+            reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Duration of reconciles by controller",
+            reconcile_duration.clone(),
+        );
+        registry.register(
+            "reconciles_in_flight",
+            "Reconciles running now, by controller",
+            in_flight.clone(),
+        );
+        registry.register(
+            "provider_calls",
+            "Provider calls by provider, operation and result (done, pending, transient_error, permanent_error)",
+            provider_calls.clone(),
+        );
+        registry.register(
+            "provider_call_duration_seconds",
+            "Duration of provider calls by provider and operation",
+            provider_duration.clone(),
+        );
+        registry.register(
+            "managed_objects",
+            "Objects capi-lb manages, by kind (loadbalancers, ready_loadbalancers)",
+            managed.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica is the leader (or runs without leader election)",
+            leader.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            reconcile_duration,
+            in_flight,
+            provider_calls,
+            provider_duration,
+            managed,
+            leader,
+        }
+    }
+
+    /// The metrics in the Prometheus text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// A reconcile of `controller` starts; the returned guard records its duration and result.
+    pub fn reconcile(&self, controller: &'static str) -> ReconcileTimer<'_> {
+        self.in_flight
+            .get_or_create(&vec![("controller", controller.to_string())])
+            .inc();
+        ReconcileTimer {
+            metrics: self,
+            controller,
+            started: Instant::now(),
+            success: false,
+        }
+    }
+
+    /// Set the number of managed objects of `kind`.
+    pub fn set_managed(&self, kind: &'static str, count: usize) {
+        self.managed
+            .get_or_create(&vec![("kind", kind.to_string())])
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Record whether this replica leads.
+    pub fn set_leader(&self, leader: bool) {
+        self.leader.set(i64::from(leader));
+    }
+
+    fn provider_call(
+        &self,
+        provider: &str,
+        operation: &'static str,
+        result: &'static str,
+        started: Instant,
+    ) {
+        self.provider_calls
+            .get_or_create(&vec![
+                ("provider", provider.to_string()),
+                ("operation", operation.to_string()),
+                ("result", result.to_string()),
+            ])
+            .inc();
+        self.provider_duration
+            .get_or_create(&vec![
+                ("provider", provider.to_string()),
+                ("operation", operation.to_string()),
+            ])
+            .observe(started.elapsed().as_secs_f64());
+    }
+}
+
+/// Records one reconcile when dropped: an error unless [`ReconcileTimer::succeeded`] was called.
+pub struct ReconcileTimer<'a> {
+    metrics: &'a Metrics,
+    controller: &'static str,
+    started: Instant,
+    success: bool,
+}
+
+impl std::fmt::Debug for ReconcileTimer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReconcileTimer")
+            .field("controller", &self.controller)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReconcileTimer<'_> {
+    /// The reconcile succeeded.
+    pub fn succeeded(mut self) {
+        self.success = true;
+    }
+}
+
+impl Drop for ReconcileTimer<'_> {
+    fn drop(&mut self) {
+        let controller = vec![("controller", self.controller.to_string())];
+        self.metrics.in_flight.get_or_create(&controller).dec();
+        self.metrics
+            .reconcile_duration
+            .get_or_create(&controller)
+            .observe(self.started.elapsed().as_secs_f64());
+        let result = if self.success { "success" } else { "error" };
+        self.metrics
+            .reconciles
+            .get_or_create(&vec![
+                ("controller", self.controller.to_string()),
+                ("result", result.to_string()),
+            ])
+            .inc();
+    }
+}
+
+/// A provider whose every call is counted and timed.
+pub struct MeteredProvider {
+    inner: Arc<dyn Provider>,
+    metrics: Arc<Metrics>,
+}
+
+impl MeteredProvider {
+    /// Measure `inner`'s calls into `metrics`.
+    pub fn new(inner: Arc<dyn Provider>, metrics: Arc<Metrics>) -> Self {
+        Self { inner, metrics }
+    }
+}
+
+fn result_of<T>(
+    result: &Result<T, ProviderError>,
+    progress: impl Fn(&T) -> &Progress,
+) -> &'static str {
+    match result {
+        Ok(out) if progress(out).is_done() => "done",
+        Ok(_) => "pending",
+        Err(ProviderError::Transient { .. }) => "transient_error",
+        Err(ProviderError::Permanent { .. }) => "permanent_error",
+    }
+}
+
+#[async_trait]
+impl Provider for MeteredProvider {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn infrastructure_resource(&self) -> ApiResource {
+        self.inner.infrastructure_resource()
+    }
+
+    async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
+        let started = Instant::now();
+        let result = self.inner.ensure(request).await;
+        let outcome = result_of(&result, |o| &o.progress);
+        self.metrics
+            .provider_call(self.inner.name(), "ensure", outcome, started);
+        result
+    }
+
+    async fn converge_members(
+        &self,
+        request: MembersRequest<'_>,
+    ) -> Result<MembersOutcome, ProviderError> {
+        let started = Instant::now();
+        let result = self.inner.converge_members(request).await;
+        let outcome = result_of(&result, |o| &o.progress);
+        self.metrics
+            .provider_call(self.inner.name(), "converge_members", outcome, started);
+        result
+    }
+
+    async fn delete(&self, request: DeleteRequest<'_>) -> Result<DeleteOutcome, ProviderError> {
+        let started = Instant::now();
+        let result = self.inner.delete(request).await;
+        let outcome = result_of(&result, |o| &o.progress);
+        self.metrics
+            .provider_call(self.inner.name(), "delete", outcome, started);
+        result
+    }
+}
+
+/// Liveness and readiness flags.
+#[derive(Debug, Default)]
+pub struct Health {
+    ready: AtomicBool,
+    broken: AtomicBool,
+}
+
+impl Health {
+    /// Mark the process ready (caches synced, or standing by for leadership).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Mark the process as no longer working (it is about to exit).
+    pub fn set_broken(&self) {
+        self.broken.store(true, Ordering::SeqCst);
+    }
+
+    fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst) && !self.broken.load(Ordering::SeqCst)
+    }
+
+    fn is_live(&self) -> bool {
+        !self.broken.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Clone)]
+struct ServerState {
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+}
+
+async fn metrics(State(state): State<ServerState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+}
+
+async fn livez(State(state): State<ServerState>) -> impl IntoResponse {
+    if state.health.is_live() {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+    }
+}
+
+async fn readyz(State(state): State<ServerState>) -> impl IntoResponse {
+    if state.health.is_ready() {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet")
+    }
+}
+
+/// The HTTP routes: `/metrics`, `/livez`, `/readyz`.
+pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+    Router::new()
+        .route("/metrics", get(self::metrics))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .with_state(ServerState { metrics, health })
+}
+
+/// Serve the routes on `listener` until `shutdown` resolves.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    if let Ok(address) = listener.local_addr() {
+        tracing::info!(%address, "serving /metrics, /livez and /readyz");
+    }
+    axum::serve(listener, router(metrics, health))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use http::Request;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    async fn get(router: Router, path: &str) -> (StatusCode, String) {
+        let response = router
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn readiness_follows_the_flags_and_liveness_fails_only_when_broken() {
+        let metrics = Arc::new(Metrics::new());
+        let health = Arc::new(Health::default());
+        let r = || router(metrics.clone(), health.clone());
+        assert_eq!(get(r(), "/livez").await.0, StatusCode::OK);
+        assert_eq!(get(r(), "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
+        health.set_ready(true);
+        assert_eq!(get(r(), "/readyz").await.0, StatusCode::OK);
+        health.set_broken();
+        assert_eq!(get(r(), "/livez").await.0, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(get(r(), "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[tokio::test]
+    async fn reconciles_and_provider_calls_are_counted() {
+        let metrics = Arc::new(Metrics::new());
+        metrics.reconcile("loadbalancer").succeeded();
+        drop(metrics.reconcile("loadbalancer"));
+        metrics.set_managed("loadbalancers", 3);
+        metrics.set_leader(true);
+        let cloud = capi_lb_providers::inmemory::InMemoryCloud::new(Arc::new(
+            capi_lb_providers::clock::SystemClock,
+        ));
+        let provider = MeteredProvider::new(
+            Arc::new(capi_lb_providers::inmemory::InMemoryProvider::new(cloud)),
+            metrics.clone(),
+        );
+        let identity = capi_lb_providers::LoadBalancerIdentity {
+            namespace: "default".into(),
+            name: "cp".into(),
+            uid: "u".into(),
+            cluster_name: None,
+        };
+        // Not an InMemoryLoadBalancer: a permanent error, counted as such.
+        let infra = kube::core::DynamicObject::new("cp", &provider.infrastructure_resource());
+        let _ = provider
+            .ensure(EnsureRequest {
+                identity: &identity,
+                infra: &infra,
+                listeners: &[],
+            })
+            .await;
+        let (status, text) = get(router(metrics, Arc::new(Health::default())), "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        for line in [
+            "capi_lb_reconciles_total{controller=\"loadbalancer\",result=\"success\"} 1",
+            "capi_lb_reconciles_total{controller=\"loadbalancer\",result=\"error\"} 1",
+            "capi_lb_reconciles_in_flight{controller=\"loadbalancer\"} 0",
+            "capi_lb_managed_objects{kind=\"loadbalancers\"} 3",
+            "capi_lb_leader 1",
+            "capi_lb_reconcile_duration_seconds_count{controller=\"loadbalancer\"} 2",
+            "capi_lb_provider_call_duration_seconds_count{provider=\"inmemory\",operation=\"ensure\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert!(
+            text.contains("capi_lb_provider_calls_total{provider=\"inmemory\",operation=\"ensure\",result=\"permanent_error\"} 1")
+                || text.contains("capi_lb_provider_calls_total{provider=\"inmemory\",operation=\"ensure\",result=\"transient_error\"} 1"),
+            "{text}"
+        );
+    }
+}
