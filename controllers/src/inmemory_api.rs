@@ -26,8 +26,26 @@ use kube::client::Body;
 use serde_json::Value;
 
 /// Counts and records write requests.
+/// One request the in-memory API received (for the RBAC test: which verbs on which resources the
+/// controllers use).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedRequest {
+    /// HTTP method.
+    pub method: String,
+    /// Path, without the query.
+    pub path: String,
+    /// Query string (`watch=true`, label selectors, ...).
+    pub query: String,
+    /// Kinds the request body names as owners with `blockOwnerDeletion: true` (which needs
+    /// `update` on the owner's `finalizers` subresource).
+    pub blocking_owner_kinds: Vec<String>,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ApiStats {
+    requests: Arc<Mutex<Vec<RecordedRequest>>>,
+    /// Record requests in `requests` only while set (around controller code, not test set-up).
+    recording: Arc<std::sync::atomic::AtomicBool>,
     reads: Arc<AtomicU64>,
     writes: Arc<AtomicU64>,
     event_writes: Arc<AtomicU64>,
@@ -51,6 +69,29 @@ impl ApiStats {
     }
 
     /// Every write request so far, as `METHOD path`.
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Record the requests made from now on (`true`) or stop recording (`false`).
+    pub fn set_recording(&self, on: bool) {
+        self.recording.store(on, Ordering::SeqCst);
+    }
+
+    fn record_request(&self, request: RecordedRequest) {
+        if !self.recording.load(Ordering::SeqCst) {
+            return;
+        }
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(request);
+    }
+
     pub fn log(&self) -> Vec<String> {
         self.log
             .lock()
@@ -212,6 +253,21 @@ impl Emulator {
         let method = parts.method.clone();
         let path = parts.uri.path().to_string();
         let mut body = body.collect().await?.to_bytes();
+        let blocking_owner_kinds = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.pointer("/metadata/ownerReferences").cloned())
+            .and_then(|refs| refs.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r.get("blockOwnerDeletion") == Some(&Value::Bool(true)))
+            .filter_map(|r| r.get("kind").and_then(Value::as_str).map(str::to_string))
+            .collect();
+        self.stats.record_request(RecordedRequest {
+            method: method.to_string(),
+            path: path.clone(),
+            query: parts.uri.query().unwrap_or_default().to_string(),
+            blocking_owner_kinds,
+        });
 
         if method == Method::GET {
             self.stats.reads.fetch_add(1, Ordering::SeqCst);

@@ -11,6 +11,7 @@ pub mod kinds;
 pub mod lifecycle;
 pub mod metadata;
 pub mod publication;
+pub mod rbac;
 pub mod reconcile;
 pub mod run;
 pub mod services;

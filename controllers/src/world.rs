@@ -188,7 +188,10 @@ impl World {
             .get(name)
             .await
             .map_err(kube_err("get", format!("Service {namespace}/{name}")))?;
-        reconcile_service(Arc::new(service), self.ctx.clone(), &self.reported).await
+        self.api.stats.set_recording(true);
+        let outcome = reconcile_service(Arc::new(service), self.ctx.clone(), &self.reported).await;
+        self.api.stats.set_recording(false);
+        outcome
     }
 
     /// Stand-in for the `-ext` publisher's watches: reconcile every Service (in a stable order) until
@@ -204,9 +207,11 @@ impl World {
                 .items;
             services.sort_by_key(|s| (s.namespace(), s.name_any()));
             for service in services {
-                reconcile_service(Arc::new(service), self.ctx.clone(), &self.reported)
-                    .await
-                    .map_err(Box::new)?;
+                self.api.stats.set_recording(true);
+                let outcome =
+                    reconcile_service(Arc::new(service), self.ctx.clone(), &self.reported).await;
+                self.api.stats.set_recording(false);
+                outcome.map_err(Box::new)?;
             }
             if self.api.stats.writes_excluding_events() == writes_before {
                 return Ok(pass);
@@ -229,7 +234,10 @@ impl World {
             .get(name)
             .await
             .map_err(kube_err("get", format!("LoadBalancer {namespace}/{name}")))?;
-        reconcile(Arc::new(lb), self.ctx.clone()).await
+        self.api.stats.set_recording(true);
+        let outcome = reconcile(Arc::new(lb), self.ctx.clone()).await;
+        self.api.stats.set_recording(false);
+        outcome
     }
 
     fn now(&self) -> Timestamp {
@@ -274,9 +282,10 @@ impl World {
                     continue;
                 }
                 report.reconciles += 1;
-                let outcome = reconcile(Arc::new(lb), self.ctx.clone())
-                    .await
-                    .map_err(Box::new)?;
+                self.api.stats.set_recording(true);
+                let outcome = reconcile(Arc::new(lb), self.ctx.clone()).await;
+                self.api.stats.set_recording(false);
+                let outcome = outcome.map_err(Box::new)?;
                 let mut due = self.lock_due();
                 match outcome.requeue_after {
                     Some(after) if after < self.ctx.config.resync => {

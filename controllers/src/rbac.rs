@@ -1,0 +1,316 @@
+//! Least-privilege RBAC: what each controller and provider is allowed to do, as data, turned into
+//! the ClusterRole that `capi-lb manifests` writes. A test (`tests/tests/rbac.rs`) runs the
+//! controllers through their scenarios against the in-memory API, turns every request they make
+//! into (group, resource, verb) with [`verb_of`], and checks that the generated ClusterRole allows
+//! exactly those: nothing they need is missing, nothing is granted they do not use.
+
+use std::collections::BTreeSet;
+
+use capi_lb_api::constants::{CAPI_GROUP, GROUP, INFRASTRUCTURE_GROUP};
+use capi_lb_providers::{inmemory, kubedc};
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+/// One permission: an API group, a resource (with `/subresource`), a verb.
+pub type Permission = (String, String, String);
+
+/// What a component needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Component {
+    /// Name, for the generated comments and docs.
+    pub name: &'static str,
+    /// Permissions other than watches.
+    pub calls: Vec<(&'static str, &'static str, &'static [&'static str])>,
+    /// Resources the controller watches (list + watch), set up by `run`.
+    pub watches: Vec<(&'static str, &'static str)>,
+}
+
+/// Which parts of capi-lb the RBAC is for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Enabled {
+    /// Provider names (`inmemory`, `kubedc`).
+    pub providers: Vec<String>,
+    /// The `-ext` publisher for Services.
+    pub external_endpoints: bool,
+}
+
+impl Default for Enabled {
+    fn default() -> Self {
+        Self {
+            providers: vec![inmemory::NAME.into(), kubedc::NAME.into()],
+            external_endpoints: true,
+        }
+    }
+}
+
+/// The components `enabled` runs.
+pub fn components(enabled: &Enabled) -> Vec<Component> {
+    let mut out = vec![Component {
+        name: "LoadBalancer controller",
+        calls: vec![
+            (GROUP, "loadbalancers", &["patch"]),
+            (GROUP, "loadbalancers/status", &["patch"]),
+            // Owner references with blockOwnerDeletion (published Services, infrastructure objects).
+            (GROUP, "loadbalancers/finalizers", &["update"]),
+            ("", "services", &["get", "list", "patch", "delete"]),
+            (
+                "discovery.k8s.io",
+                "endpointslices",
+                &["get", "list", "patch", "delete"],
+            ),
+            // Owner reference from the EndpointSlices to their Service.
+            ("", "services/finalizers", &["update"]),
+            (CAPI_GROUP, "machines", &["list", "patch"]),
+            (CAPI_GROUP, "clusters", &["get"]),
+            ("events.k8s.io", "events", &["create", "patch"]),
+        ],
+        watches: vec![
+            (GROUP, "loadbalancers"),
+            ("", "services"),
+            ("discovery.k8s.io", "endpointslices"),
+            (CAPI_GROUP, "machines"),
+            (CAPI_GROUP, "clusters"),
+        ],
+    }];
+    for provider in &enabled.providers {
+        match provider.as_str() {
+            inmemory::NAME => out.push(Component {
+                name: "in-memory provider",
+                calls: vec![
+                    (
+                        INFRASTRUCTURE_GROUP,
+                        "inmemoryloadbalancers",
+                        &["get", "patch"],
+                    ),
+                    (
+                        INFRASTRUCTURE_GROUP,
+                        "inmemoryloadbalancers/status",
+                        &["patch"],
+                    ),
+                ],
+                watches: vec![(INFRASTRUCTURE_GROUP, "inmemoryloadbalancers")],
+            }),
+            kubedc::NAME => out.push(Component {
+                name: "kube-dc provider",
+                calls: vec![
+                    (
+                        INFRASTRUCTURE_GROUP,
+                        "kubedcloadbalancers",
+                        &["get", "patch"],
+                    ),
+                    (
+                        INFRASTRUCTURE_GROUP,
+                        "kubedcloadbalancers/status",
+                        &["patch"],
+                    ),
+                    (
+                        INFRASTRUCTURE_GROUP,
+                        "kubedcloadbalancers/finalizers",
+                        &["update"],
+                    ),
+                    ("kube-dc.com", "eips", &["get", "list", "create", "delete"]),
+                    ("", "endpoints", &["get", "patch", "list", "delete"]),
+                ],
+                watches: vec![
+                    (INFRASTRUCTURE_GROUP, "kubedcloadbalancers"),
+                    ("kube-dc.com", "eips"),
+                ],
+            }),
+            _ => {}
+        }
+    }
+    if enabled.external_endpoints {
+        out.push(Component {
+            name: "external endpoint publisher",
+            calls: vec![
+                ("", "services", &["get", "list", "patch", "delete"]),
+                ("", "services/finalizers", &["update"]),
+                (
+                    "discovery.k8s.io",
+                    "endpointslices",
+                    &["get", "list", "patch", "delete"],
+                ),
+                // Legacy Endpoints (--legacy-endpoints) and kube-dc's (--adopt-kube-dc).
+                ("", "endpoints", &["get", "patch", "delete"]),
+                ("events.k8s.io", "events", &["create", "patch"]),
+            ],
+            watches: vec![("", "services"), ("discovery.k8s.io", "endpointslices")],
+        });
+    }
+    out
+}
+
+/// Every permission `enabled` needs, flattened (watched resources get `list` and `watch`).
+pub fn permissions(enabled: &Enabled) -> BTreeSet<Permission> {
+    let mut out = BTreeSet::new();
+    for c in components(enabled) {
+        for (group, resource, verbs) in c.calls {
+            for verb in verbs {
+                out.insert((group.to_string(), resource.to_string(), verb.to_string()));
+            }
+        }
+        for (group, resource) in c.watches {
+            for verb in ["list", "watch"] {
+                out.insert((group.to_string(), resource.to_string(), verb.to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// The ClusterRole rules: one rule per (group, resource) with its verbs, sorted.
+pub fn rules(enabled: &Enabled) -> Vec<PolicyRule> {
+    let mut grouped: std::collections::BTreeMap<(String, String), BTreeSet<String>> =
+        std::collections::BTreeMap::new();
+    for (group, resource, verb) in permissions(enabled) {
+        grouped.entry((group, resource)).or_default().insert(verb);
+    }
+    grouped
+        .into_iter()
+        .map(|((group, resource), verbs)| PolicyRule {
+            api_groups: Some(vec![group]),
+            resources: Some(vec![resource]),
+            verbs: verbs.into_iter().collect(),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// The Lease permissions of leader election (a namespaced Role in capi-lb's namespace).
+pub fn leader_election_rules() -> Vec<PolicyRule> {
+    vec![PolicyRule {
+        api_groups: Some(vec!["coordination.k8s.io".into()]),
+        resources: Some(vec!["leases".into()]),
+        verbs: vec!["create".into(), "get".into(), "patch".into()],
+        ..Default::default()
+    }]
+}
+
+/// The (group, resource, verb) of a request, from its method, path and query; `None` for paths
+/// that are not resource requests (discovery).
+pub fn verb_of(method: &str, path: &str, query: &str) -> Option<Permission> {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let (group, rest) = match parts.first() {
+        Some(&"api") => (String::new(), parts.get(2..)?),
+        Some(&"apis") => ((*parts.get(1)?).to_string(), parts.get(3..)?),
+        _ => return None,
+    };
+    let rest = match rest {
+        ["namespaces", _ns, tail @ ..] if !tail.is_empty() => tail,
+        other => other,
+    };
+    let (resource, named, sub) = match rest {
+        [resource] => (*resource, false, None),
+        [resource, _name] => (*resource, true, None),
+        [resource, _name, sub] => (*resource, true, Some(*sub)),
+        _ => return None,
+    };
+    let resource = match sub {
+        Some(sub) => format!("{resource}/{sub}"),
+        None => resource.to_string(),
+    };
+    let watching = query
+        .split('&')
+        .any(|q| q == "watch=true" || q == "watch=1");
+    let verb = match (method, named) {
+        ("GET", _) if watching => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", false) => "create",
+        ("PUT", true) => "update",
+        ("PATCH", true) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => return None,
+    };
+    Some((group, resource, verb.to_string()))
+}
+
+/// The `finalizers` permission an owner reference with `blockOwnerDeletion` to `kind` needs.
+pub fn finalizers_of(kind: &str) -> Option<Permission> {
+    let (group, resource) = match kind {
+        "LoadBalancer" => (GROUP, "loadbalancers"),
+        "Service" => ("", "services"),
+        "KubeDCLoadBalancer" => (INFRASTRUCTURE_GROUP, "kubedcloadbalancers"),
+        "InMemoryLoadBalancer" => (INFRASTRUCTURE_GROUP, "inmemoryloadbalancers"),
+        _ => return None,
+    };
+    Some((
+        group.to_string(),
+        format!("{resource}/finalizers"),
+        "update".to_string(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(g: &str, r: &str, v: &str) -> Option<Permission> {
+        Some((g.into(), r.into(), v.into()))
+    }
+
+    #[test]
+    fn requests_map_to_verbs() {
+        assert_eq!(
+            verb_of("GET", "/api/v1/namespaces/default/services/x", ""),
+            p("", "services", "get")
+        );
+        assert_eq!(
+            verb_of(
+                "GET",
+                "/api/v1/namespaces/default/services",
+                "labelSelector=a"
+            ),
+            p("", "services", "list")
+        );
+        assert_eq!(
+            verb_of(
+                "GET",
+                "/apis/cluster.x-k8s.io/v1beta2/machines",
+                "watch=true"
+            ),
+            p("cluster.x-k8s.io", "machines", "watch")
+        );
+        assert_eq!(
+            verb_of(
+                "PATCH",
+                "/apis/loadbalancer.cluster.x-k8s.io/v1alpha1/namespaces/default/loadbalancers/cp/status",
+                ""
+            ),
+            p(
+                "loadbalancer.cluster.x-k8s.io",
+                "loadbalancers/status",
+                "patch"
+            )
+        );
+        assert_eq!(
+            verb_of(
+                "POST",
+                "/apis/events.k8s.io/v1/namespaces/default/events",
+                ""
+            ),
+            p("events.k8s.io", "events", "create")
+        );
+        assert_eq!(
+            verb_of("DELETE", "/api/v1/namespaces/default/endpoints/x", ""),
+            p("", "endpoints", "delete")
+        );
+        assert_eq!(verb_of("GET", "/apis/kube-dc.com", ""), None, "discovery");
+    }
+
+    #[test]
+    fn rules_follow_what_is_enabled() {
+        let all = permissions(&Enabled::default());
+        assert!(all.contains(&("kube-dc.com".into(), "eips".into(), "create".into())));
+        let without = permissions(&Enabled {
+            providers: vec!["inmemory".into()],
+            external_endpoints: false,
+        });
+        assert!(!without.iter().any(|(g, _, _)| g == "kube-dc.com"));
+        assert!(!without.iter().any(|(_, r, _)| r == "endpoints"));
+        for rule in rules(&Enabled::default()) {
+            assert!(!rule.verbs.iter().any(|v| v == "*"));
+            assert!(!rule.resources.iter().flatten().any(|r| r == "*"));
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! The generated RBAC allows exactly what the controllers do. Every scenario below runs the real
+//! controllers against the in-memory API, which records each request they make (test set-up is not
+//! recorded); the requests are turned into (group, resource, verb), owner references with
+//! `blockOwnerDeletion` into `update` on the owner's `finalizers`, and the watches `run` sets up into
+//! `list` + `watch`. The ClusterRole `capi-lb manifests` generates must equal that set: nothing the
+//! controllers need is missing, nothing is granted that they do not use.
+// Integration tests: helpers panic on broken fixtures, which is the failure we want.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use capi_lb::rbac::{self, Enabled, Permission, finalizers_of, verb_of};
+use capi_lb::world::World;
+use capi_lb_api::capi::{Cluster, Machine};
+use capi_lb_api::kubedc::EIp;
+use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer};
+use capi_lb_tests::kubedc_sim::KubeDcSim;
+use capi_lb_tests::*;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+fn observed(world: &World) -> BTreeSet<Permission> {
+    let mut out = BTreeSet::new();
+    for r in world.api.stats.requests() {
+        if let Some(p) = verb_of(&r.method, &r.path, &r.query) {
+            out.insert(p);
+        }
+        for kind in &r.blocking_owner_kinds {
+            out.insert(finalizers_of(kind).unwrap_or_else(|| panic!("owner kind {kind}")));
+        }
+    }
+    out
+}
+
+async fn delete<K>(world: &World, name: &str)
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(world.client(), NS)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// The LoadBalancer controller with the in-memory provider: create, targets with hooks, a target
+/// deleted, a paused Cluster, then Cluster and LoadBalancer deletion.
+async fn loadbalancer_scenario() -> BTreeSet<Permission> {
+    let mut m2 = machine("cp-m2", "cp", "10.0.0.12").build();
+    m2["metadata"]["finalizers"] = json!(["machine.cluster.x-k8s.io"]);
+    let mut cluster = cluster("demo", false);
+    cluster["metadata"]["finalizers"] = json!(["cluster.cluster.x-k8s.io"]);
+    let world = World::new(vec![
+        cluster,
+        lb("cp").spec("drainSeconds", json!(5)).build(),
+        infra("cp")
+            .spec("provisioningDelaySeconds", json!(2))
+            .build(),
+        machine("cp-m1", "cp", "10.0.0.11").build(),
+        m2,
+    ])
+    .await
+    .unwrap();
+    world.run_until_stable(100).await.unwrap();
+    delete::<Machine>(&world, "cp-m2").await;
+    world.run_until_stable(100).await.unwrap();
+    delete::<Cluster>(&world, "demo").await;
+    world.run_until_stable(100).await.unwrap();
+    delete::<LoadBalancer>(&world, "cp").await;
+    world.run_until_stable(100).await.unwrap();
+    observed(&world)
+}
+
+fn lb_service(name: &str, ingress: Value) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"type": "LoadBalancer", "ports": [{"name": "etcd", "port": 2379}]},
+        "status": {"loadBalancer": {"ingress": ingress}},
+    })
+}
+
+/// The `-ext` publisher: publish, change, withdraw, legacy Endpoints on and off, kube-dc adoption,
+/// an orphan.
+async fn external_scenario() -> BTreeSet<Permission> {
+    let kube_dc_ext = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "adopt-ext", "namespace": NS, "labels": {
+            "kube-dc.com/managed-by": "service-lb-controller", "kube-dc.com/source-service": "adopt"}},
+        "spec": {"clusterIP": "None", "ports": [{"name": "etcd", "port": 2379}]},
+    });
+    let kube_dc_endpoints = json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "adopt-ext", "namespace": NS, "labels": {
+            "kube-dc.com/managed-by": "service-lb-controller", "kube-dc.com/source-service": "adopt"}},
+        "subsets": [{"addresses": [{"ip": "198.51.100.3"}], "ports": [{"name": "etcd", "port": 2379}]}],
+    });
+    let world = World::new(vec![
+        lb_service("a", json!([{"ip": "198.51.100.1"}])),
+        lb_service("b", json!([{"ip": "198.51.100.2"}])),
+        lb_service("adopt", json!([{"ip": "198.51.100.3"}])),
+        kube_dc_ext,
+        kube_dc_endpoints,
+    ])
+    .await
+    .unwrap()
+    .reconfigured(|c| {
+        c.external.legacy_endpoints = true;
+        c.external.adopt_kube_dc = true;
+    });
+    world.settle_services(10).await.unwrap();
+    let services: Api<Service> = Api::namespaced(world.client(), NS);
+    services
+        .patch_status(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.9"}]}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    services
+        .patch(
+            "b",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"type": "ClusterIP"}})),
+        )
+        .await
+        .unwrap();
+    world.settle_services(10).await.unwrap();
+    delete::<Service>(&world, "a").await;
+    world.settle_services(10).await.unwrap();
+    let off = world.reconfigured(|c| c.external.legacy_endpoints = false);
+    off.settle_services(10).await.unwrap();
+    let mut out = observed(&world);
+    out.extend(observed(&off));
+    out
+}
+
+/// The kube-dc provider: create with the simulated kube-dc controller, then delete.
+async fn kubedc_scenario() -> BTreeSet<Permission> {
+    let world = World::with_builder(
+        vec![
+            lb("cp")
+                .spec(
+                    "infrastructureRef",
+                    json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KubeDCLoadBalancer", "name": "cp"}),
+                )
+                .build(),
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "KubeDCLoadBalancer",
+                   "metadata": {"name": "cp", "namespace": NS}, "spec": {}}),
+            machine("cp-m1", "cp", "10.0.0.11").build(),
+        ],
+        |b| b.with_resource::<EIp>(),
+    )
+    .await
+    .unwrap();
+    let mut sim = KubeDcSim::new();
+    for _ in 0..6 {
+        sim.step(&world).await;
+        world.reconcile(NS, "cp").await.unwrap();
+        world.clock.advance(Duration::from_secs(5));
+    }
+    delete::<LoadBalancer>(&world, "cp").await;
+    for _ in 0..6 {
+        sim.step(&world).await;
+        let _ = world.reconcile(NS, "cp").await;
+        world.clock.advance(Duration::from_secs(5));
+    }
+    assert!(
+        Api::<KubeDCLoadBalancer>::namespaced(world.client(), NS)
+            .get_opt("cp")
+            .await
+            .unwrap()
+            .is_none_or(|k| k.metadata.deletion_timestamp.is_some() || k.finalizers().is_empty()),
+        "the scenario reached the end of deletion"
+    );
+    observed(&world)
+}
+
+use kube::ResourceExt;
+
+#[tokio::test]
+async fn the_generated_cluster_role_allows_exactly_what_the_controllers_do() {
+    let mut used = loadbalancer_scenario().await;
+    used.extend(external_scenario().await);
+    used.extend(kubedc_scenario().await);
+    let enabled = Enabled::default();
+    let granted = rbac::permissions(&enabled);
+    let watches: BTreeSet<Permission> = rbac::components(&enabled)
+        .into_iter()
+        .flat_map(|c| c.watches)
+        .flat_map(|(g, r)| {
+            ["list", "watch"]
+                .into_iter()
+                .map(move |v| (g.to_string(), r.to_string(), v.to_string()))
+        })
+        .collect();
+    let missing: Vec<&Permission> = used.difference(&granted).collect();
+    assert!(missing.is_empty(), "used but not granted: {missing:#?}");
+    let unused: Vec<&Permission> = granted
+        .iter()
+        .filter(|p| !used.contains(*p) && !watches.contains(*p))
+        .collect();
+    assert!(unused.is_empty(), "granted but never used: {unused:#?}");
+}
