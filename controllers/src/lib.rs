@@ -9,6 +9,7 @@ pub mod events;
 pub mod inmemory_api;
 pub mod kinds;
 pub mod lifecycle;
+pub mod manifests;
 pub mod metadata;
 pub mod publication;
 pub mod rbac;

@@ -116,6 +116,13 @@ enum Command {
         #[arg(long, default_value_t = 500)]
         changes: usize,
     },
+    /// Write the install manifests (CRDs, RBAC, Deployment, kustomizations, clusterctl components)
+    /// under a directory, by component.
+    Manifests {
+        /// Where to write them (the repository keeps them in `config`).
+        #[arg(long, default_value = "config")]
+        output_dir: PathBuf,
+    },
     /// Print the CRDs as YAML (or write them under a directory with --output-dir).
     Crds {
         /// Write `bases/<group>_<plural>.yaml` and `kustomization.yaml` here (e.g. config/crd).
@@ -271,6 +278,18 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Command::Manifests { output_dir } => match capi_lb::manifests::write(&output_dir) {
+            Ok(written) => {
+                for path in written {
+                    eprintln!("wrote {path}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("capi-lb manifests: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Crds { output_dir } => match output_dir {
             Some(dir) => match capi_lb::crds::write(&dir) {
                 Ok(files) => {

@@ -158,19 +158,41 @@ async fn expect_ready_reports_what_is_not_ready() {
 }
 
 #[test]
-fn committed_crds_match_the_generated_ones() {
-    for crd in capi_lb_api::crds() {
-        let path = repo("config/crd/bases").join(capi_lb::crds::file_name(&crd));
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+fn committed_manifests_match_the_generated_ones() {
+    let files = capi_lb::manifests::files().unwrap();
+    for (path, content) in &files {
+        let committed = std::fs::read_to_string(repo("config").join(path)).unwrap_or_default();
         assert_eq!(
-            committed,
-            capi_lb::crds::to_yaml(&crd).unwrap(),
-            "{} is stale: run `cargo run -- crds --output-dir config/crd`",
+            &committed,
+            content,
+            "config/{} is stale: run `cargo run -- manifests`",
             path.display()
         );
     }
-    let kustomization = std::fs::read_to_string(repo("config/crd/kustomization.yaml")).unwrap();
-    assert_eq!(kustomization, capi_lb::crds::kustomization());
+    // Nothing under config/ that the generator does not produce.
+    fn walk(dir: &std::path::Path, base: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, base, out);
+            } else {
+                out.push(path.strip_prefix(base).unwrap().to_path_buf());
+            }
+        }
+    }
+    let mut on_disk = Vec::new();
+    walk(&repo("config"), &repo("config"), &mut on_disk);
+    on_disk.sort();
+    let mut generated: Vec<_> = files.into_iter().map(|(p, _)| p).collect();
+    generated.sort();
+    assert_eq!(on_disk, generated);
+    // The CRDs are the same with `capi-lb crds`.
+    for crd in capi_lb_api::crds() {
+        let committed =
+            std::fs::read_to_string(repo("config/crd/bases").join(capi_lb::crds::file_name(&crd)))
+                .unwrap();
+        assert_eq!(committed, capi_lb::crds::to_yaml(&crd).unwrap());
+    }
 }
 
 /// Every shipped example simulates; each says in its comments what it shows, and this checks it.
