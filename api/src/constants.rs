@@ -184,8 +184,6 @@ pub mod reason {
     pub const NO_TARGETS: &str = "NoTargets";
     /// The target kind cannot be listed (not installed, or not known to capi-lb).
     pub const TARGET_KIND_UNAVAILABLE: &str = "TargetKindUnavailable";
-    /// Members are leaving (draining before removal, or being removed).
-    pub const TARGETS_DRAINING: &str = "TargetsDraining";
     /// Some targets wait for their readiness gates before they are admitted.
     pub const TARGETS_NOT_ADMITTED: &str = "TargetsNotAdmitted";
     /// The member set could not be read or changed; target states are the last known ones.

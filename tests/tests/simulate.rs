@@ -291,3 +291,40 @@ async fn every_example_simulates_and_shows_what_it_says() {
     }
     assert_eq!(seen.len(), 5, "{seen:?}");
 }
+
+/// docs/operations.md lists every condition reason and Event reason capi-lb and its providers use.
+#[test]
+fn every_reason_is_documented() {
+    let docs = std::fs::read_to_string(repo("docs/operations.md")).unwrap();
+    let mut missing = Vec::new();
+    for (file, modules) in [
+        (
+            "api/src/constants.rs",
+            &["condition", "reason", "event"][..],
+        ),
+        ("providers/src/kubedc.rs", &["reason"][..]),
+    ] {
+        let text = std::fs::read_to_string(repo(file)).unwrap();
+        for module in modules {
+            let start = text
+                .find(&format!("pub mod {module} {{"))
+                .unwrap_or_else(|| panic!("{file}: mod {module}"));
+            let body = &text[start..];
+            let body = &body[..body.find("\n}").unwrap()];
+            for line in body.lines() {
+                if let Some(value) = line
+                    .trim()
+                    .strip_prefix("pub const ")
+                    .and_then(|rest| rest.split('"').nth(1))
+                    && !docs.contains(&format!("`{value}`"))
+                {
+                    missing.push(format!("{file} {module}: {value}"));
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not in docs/operations.md: {missing:#?}"
+    );
+}
