@@ -691,3 +691,164 @@ async fn a_load_balancer_on_kube_dc_with_the_simulated_controller() {
         .await
         .unwrap();
 }
+
+/// The generated install manifests are accepted by a real apiserver (server-side dry run; the
+/// Namespace and CRDs are created for real because the dry run of namespaced objects needs them).
+#[tokio::test]
+#[ignore = "needs a cluster: set KUBECONFIG to a disposable cluster"]
+async fn the_generated_manifests_pass_a_server_side_dry_run() {
+    use kube::core::{DynamicObject, GroupVersionKind};
+    capi_lb::install_crypto_provider();
+    let client = Client::try_default().await.unwrap();
+    install_crds(&client).await;
+    let files = capi_lb::manifests::files().unwrap();
+    for (path, text) in files
+        .iter()
+        .filter(|(p, _)| {
+            p.starts_with("rbac") || p.starts_with("manager") || p.starts_with("clusterctl")
+        })
+        .filter(|(p, _)| {
+            p.extension().is_some_and(|e| e == "yaml")
+                && !p.ends_with("kustomization.yaml")
+                && !p.ends_with("metadata.yaml")
+        })
+    {
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).unwrap();
+        for doc in docs {
+            let (group, version) = match doc["apiVersion"].as_str().unwrap().split_once('/') {
+                Some((g, v)) => (g.to_string(), v.to_string()),
+                None => (
+                    String::new(),
+                    doc["apiVersion"].as_str().unwrap().to_string(),
+                ),
+            };
+            let kind = doc["kind"].as_str().unwrap();
+            let gvk = GroupVersionKind::gvk(&group, &version, kind);
+            let (resource, caps) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
+            let name = doc["metadata"]["name"].as_str().unwrap().to_string();
+            let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
+                Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+                    Api::namespaced_with(client.clone(), ns, &resource)
+                }
+                _ => Api::all_with(client.clone(), &resource),
+            };
+            // The Namespace and CRDs for real, everything else as a dry run.
+            let mut params = PatchParams::apply("capi-lb-e2e").force();
+            if kind != "Namespace" && kind != "CustomResourceDefinition" {
+                params = params.dry_run();
+            }
+            api.patch(&name, &params, &Patch::Apply(&doc))
+                .await
+                .unwrap_or_else(|e| panic!("{}: {kind} {name}: {e}", path.display()));
+        }
+    }
+}
+
+/// Two replicas with leader election: one reconciles; when it dies without releasing the lease, the
+/// other takes over within the lease duration and reconciles.
+#[tokio::test]
+#[ignore = "needs a cluster: set KUBECONFIG to a disposable cluster"]
+async fn a_standby_replica_takes_over_within_the_lease_duration() {
+    use capi_lb::run::LeaderElection;
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    capi_lb::install_crypto_provider();
+    let client = Client::try_default().await.unwrap();
+    install_crds(&client).await;
+    let ns = test_namespace(&client).await;
+    let replica = |identity: &str| {
+        let mut options = capi_lb::run::RunOptions::new(vec!["inmemory".into()]);
+        options.namespace = Some(ns.clone());
+        options.leader_election = Some(LeaderElection {
+            namespace: ns.clone(),
+            lease_name: "capi-lb-leader".into(),
+            identity: identity.into(),
+            duration_seconds: 6,
+            grace_seconds: 2,
+        });
+        let client = client.clone();
+        tokio::spawn(async move { run_with_client(client, options, std::future::pending()).await })
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let holder = || async {
+        leases
+            .get_opt("capi-lb-leader")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+    };
+    let a = replica("replica-a");
+    eventually("replica-a leads", || async {
+        (holder().await.as_deref() == Some("replica-a")).then_some(())
+    })
+    .await;
+    let b = replica("replica-b");
+
+    // The leader reconciles.
+    Api::<InMemoryLoadBalancer>::namespaced(client.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                "kind": "InMemoryLoadBalancer", "metadata": {"name": "ha"}, "spec": {}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let lbs: Api<LoadBalancer> = Api::namespaced(client.clone(), &ns);
+    lbs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
+            "metadata": {"name": "ha"},
+            "spec": {"infrastructureRef": {
+                "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryLoadBalancer", "name": "ha"}}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    eventually("Ready under replica-a", || async {
+        lbs.get("ha").await.ok()?.status?.ready.then_some(())
+    })
+    .await;
+    assert_eq!(
+        holder().await.as_deref(),
+        Some("replica-a"),
+        "the standby did not take over"
+    );
+
+    // The leader dies without releasing the lease.
+    a.abort();
+    let died = Instant::now();
+    eventually("replica-b leads", || async {
+        (holder().await.as_deref() == Some("replica-b")).then_some(())
+    })
+    .await;
+    let failover = died.elapsed();
+    assert!(
+        failover <= Duration::from_secs(6 + 5),
+        "failover took {failover:?}"
+    );
+    // And reconciles: a spec change is acted on.
+    lbs.patch(
+        "ha",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"publication": {"suffix": "-stable"}}})),
+    )
+    .await
+    .unwrap();
+    eventually("the new leader reconciles", || async {
+        Api::<Service>::namespaced(client.clone(), &ns)
+            .get_opt("ha-stable")
+            .await
+            .ok()?
+            .map(|_| ())
+    })
+    .await;
+    b.abort();
+    Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
+}
