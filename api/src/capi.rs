@@ -9,8 +9,6 @@ use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::loadbalancer::ApiEndpoint;
-
 /// The fields of a Cluster API `Machine` spec that capi-lb reads.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
@@ -57,6 +55,48 @@ pub struct MachineAddress {
     pub address: String,
 }
 
+/// `Cluster.spec.controlPlaneEndpoint`; both fields may be absent (CAPI omits empty values).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterEndpoint {
+    /// Host (DNS name or IP); empty when unset.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host: String,
+    /// Port; 0 when unset.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub port: i32,
+}
+
+fn is_zero(port: &i32) -> bool {
+    *port == 0
+}
+
+impl ClusterEndpoint {
+    /// True when no endpoint is set (CAPI fills it only then).
+    pub fn is_empty(&self) -> bool {
+        self.host.is_empty() && self.port == 0
+    }
+}
+
+impl Cluster {
+    /// `spec.controlPlaneRef` as (apiGroup, kind, name), in v1beta2 form (`apiGroup`) or v1beta1
+    /// form (`apiVersion`).
+    pub fn control_plane_ref(&self) -> Option<(String, String, String)> {
+        let r = self.spec.rest.get("controlPlaneRef")?;
+        let kind = r.get("kind")?.as_str()?.to_string();
+        let name = r.get("name")?.as_str()?.to_string();
+        let group = match r.get("apiGroup").and_then(Value::as_str) {
+            Some(g) => g.to_string(),
+            None => r
+                .get("apiVersion")?
+                .as_str()?
+                .split_once('/')
+                .map(|(g, _)| g.to_string())
+                .unwrap_or_default(),
+        };
+        Some((group, kind, name))
+    }
+}
+
 /// The fields of a Cluster API `Cluster` spec that capi-lb reads.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
@@ -72,9 +112,10 @@ pub struct ClusterSpec {
     /// When true, controllers do not reconcile the Cluster's objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
-    /// The control-plane endpoint.
+    /// The control-plane endpoint (empty until someone fills it: CAPI from the infrastructure
+    /// cluster or control plane, or capi-lb).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub control_plane_endpoint: Option<ApiEndpoint>,
+    pub control_plane_endpoint: Option<ClusterEndpoint>,
     /// Every other spec field, unchanged.
     #[serde(flatten)]
     pub rest: BTreeMap<String, Value>,

@@ -33,6 +33,12 @@ pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "capi-lb";
 /// CAPI label that restricts a controller to objects with a given value (`--watch-filter`).
 pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
+/// CAPI label present on control-plane Machines.
+pub const LABEL_CONTROL_PLANE: &str = "cluster.x-k8s.io/control-plane";
+/// Annotation on a Cluster (or its control-plane object) naming the LoadBalancer in front of its
+/// control plane: the `loadBalancerRef` of the CAPI load-balancer proposal, as an annotation because
+/// no upstream type has the field.
+pub const ANNOTATION_LOAD_BALANCER_REF: &str = "loadbalancer.cluster.x-k8s.io/loadBalancerRef";
 /// CAPI label carrying the cluster name.
 pub const LABEL_CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
 
@@ -138,6 +144,8 @@ pub mod condition {
     pub const ENDPOINT_PUBLISHED: &str = "EndpointPublished";
     /// Reconciliation is paused (CAPI contract).
     pub const PAUSED: &str = "Paused";
+    /// A control-plane load balancer's endpoint is the Cluster's `spec.controlPlaneEndpoint`.
+    pub const CLUSTER_ENDPOINT: &str = "ClusterEndpoint";
 }
 
 /// Condition reasons. Each one is also the reason of the Event emitted for the same transition, so a
@@ -198,6 +206,14 @@ pub mod reason {
     pub const PUBLICATION_DISABLED: &str = "PublicationDisabled";
     /// An object with the `-ext` name exists and is not ours: it was left untouched.
     pub const NAME_CONFLICT: &str = "NameConflict";
+
+    // ClusterEndpoint
+    /// The Cluster's `spec.controlPlaneEndpoint` is this load balancer's endpoint.
+    pub const CLUSTER_ENDPOINT_SET: &str = "ClusterEndpointSet";
+    /// The Cluster already has another endpoint; it is never overwritten.
+    pub const CLUSTER_ENDPOINT_MISMATCH: &str = "ClusterEndpointMismatch";
+    /// `spec.clusterName` names a Cluster that does not exist.
+    pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
 
     // Paused
     /// Reconciliation is paused.

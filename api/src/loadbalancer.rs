@@ -37,6 +37,7 @@ use crate::constants::{
     validation = Rule::new("!self.spec.publication.enabled || (size(self.metadata.name + self.spec.publication.suffix) <= 63 && (self.metadata.name + self.spec.publication.suffix).matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))").message(Message::Expression("'the published Service name ' + self.metadata.name + self.spec.publication.suffix + ' must be a DNS label (lowercase letters, digits and -, starting with a letter) of at most 63 characters: shorten the LoadBalancer name or spec.publication.suffix, or disable publication'".into())).field_path("spec.publication.suffix"),
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.controlPlane) || has(self.clusterName)").message("spec.controlPlane needs spec.clusterName").field_path("spec.controlPlane").reason(Reason::FieldValueRequired))]
 pub struct LoadBalancerSpec {
     /// Name of the Cluster API Cluster this load balancer belongs to. When set, the Cluster's
     /// `spec.paused` pauses this load balancer too, and the default selector includes
@@ -89,6 +90,12 @@ pub struct LoadBalancerSpec {
     #[serde(default)]
     pub publication: Publication,
 
+    /// This load balancer fronts the control plane of the Cluster `clusterName`: its endpoint is
+    /// written to `Cluster.spec.controlPlaneEndpoint` while that is empty, and the default selector
+    /// is the Cluster's control-plane Machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<ControlPlane>,
+
     /// Seconds a member that leaves the load balancer (its target is disabled, deselected or being
     /// deleted) keeps serving the connections it has before it is removed. During that time it takes
     /// no new connections (the provider's drain: weight 0, or removal from the endpoints where the
@@ -105,6 +112,41 @@ pub struct LoadBalancerSpec {
     #[schemars(length(max = 8))]
     #[x_kube(validation = Rule::new("self.all(g, self.exists_one(h, h.conditionType == g.conditionType))").message("readiness gates must be unique").reason(Reason::FieldValueDuplicate))]
     pub readiness_gates: Vec<ReadinessGate>,
+}
+
+/// How a control-plane load balancer publishes its endpoint to its Cluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlane {
+    /// Write the endpoint to `Cluster.spec.controlPlaneEndpoint` while it is empty (it is never
+    /// overwritten). Defaults to true.
+    #[serde(default = "default_true")]
+    pub publish_endpoint: bool,
+    /// Which host to publish when `spec.endpoint` is not set: `StableName` (default: the `-ext`
+    /// DNS name, for management-side consumers; it resolves only inside this cluster) or
+    /// `ProviderAddress` (the load balancer's first address, for machines that cannot resolve this
+    /// cluster's DNS). A user-set `spec.endpoint` always wins.
+    #[serde(default)]
+    pub endpoint_host: EndpointHost,
+}
+
+impl Default for ControlPlane {
+    fn default() -> Self {
+        Self {
+            publish_endpoint: true,
+            endpoint_host: EndpointHost::StableName,
+        }
+    }
+}
+
+/// Which host a control-plane load balancer publishes.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EndpointHost {
+    /// `<name><suffix>.<namespace>.svc.<cluster-domain>`.
+    #[default]
+    StableName,
+    /// The provider's first address.
+    ProviderAddress,
 }
 
 /// A condition a target must report as `True` before it is admitted.
@@ -438,6 +480,7 @@ impl LoadBalancerSpec {
             target_address_types: default_address_types(),
             infrastructure_ref,
             publication: Publication::default(),
+            control_plane: None,
             drain_seconds: default_drain_seconds(),
             readiness_gates: Vec::new(),
         }

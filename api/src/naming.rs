@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelecto
 use kube::ResourceExt;
 use kube::core::Selector;
 
-use crate::constants::{DNS_LABEL_MAX, LABEL_CLUSTER_NAME, LABEL_LB_NAME};
+use crate::constants::{DNS_LABEL_MAX, LABEL_CLUSTER_NAME, LABEL_CONTROL_PLANE, LABEL_LB_NAME};
 use crate::loadbalancer::{ApiEndpoint, LoadBalancer, LoadBalancerAddress};
 use crate::validation::FieldError;
 
@@ -36,10 +36,22 @@ impl LoadBalancer {
                 if let Some(cluster) = &self.spec.cluster_name {
                     labels.insert(LABEL_CLUSTER_NAME.to_string(), cluster.clone());
                 }
-                labels.insert(LABEL_LB_NAME.to_string(), self.name_any());
+                // A control-plane load balancer selects the Cluster's control-plane Machines.
+                let control_plane =
+                    self.spec.control_plane.is_some() && self.spec.cluster_name.is_some();
+                let match_expressions = control_plane.then(|| {
+                    vec![LabelSelectorRequirement {
+                        key: LABEL_CONTROL_PLANE.to_string(),
+                        operator: "Exists".to_string(),
+                        values: None,
+                    }]
+                });
+                if !control_plane {
+                    labels.insert(LABEL_LB_NAME.to_string(), self.name_any());
+                }
                 let selector = LabelSelector {
                     match_labels: Some(labels),
-                    match_expressions: None,
+                    match_expressions,
                 };
                 check_selector(&selector).map_err(|e| {
                     FieldError::new(

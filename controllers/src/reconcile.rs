@@ -19,11 +19,13 @@ use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Cluster;
 use capi_lb_api::conditions::{DesiredCondition, merge_conditions};
 use capi_lb_api::constants::{
-    ANNOTATION_PAUSED, CAPI_GROUP, FIELD_MANAGER, INFRASTRUCTURE_FINALIZER, LOADBALANCER_FINALIZER,
-    MACHINE_KIND, condition as c, event, reason as r,
+    ANNOTATION_LOAD_BALANCER_REF, ANNOTATION_PAUSED, CAPI_GROUP, DEFAULT_PORT, FIELD_MANAGER,
+    INFRASTRUCTURE_FINALIZER, LOADBALANCER_FINALIZER, MACHINE_KIND, condition as c, event,
+    reason as r,
 };
 use capi_lb_api::loadbalancer::{
-    InfrastructureRef, LoadBalancerAddress, LoadBalancerStatus, TargetKind,
+    ControlPlane, EndpointHost, InfrastructureRef, LoadBalancerAddress, LoadBalancerStatus,
+    TargetKind,
 };
 use capi_lb_api::target::{TargetKeys, TargetState};
 use capi_lb_api::validation::check;
@@ -103,6 +105,7 @@ pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outco
     reconciliation.cluster_deleting = cluster
         .as_ref()
         .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+    reconciliation.cluster = cluster;
     reconciliation.apply().await
 }
 
@@ -200,6 +203,8 @@ struct Reconciliation<'a> {
     selector: Option<Selector>,
     /// The LoadBalancer's Cluster is being deleted: deletion hooks are released.
     cluster_deleting: bool,
+    /// The Cluster named by `spec.clusterName`, when it exists.
+    cluster: Option<Cluster>,
 }
 
 /// How the members can be reached in this pass.
@@ -231,6 +236,7 @@ impl<'a> Reconciliation<'a> {
             transient_failure: false,
             selector: None,
             cluster_deleting: false,
+            cluster: None,
         })
     }
 
@@ -483,7 +489,124 @@ impl<'a> Reconciliation<'a> {
         if let Some(pc) = publication_condition {
             self.conditions.push(pc);
         }
+        if let Some(cc) = self.cluster_endpoint().await? {
+            self.conditions.push(cc);
+        }
         self.finish().await
+    }
+
+    /// The control-plane settings of this LoadBalancer: `spec.controlPlane`, or the defaults when
+    /// the Cluster (or its control-plane object) names it in the `loadBalancerRef` annotation.
+    async fn control_plane(&self, cluster: &Cluster) -> Option<ControlPlane> {
+        if let Some(settings) = &self.lb.spec.control_plane {
+            return Some(settings.clone());
+        }
+        let name = self.identity.name.as_str();
+        let names_us = |annotations: &std::collections::BTreeMap<String, String>| {
+            annotations
+                .get(ANNOTATION_LOAD_BALANCER_REF)
+                .map(String::as_str)
+                == Some(name)
+        };
+        if names_us(cluster.annotations()) {
+            return Some(ControlPlane::default());
+        }
+        let (group, kind, cp_name) = cluster.control_plane_ref()?;
+        let resource = self.ctx.kinds.resolve(&group, &kind).await.ok()?;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
+        let control_plane = api.get_opt(&cp_name).await.ok()??;
+        names_us(control_plane.annotations()).then(ControlPlane::default)
+    }
+
+    /// Publish the endpoint to `Cluster.spec.controlPlaneEndpoint` while it is empty (never
+    /// overwriting another value) and say how it stands; `None` when this is not a control-plane
+    /// load balancer.
+    async fn cluster_endpoint(&mut self) -> Result<Option<DesiredCondition>> {
+        let Some(cluster_name) = self.lb.spec.cluster_name.clone() else {
+            return Ok(None);
+        };
+        let Some(cluster) = self.cluster.clone() else {
+            return Ok(self.lb.spec.control_plane.as_ref().map(|_| {
+                DesiredCondition::false_(
+                    c::CLUSTER_ENDPOINT,
+                    r::CLUSTER_NOT_FOUND,
+                    format!("Cluster {}/{cluster_name} does not exist", self.namespace),
+                )
+            }));
+        };
+        let Some(settings) = self.control_plane(&cluster).await else {
+            return Ok(None);
+        };
+        if !settings.publish_endpoint {
+            return Ok(None);
+        }
+        let port = self
+            .lb
+            .spec
+            .ports
+            .first()
+            .map(|p| p.port)
+            .unwrap_or(DEFAULT_PORT);
+        let desired = match (&self.lb.spec.endpoint, settings.endpoint_host) {
+            (Some(endpoint), _) => Some((endpoint.host.clone(), endpoint.port)),
+            (None, EndpointHost::StableName) => self
+                .status
+                .endpoint
+                .as_ref()
+                .map(|e| (e.host.clone(), e.port)),
+            (None, EndpointHost::ProviderAddress) => self
+                .status
+                .addresses
+                .first()
+                .map(|a| (a.address.clone(), port)),
+        };
+        let Some((host, port)) = desired else {
+            return Ok(Some(DesiredCondition::false_(
+                c::CLUSTER_ENDPOINT,
+                r::WAITING_FOR_ADDRESS,
+                "the provider has no address to publish to the Cluster yet",
+            )));
+        };
+        let current = cluster
+            .spec
+            .control_plane_endpoint
+            .clone()
+            .unwrap_or_default();
+        if current.is_empty() {
+            // First writer wins: the patch carries the resourceVersion read, so a concurrent write
+            // (CAPI filling it from the infrastructure cluster) makes it fail instead of overwriting.
+            let clusters: Api<Cluster> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+            let patch = json!({
+                "metadata": {"resourceVersion": cluster.resource_version()},
+                "spec": {"controlPlaneEndpoint": {"host": host, "port": port}},
+            });
+            clusters
+                .patch(
+                    &cluster_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .map_err(kube_err(
+                    "set controlPlaneEndpoint of",
+                    format!("Cluster {}/{cluster_name}", self.namespace),
+                ))?;
+        } else if current.host != host || current.port != port {
+            return Ok(Some(DesiredCondition::false_(
+                c::CLUSTER_ENDPOINT,
+                r::CLUSTER_ENDPOINT_MISMATCH,
+                format!(
+                    "Cluster {cluster_name} already has spec.controlPlaneEndpoint {}:{}; this LoadBalancer's endpoint is {host}:{port}. It was left unchanged: the endpoint is in the cluster's certificates and must not change",
+                    current.host, current.port
+                ),
+            )));
+        }
+        Ok(Some(DesiredCondition::true_(
+            c::CLUSTER_ENDPOINT,
+            r::CLUSTER_ENDPOINT_SET,
+            format!("Cluster {cluster_name} uses {host}:{port}"),
+        )))
     }
 
     fn targets_condition(&self, selector: &Selector, targets: &TargetsState) -> DesiredCondition {

@@ -348,6 +348,8 @@ pub fn is_warning(reason: &str) -> bool {
             | r::TARGETS_WITHOUT_ADDRESS
             | r::TARGET_KIND_UNAVAILABLE
             | r::NAME_CONFLICT
+            | r::CLUSTER_ENDPOINT_MISMATCH
+            | r::CLUSTER_NOT_FOUND
     )
 }
 
