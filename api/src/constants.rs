@@ -146,6 +146,8 @@ pub mod condition {
     pub const PAUSED: &str = "Paused";
     /// A control-plane load balancer's endpoint is the Cluster's `spec.controlPlaneEndpoint`.
     pub const CLUSTER_ENDPOINT: &str = "ClusterEndpoint";
+    /// A change of `spec.infrastructureRef` is in progress (True) or finished (False).
+    pub const INFRASTRUCTURE_MIGRATION: &str = "InfrastructureMigration";
 }
 
 /// Condition reasons. Each one is also the reason of the Event emitted for the same transition, so a
@@ -214,6 +216,18 @@ pub mod reason {
     pub const CLUSTER_ENDPOINT_MISMATCH: &str = "ClusterEndpointMismatch";
     /// `spec.clusterName` names a Cluster that does not exist.
     pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+
+    // InfrastructureMigration
+    /// The new provider's load balancer is being brought up; the old one serves.
+    pub const MIGRATION_PROVISIONING: &str = "MigrationProvisioning";
+    /// The new provider's load balancer cannot be brought up; the old one keeps serving.
+    pub const MIGRATION_BLOCKED: &str = "MigrationBlocked";
+    /// Switched to the new load balancer; the old one drains, then is deleted.
+    pub const MIGRATION_DRAINING: &str = "MigrationDraining";
+    /// The migration finished: the old load balancer is deleted.
+    pub const MIGRATION_COMPLETE: &str = "MigrationComplete";
+    /// `spec.infrastructureRef` went back before the switch: the half-built one was released.
+    pub const MIGRATION_CANCELLED: &str = "MigrationCancelled";
 
     // Paused
     /// Reconciliation is paused.

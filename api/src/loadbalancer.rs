@@ -4,7 +4,7 @@
 //! published. The types carry the CRD schema: doc comments become `kubectl explain` text, schemars
 //! attributes become OpenAPI constraints and `x_kube` rules become CEL validations.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -379,6 +379,12 @@ pub struct LoadBalancerStatus {
     /// `spec.infrastructureRef` changes, the resources of this one are released first.
     #[serde(default)]
     pub infrastructure_ref: Option<InfrastructureRef>,
+    /// A change of `spec.infrastructureRef` in progress (make-before-break): the new provider's load
+    /// balancer is brought up and populated while `infrastructureRef` keeps serving; once it is
+    /// ready the published addresses switch to it, and the old one is deleted after
+    /// `spec.drainSeconds`.
+    #[serde(default)]
+    pub migration: Option<InfrastructureMigration>,
     /// The `metadata.generation` this status describes.
     #[serde(default)]
     pub observed_generation: Option<i64>,
@@ -386,6 +392,19 @@ pub struct LoadBalancerStatus {
     #[serde(default)]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// A migration from one infrastructure object to another.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InfrastructureMigration {
+    /// The infrastructure object being replaced.
+    pub from: InfrastructureRef,
+    /// The infrastructure object being brought up.
+    pub to: InfrastructureRef,
+    /// When the published addresses switched to `to` (unset until it is ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switched_at: Option<Time>,
 }
 
 /// An address assigned by the provider.

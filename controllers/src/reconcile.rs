@@ -24,14 +24,14 @@ use capi_lb_api::constants::{
     reason as r,
 };
 use capi_lb_api::loadbalancer::{
-    ControlPlane, EndpointHost, InfrastructureRef, LoadBalancerAddress, LoadBalancerStatus,
-    TargetKind,
+    ControlPlane, EndpointHost, InfrastructureMigration, InfrastructureRef, LoadBalancerAddress,
+    LoadBalancerStatus, TargetKind,
 };
 use capi_lb_api::target::{TargetKeys, TargetState};
 use capi_lb_api::validation::check;
 use capi_lb_providers::{
-    DeleteRequest, EnsureRequest, Listener, LoadBalancerIdentity, MembersRequest, Progress,
-    Provider, ProviderError,
+    DeleteRequest, DesiredMember, EnsureRequest, Listener, LoadBalancerIdentity, MemberState,
+    MembersRequest, Progress, Provider, ProviderError,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
@@ -174,6 +174,16 @@ struct Note {
     message: String,
 }
 
+/// How bringing up a migration's new load balancer went.
+enum BringUp {
+    /// Provisioned, with an address, every member active: switch to it.
+    Ready,
+    /// Not yet; the message says what is awaited.
+    Waiting(String),
+    /// It cannot be brought up (reason, message); the old one keeps serving.
+    Failed(&'static str, String),
+}
+
 /// How releasing an infrastructure object went.
 enum Release {
     /// Nothing of ours is left on it.
@@ -288,38 +298,9 @@ impl<'a> Reconciliation<'a> {
         };
         self.selector = Some(selector.clone());
 
-        // A changed infrastructureRef: release the previous one first (break before make).
-        let spec_ref = self.lb.spec.infrastructure_ref.clone();
-        if let Some(previous) = self.status.infrastructure_ref.clone()
-            && previous != spec_ref
-        {
-            match release(self.ctx, self.lb, &self.identity, &previous, false).await? {
-                Release::Done(changes) => {
-                    self.status.infrastructure_ref = None;
-                    self.status.addresses.clear();
-                    self.note(false, event::INFRASTRUCTURE_RELEASED, changes);
-                }
-                Release::Pending(message, retry) => {
-                    self.outcome = self.outcome.min(Some(retry));
-                    return self
-                        .infra_problem(
-                            r::PROVISIONING,
-                            format!("releasing the previous infrastructure {previous}: {message}"),
-                        )
-                        .await;
-                }
-                Release::Blocked(reason, message) => {
-                    return self
-                        .infra_problem(
-                            reason,
-                            format!(
-                                "cannot release the previous infrastructure {previous}: {message}"
-                            ),
-                        )
-                        .await;
-                }
-            }
-        }
+        // A changed infrastructureRef migrates make-before-break; `spec_ref` is what serves now.
+        let wanted = self.lb.spec.infrastructure_ref.clone();
+        let spec_ref = self.migrate(&wanted, &selector).await?;
 
         // The provider and its infrastructure object.
         let Some(provider) = self.ctx.providers.get(&spec_ref.api_group, &spec_ref.kind) else {
@@ -623,6 +604,317 @@ impl<'a> Reconciliation<'a> {
             &selector.to_string(),
             &types.join(", "),
         )
+    }
+
+    /// Which infrastructure object serves in this pass, moving a change of `spec.infrastructureRef`
+    /// forward make-before-break: bring the new one up and populate it while the old one serves,
+    /// switch once it is ready, delete the old one after `spec.drainSeconds`. A new one that cannot
+    /// be brought up leaves the old one serving; going back before the switch cancels.
+    async fn migrate(
+        &mut self,
+        spec_ref: &InfrastructureRef,
+        selector: &Selector,
+    ) -> Result<InfrastructureRef> {
+        let Some(serving) = self.status.infrastructure_ref.clone() else {
+            return Ok(spec_ref.clone());
+        };
+        let migration = self.status.migration.clone();
+        if &serving == spec_ref {
+            return match migration {
+                // Switched already: the old one drains, then goes.
+                Some(m) if &m.to == spec_ref => {
+                    self.finish_switch(m).await?;
+                    Ok(serving)
+                }
+                // Back to the serving one before the switch: release the half-built new one.
+                Some(m) => {
+                    self.cancel(&m.to).await?;
+                    Ok(serving)
+                }
+                None => Ok(serving),
+            };
+        }
+        // Migrating to spec_ref. A different earlier target (changed mid-way) is released first.
+        if let Some(m) = &migration
+            && &m.to != spec_ref
+            && m.to != serving
+            && !self.cancel(&m.to).await?
+        {
+            return Ok(serving);
+        }
+        let mut m = match migration {
+            Some(m) if &m.to == spec_ref => m,
+            _ => InfrastructureMigration {
+                from: serving.clone(),
+                to: spec_ref.clone(),
+                switched_at: None,
+            },
+        };
+        match self.bring_up(spec_ref, selector).await? {
+            BringUp::Ready => {
+                m.switched_at = Some(Time(self.ctx.clock.now()));
+                self.note(
+                    false,
+                    r::MIGRATION_DRAINING,
+                    vec![format!(
+                        "switched from {} to {spec_ref}; {} is deleted after {}s of drain",
+                        m.from, m.from, self.lb.spec.drain_seconds
+                    )],
+                );
+                self.finish_switch(m).await?;
+                Ok(spec_ref.clone())
+            }
+            BringUp::Waiting(message) => {
+                self.conditions.push(DesiredCondition::true_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_PROVISIONING,
+                    format!("bringing up {spec_ref} while {serving} serves: {message}"),
+                ));
+                self.status.migration = Some(m);
+                Ok(serving)
+            }
+            BringUp::Failed(reason, message) => {
+                self.conditions.push(DesiredCondition::true_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_BLOCKED,
+                    format!("{spec_ref} cannot be brought up ({reason}): {message}; {serving} keeps serving"),
+                ));
+                self.status.migration = Some(m);
+                Ok(serving)
+            }
+        }
+    }
+
+    /// After the switch: wait for the drain time, then delete the old load balancer.
+    async fn finish_switch(&mut self, m: InfrastructureMigration) -> Result<()> {
+        let now = self.ctx.clock.now();
+        let switched = m.switched_at.as_ref().map_or(now, |t| t.0);
+        let drain = jiff::SignedDuration::from_secs(i64::from(self.lb.spec.drain_seconds.max(0)));
+        let deadline = switched.checked_add(drain).unwrap_or(now);
+        let (from, to) = (m.from.clone(), m.to.clone());
+        if now < deadline {
+            let wait = Duration::try_from(deadline.duration_since(now)).unwrap_or_default();
+            self.outcome = self.outcome.min(Some(wait));
+            self.conditions.push(DesiredCondition::true_(
+                c::INFRASTRUCTURE_MIGRATION,
+                r::MIGRATION_DRAINING,
+                format!("switched to {to}; {from} keeps serving existing connections until {deadline}, then it is deleted"),
+            ));
+            self.status.migration = Some(m);
+            return Ok(());
+        }
+        self.status.migration = Some(m);
+        match release(self.ctx, self.lb, &self.identity, &from, false).await? {
+            Release::Done(changes) => {
+                self.note(false, event::INFRASTRUCTURE_RELEASED, changes);
+                self.status.migration = None;
+                self.conditions.push(DesiredCondition::false_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_COMPLETE,
+                    format!("migrated from {from} to {to}"),
+                ));
+            }
+            Release::Pending(message, retry) => {
+                self.outcome = self.outcome.min(Some(retry));
+                self.conditions.push(DesiredCondition::true_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_DRAINING,
+                    format!("switched to {to}; deleting {from}: {message}"),
+                ));
+            }
+            Release::Blocked(reason, message) => {
+                self.conditions.push(DesiredCondition::true_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_BLOCKED,
+                    format!("switched to {to}, but {from} cannot be deleted ({reason}): {message}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Release a half-built migration target. True when it is gone.
+    async fn cancel(&mut self, target: &InfrastructureRef) -> Result<bool> {
+        match release(self.ctx, self.lb, &self.identity, target, false).await? {
+            Release::Done(changes) => {
+                self.note(false, event::INFRASTRUCTURE_RELEASED, changes);
+                self.status.migration = None;
+                self.conditions.push(DesiredCondition::false_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_CANCELLED,
+                    format!(
+                        "the migration to {target} was cancelled; its load balancer was deleted"
+                    ),
+                ));
+                Ok(true)
+            }
+            Release::Pending(message, retry) => {
+                self.outcome = self.outcome.min(Some(retry));
+                self.conditions.push(DesiredCondition::true_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_CANCELLED,
+                    format!("cancelling the migration to {target}: {message}"),
+                ));
+                Ok(false)
+            }
+            Release::Blocked(reason, message) => {
+                self.conditions.push(DesiredCondition::true_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_BLOCKED,
+                    format!("cannot release {target} ({reason}): {message}"),
+                ));
+                Ok(false)
+            }
+        }
+    }
+
+    /// Bring the new infrastructure's load balancer up and populate it with the serving members,
+    /// without touching the targets (their states and hooks follow the serving load balancer).
+    async fn bring_up(
+        &mut self,
+        target: &InfrastructureRef,
+        selector: &Selector,
+    ) -> Result<BringUp> {
+        let Some(provider) = self.ctx.providers.get(&target.api_group, &target.kind) else {
+            return Ok(BringUp::Failed(
+                r::PROVIDER_NOT_ENABLED,
+                format!(
+                    "no enabled provider handles {}.{}; enabled: {}",
+                    target.kind,
+                    target.api_group,
+                    self.ctx.providers.describe()
+                ),
+            ));
+        };
+        let resource = provider.infrastructure_resource();
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
+        let Some(infra) = api
+            .get_opt(&target.name)
+            .await
+            .map_err(kube_err("get", format!("{target}")))?
+        else {
+            return Ok(BringUp::Failed(
+                r::INFRASTRUCTURE_NOT_FOUND,
+                format!("{target} does not exist"),
+            ));
+        };
+        if let Some(owner) = controller_of(&infra)
+            && owner.uid != self.identity.uid
+        {
+            return Ok(BringUp::Failed(
+                r::INFRASTRUCTURE_IN_USE,
+                format!("{target} is already used by {} {}", owner.kind, owner.name),
+            ));
+        }
+        if infra.metadata.deletion_timestamp.is_some() {
+            return Ok(BringUp::Failed(
+                r::INFRASTRUCTURE_DELETING,
+                format!("{target} is being deleted"),
+            ));
+        }
+        let Some(owner) = publication::controller_ref(self.lb) else {
+            return Err(Error::MissingField(describe(self.lb), "uid"));
+        };
+        let infra = metadata::claim(&api, &infra, owner, INFRASTRUCTURE_FINALIZER)
+            .await
+            .map_err(kube_err("claim", format!("{target}")))?;
+        let listeners = listeners(self.lb);
+        let ensured = provider
+            .ensure(EnsureRequest {
+                identity: &self.identity,
+                infra: &infra,
+                listeners: &listeners,
+            })
+            .await;
+        let out = match ensured {
+            Ok(out) => out,
+            Err(error) => {
+                return Ok(
+                    match self.provider_problem(provider.name(), "ensure", error) {
+                        InfraState::Problem { reason, message } => BringUp::Failed(reason, message),
+                        _ => BringUp::Waiting(String::new()),
+                    },
+                );
+            }
+        };
+        self.note(false, event::LOAD_BALANCER_CREATED, out.changes);
+        let mut infra_status = out.status;
+        if let Progress::Pending {
+            message,
+            retry_after,
+            ..
+        } = out.progress
+        {
+            self.outcome = self.outcome.min(Some(retry_after));
+            self.write_infra_status(&api, &resource, &infra, infra_status)
+                .await?;
+            return Ok(BringUp::Waiting(message));
+        }
+        if out.addresses.is_empty() {
+            self.write_infra_status(&api, &resource, &infra, infra_status)
+                .await?;
+            return Ok(BringUp::Waiting("it has no address yet".into()));
+        }
+        // The members the serving load balancer has: every target that wants in, with an address,
+        // past its gates.
+        let kind = &self.lb.spec.target_kind;
+        let objects = match self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await {
+            Ok(resource) => targets::list(&self.ctx.client, &resource, &self.namespace)
+                .await
+                .map_err(kube_err("list", format!("{kind}")))?,
+            Err(message) => return Ok(BringUp::Waiting(message)),
+        };
+        let keys = TargetKeys::new(&self.namespace, &self.identity.name);
+        let desired: Vec<DesiredMember> = targets::observe(objects, selector, &keys, &self.lb.spec)
+            .into_iter()
+            .filter(|t| t.observed.wants_in() && t.observed.gates_pending.is_empty())
+            .filter_map(|t| {
+                let address = t.observed.address.clone()?;
+                Some(DesiredMember::serve(t.observed.name.clone(), address))
+            })
+            .collect();
+        let converged = provider
+            .converge_members(MembersRequest {
+                identity: &self.identity,
+                infra: &infra,
+                listeners: &listeners,
+                members: &desired,
+            })
+            .await;
+        let result = match converged {
+            Ok(out) => {
+                self.note(false, event::MEMBERS_CHANGED, out.changes);
+                infra_status.extend(out.status);
+                let active = desired.iter().all(|d| {
+                    out.members
+                        .iter()
+                        .any(|m| m.name == d.name && m.state == MemberState::Active)
+                });
+                if let Some(retry) = out.progress.retry_after() {
+                    self.outcome = self.outcome.min(Some(retry));
+                }
+                if active {
+                    BringUp::Ready
+                } else {
+                    BringUp::Waiting(format!(
+                        "{} of {} members active",
+                        out.members
+                            .iter()
+                            .filter(|m| m.state == MemberState::Active)
+                            .count(),
+                        desired.len()
+                    ))
+                }
+            }
+            Err(error) => match self.provider_problem(provider.name(), "member update", error) {
+                InfraState::Problem { reason, message } => BringUp::Failed(reason, message),
+                _ => BringUp::Waiting(String::new()),
+            },
+        };
+        self.write_infra_status(&api, &resource, &infra, infra_status)
+            .await?;
+        Ok(result)
     }
 
     /// Stop after an infrastructure problem: report it, keep everything else. Targets still move
@@ -958,11 +1250,13 @@ async fn release(
     infra_ref: &InfrastructureRef,
     keep_owner_reference: bool,
 ) -> Result<Release> {
-    let recorded = lb
-        .status
-        .as_ref()
-        .and_then(|s| s.infrastructure_ref.as_ref())
-        == Some(infra_ref);
+    // Provisioned by us when it is (or was) serving, or a migration brought it up.
+    let recorded = lb.status.as_ref().is_some_and(|s| {
+        s.infrastructure_ref.as_ref() == Some(infra_ref)
+            || s.migration
+                .as_ref()
+                .is_some_and(|m| &m.from == infra_ref || &m.to == infra_ref)
+    });
     let Some(provider) = ctx.providers.get(&infra_ref.api_group, &infra_ref.kind) else {
         return Ok(if recorded {
             Release::Blocked(
@@ -1074,13 +1368,15 @@ async fn cleanup(lb: &LoadBalancer, ctx: &Context, api: &Api<LoadBalancer>) -> R
             .await;
     }
     let mut refs = vec![lb.spec.infrastructure_ref.clone()];
-    if let Some(recorded) = lb
-        .status
-        .as_ref()
-        .and_then(|s| s.infrastructure_ref.clone())
-        && !refs.contains(&recorded)
-    {
-        refs.push(recorded);
+    let status = lb.status.clone().unwrap_or_default();
+    let migration = status
+        .migration
+        .iter()
+        .flat_map(|m| [m.from.clone(), m.to.clone()]);
+    for recorded in status.infrastructure_ref.into_iter().chain(migration) {
+        if !refs.contains(&recorded) {
+            refs.push(recorded);
+        }
     }
     let mut waiting: Option<(String, Duration)> = None;
     for infra_ref in &refs {

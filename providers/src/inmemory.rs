@@ -370,7 +370,7 @@ impl Provider for InMemoryProvider {
         let existing = state
             .load_balancers
             .values()
-            .find(|lb| request.identity.owns(&lb.tags))
+            .find(|lb| request.identity.owns_for(&lb.tags, Some(request.infra)))
             .map(|lb| lb.id.clone());
         let created = existing.is_none();
         let id = match existing {
@@ -427,7 +427,7 @@ impl Provider for InMemoryProvider {
                     id.clone(),
                     CloudLoadBalancer {
                         id: id.clone(),
-                        tags: request.identity.tags(),
+                        tags: request.identity.tags_for(request.infra),
                         addresses,
                         listeners: request.listeners.to_vec(),
                         members: BTreeMap::new(),
@@ -466,7 +466,7 @@ impl Provider for InMemoryProvider {
         let Some(lb) = state
             .load_balancers
             .values_mut()
-            .find(|lb| request.identity.owns(&lb.tags))
+            .find(|lb| request.identity.owns_for(&lb.tags, Some(request.infra)))
         else {
             return Err(ProviderError::transient(format!(
                 "no load balancer for {} yet",
@@ -578,7 +578,7 @@ impl Provider for InMemoryProvider {
         let Some(lb) = state
             .load_balancers
             .values_mut()
-            .find(|lb| request.identity.owns(&lb.tags))
+            .find(|lb| request.identity.owns_for(&lb.tags, request.infra))
         else {
             return Ok(DeleteOutcome {
                 progress: Progress::Done,

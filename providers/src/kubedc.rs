@@ -134,6 +134,7 @@ pub fn derived_name(base: &str, suffix: &str) -> String {
 /// What the provider needs from the infrastructure object.
 struct Infra {
     name: String,
+    uid: Option<String>,
     namespace: String,
     spec: capi_lb_api::KubeDCLoadBalancerSpec,
     owner: Option<OwnerReference>,
@@ -151,6 +152,7 @@ impl Infra {
         })?;
         Ok(Self {
             name: infra.name_any(),
+            uid: infra.metadata.uid.clone(),
             namespace: identity.namespace.clone(),
             owner: parsed.controller_owner_ref(&()).map(|mut o| {
                 o.block_owner_deletion = Some(true);
@@ -178,11 +180,15 @@ impl Infra {
 }
 
 /// Labels on everything the provider creates.
-fn labels(identity: &LoadBalancerIdentity) -> BTreeMap<String, String> {
-    BTreeMap::from([
+fn labels(identity: &LoadBalancerIdentity, infra: &Infra) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([
         (LABEL_MANAGED_BY.to_string(), MANAGED_BY_VALUE.to_string()),
         (tags::UID.to_string(), identity.uid.clone()),
-    ])
+    ]);
+    if let Some(uid) = &infra.uid {
+        labels.insert(tags::INFRASTRUCTURE_UID.to_string(), uid.clone());
+    }
+    labels
 }
 
 /// Annotations on everything the provider creates (names can be longer than label values).
@@ -197,15 +203,19 @@ fn meta(name: &str, infra: &Infra, identity: &LoadBalancerIdentity) -> ObjectMet
     ObjectMeta {
         name: Some(name.to_string()),
         namespace: Some(infra.namespace.clone()),
-        labels: Some(labels(identity)),
+        labels: Some(labels(identity, infra)),
         annotations: Some(annotations(identity)),
         owner_references: infra.owner.clone().map(|o| vec![o]),
         ..Default::default()
     }
 }
 
-fn ours(meta: &ObjectMeta, identity: &LoadBalancerIdentity) -> bool {
-    identity.owns(&meta.labels.clone().unwrap_or_default())
+fn ours(meta: &ObjectMeta, identity: &LoadBalancerIdentity, infra: &Infra) -> bool {
+    let labels = meta.labels.clone().unwrap_or_default();
+    identity.owns(&labels)
+        && labels
+            .get(tags::INFRASTRUCTURE_UID)
+            .is_none_or(|uid| Some(uid) == infra.uid.as_ref())
 }
 
 fn api_error(what: &str, e: kube::Error) -> ProviderError {
@@ -351,7 +361,7 @@ impl KubeDcProvider {
                 ),
                 SLOW_POLL,
             ))),
-            (Some(eip), true) if !ours(&eip.metadata, identity) => {
+            (Some(eip), true) if !ours(&eip.metadata, identity, infra) => {
                 Ok(Err(conflict("EIp", &name, identity)))
             }
             (Some(eip), true) => Ok(Ok((eip, false))),
@@ -415,7 +425,7 @@ impl KubeDcProvider {
             .await
             .map_err(|e| api_error(&format!("get Service {name}"), e))?;
         if let Some(existing) = &found {
-            if !ours(&existing.metadata, identity) {
+            if !ours(&existing.metadata, identity, infra) {
                 return Ok(Err(conflict("Service", &name, identity)));
             }
             let same = existing.spec.as_ref().and_then(|s| s.type_.as_deref())
@@ -423,7 +433,7 @@ impl KubeDcProvider {
                 && existing.spec.as_ref().is_some_and(|s| s.selector.is_none())
                 && ports_of(existing) == ports_of(&desired)
                 && contains_all(&existing.metadata.annotations, &wanted_annotations)
-                && contains_all(&existing.metadata.labels, &labels(identity))
+                && contains_all(&existing.metadata.labels, &labels(identity, infra))
                 && desired.metadata.owner_references.iter().flatten().all(|d| {
                     existing
                         .owner_references()
@@ -645,7 +655,7 @@ impl Provider for KubeDcProvider {
             .get_opt(&service_name)
             .await
             .map_err(|e| api_error(&format!("get Service {service_name}"), e))?
-            .filter(|s| ours(&s.metadata, identity))
+            .filter(|s| ours(&s.metadata, identity, &infra))
         else {
             return Err(ProviderError::transient(format!(
                 "Service {service_name} does not exist yet"
@@ -701,7 +711,7 @@ impl Provider for KubeDcProvider {
             o.block_owner_deletion = Some(true);
             vec![o]
         });
-        let mut slice_labels = labels(identity);
+        let mut slice_labels = labels(identity, &infra);
         slice_labels.insert(LABEL_SERVICE_NAME.into(), service_name.clone());
         slice_labels.insert(
             LABEL_ENDPOINTSLICE_MANAGED_BY.into(),
@@ -746,7 +756,7 @@ impl Provider for KubeDcProvider {
                 ports: Some(endpoint_ports(request.listeners)),
             };
             let existing = listed.iter().find(|s| s.name_any() == name);
-            if existing.is_some_and(|s| !ours(&s.metadata, identity)) {
+            if existing.is_some_and(|s| !ours(&s.metadata, identity, &infra)) {
                 return Err(ProviderError::transient(format!(
                     "EndpointSlice {name} exists and is not managed by capi-lb; it was left untouched"
                 )));
@@ -765,7 +775,7 @@ impl Provider for KubeDcProvider {
         }
         for slice in &listed {
             let name = slice.name_any();
-            if ours(&slice.metadata, identity) && !keep.contains(&name) {
+            if ours(&slice.metadata, identity, &infra) && !keep.contains(&name) {
                 match slices.delete(&name, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(e) if is_not_found(&e) => {}
@@ -776,7 +786,7 @@ impl Provider for KubeDcProvider {
 
         // v1 Endpoints, which kube-dc's controller reads.
         let endpoints_api: Api<Endpoints> = Api::namespaced(self.client.clone(), &infra.namespace);
-        let mut endpoints_labels = labels(identity);
+        let mut endpoints_labels = labels(identity, &infra);
         endpoints_labels.insert(LABEL_SKIP_MIRROR.into(), "true".into());
         let addresses: Vec<EndpointAddress> = members
             .iter()
@@ -811,7 +821,7 @@ impl Provider for KubeDcProvider {
             .await
             .map_err(|e| api_error(&format!("get Endpoints {service_name}"), e))?;
         if let Some(existing) = &observed
-            && !ours(&existing.metadata, identity)
+            && !ours(&existing.metadata, identity, &infra)
         {
             return Err(ProviderError::transient(format!(
                 "Endpoints {service_name} exist and are not managed by capi-lb; they were left untouched"
@@ -882,7 +892,12 @@ impl Provider for KubeDcProvider {
     async fn delete(&self, request: DeleteRequest<'_>) -> Result<DeleteOutcome, ProviderError> {
         let identity = request.identity;
         let namespace = &identity.namespace;
-        let selector = format!("{}={}", tags::UID, identity.uid);
+        // Everything made for this LoadBalancer, and for this infrastructure object when it is known
+        // (during a migration between two KubeDCLoadBalancers the LoadBalancer owns both sets).
+        let mut selector = format!("{}={}", tags::UID, identity.uid);
+        if let Some(uid) = request.infra.and_then(|i| i.metadata.uid.as_ref()) {
+            selector.push_str(&format!(",{}={uid}", tags::INFRASTRUCTURE_UID));
+        }
         let params = ListParams::default().labels(&selector);
         let mut changes = Vec::new();
         let mut waiting = Vec::new();

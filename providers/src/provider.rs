@@ -31,6 +31,9 @@ pub mod tags {
     pub const UID: &str = "capi-lb.loadbalancer.cluster.x-k8s.io/uid";
     /// Cluster name, when the LoadBalancer has one.
     pub const CLUSTER: &str = "capi-lb.loadbalancer.cluster.x-k8s.io/cluster";
+    /// UID of the infrastructure object the resource was made for: during a migration between
+    /// two infrastructure objects of the same provider, the LoadBalancer owns two sets.
+    pub const INFRASTRUCTURE_UID: &str = "capi-lb.loadbalancer.cluster.x-k8s.io/infrastructure-uid";
 }
 
 /// Which LoadBalancer a cloud resource belongs to.
@@ -65,6 +68,31 @@ impl LoadBalancerIdentity {
     /// (or to someone else) and is never adopted.
     pub fn owns(&self, tags: &BTreeMap<String, String>) -> bool {
         tags.get(tags::UID) == Some(&self.uid)
+    }
+
+    /// Ownership tags for resources made for the infrastructure object `infra`.
+    pub fn tags_for(&self, infra: &kube::core::DynamicObject) -> BTreeMap<String, String> {
+        let mut tags = self.tags();
+        if let Some(uid) = &infra.metadata.uid {
+            tags.insert(tags::INFRASTRUCTURE_UID.to_string(), uid.clone());
+        }
+        tags
+    }
+
+    /// True when `tags` mark a resource as owned by this LoadBalancer and, when `infra` is given,
+    /// made for that infrastructure object (resources without the infrastructure tag, made before
+    /// it existed, match any).
+    pub fn owns_for(
+        &self,
+        tags: &BTreeMap<String, String>,
+        infra: Option<&kube::core::DynamicObject>,
+    ) -> bool {
+        let infra_uid = infra.and_then(|i| i.metadata.uid.as_ref());
+        self.owns(tags)
+            && match (tags.get(tags::INFRASTRUCTURE_UID), infra_uid) {
+                (Some(tagged), Some(uid)) => tagged == uid,
+                _ => true,
+            }
     }
 
     /// `namespace/name`, for messages.

@@ -912,7 +912,7 @@ fn before_addresses(
 }
 
 #[tokio::test]
-async fn changing_infrastructure_ref_releases_the_old_one_first() {
+async fn changing_infrastructure_ref_migrates_and_releases_the_old_one() {
     let world = world(vec![
         lb("cp").build(),
         infra("cp").build(),
@@ -938,9 +938,14 @@ async fn changing_infrastructure_ref_releases_the_old_one_first() {
     let old = get_infra(&world, "cp").await.unwrap();
     assert!(old.finalizers().is_empty() && old.owner_references().is_empty());
     let lb = get_lb(&world, "cp").await;
-    let status = lb.status.unwrap();
+    let status = lb.status.clone().unwrap();
     assert!(status.ready);
     assert_eq!(status.infrastructure_ref.unwrap().name, "cp-new");
+    assert!(status.migration.is_none());
+    assert_eq!(
+        cond(&lb, "InfrastructureMigration"),
+        ("False".into(), "MigrationComplete".into())
+    );
     assert_eq!(
         slices(&world, "cp-ext").await["cp-ext-ipv4"],
         vec!["198.51.100.1"]
