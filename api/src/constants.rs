@@ -267,6 +267,10 @@ pub mod event {
     pub const EXTERNAL_ENDPOINT_ADOPTED: &str = "ExternalEndpointAdopted";
     /// The Service's `-ext` annotations or name cannot work; nothing was done.
     pub const INVALID_EXTERNAL_ENDPOINT: &str = "InvalidExternalEndpoint";
+    /// A Service of capi-lb's load-balancer class was bound to the LoadBalancer that realises it.
+    pub const SERVICE_BOUND: &str = "ServiceBound";
+    /// A Service of capi-lb's load-balancer class has no LoadBalancer to realise it (or it is taken).
+    pub const SERVICE_NOT_REALISED: &str = "ServiceNotRealised";
     /// Deletion hooks were added to Machines.
     pub const DELETION_HOOKS_ADDED: &str = "DeletionHooksAdded";
     /// Deletion hooks were released from Machines (their member is gone, they are no longer

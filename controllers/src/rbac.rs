@@ -52,6 +52,8 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
             // Owner references with blockOwnerDeletion (published Services, infrastructure objects).
             (GROUP, "loadbalancers/finalizers", &["update"]),
             ("", "services", &["get", "list", "patch", "delete"]),
+            // The ingress of Services of capi-lb's load-balancer class.
+            ("", "services/status", &["patch"]),
             (
                 "discovery.k8s.io",
                 "endpointslices",
@@ -129,6 +131,8 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
                     "endpointslices",
                     &["get", "list", "patch", "delete"],
                 ),
+                // Binding a Service of capi-lb's load-balancer class to its LoadBalancer.
+                (GROUP, "loadbalancers", &["get", "patch"]),
                 // Legacy Endpoints (--legacy-endpoints) and kube-dc's (--adopt-kube-dc).
                 ("", "endpoints", &["get", "patch", "delete"]),
                 ("events.k8s.io", "events", &["create", "patch"]),

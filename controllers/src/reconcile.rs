@@ -31,7 +31,7 @@ use capi_lb_api::target::{TargetKeys, TargetState};
 use capi_lb_api::validation::check;
 use capi_lb_providers::{
     DeleteRequest, DesiredMember, EnsureRequest, Listener, LoadBalancerIdentity, MemberState,
-    MembersRequest, Progress, Provider, ProviderError,
+    MemberStatus, MembersRequest, Progress, Provider, ProviderError,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
@@ -39,6 +39,7 @@ use kube::core::{ApiResource, DynamicObject, Selector};
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
+use crate::class;
 use crate::context::Context;
 use crate::error::{Error, Result, kube_err};
 use crate::lifecycle::{Members, Settings};
@@ -101,7 +102,14 @@ pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outco
     let lb = metadata::add_finalizer(&api, &lb, LOADBALANCER_FINALIZER)
         .await
         .map_err(kube_err("add finalizer to", describe(&lb)))?;
+    // Realising a Service of capi-lb's load-balancer class: the Service's ports.
+    let binding = class::binding(&ctx.client, &lb).await?;
+    let lb = match &binding {
+        Some(b) => class::effective(&lb, b),
+        None => lb,
+    };
     let mut reconciliation = Reconciliation::new(&lb, &ctx, api)?;
+    reconciliation.binding = binding;
     reconciliation.cluster_deleting = cluster
         .as_ref()
         .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
@@ -215,6 +223,8 @@ struct Reconciliation<'a> {
     cluster_deleting: bool,
     /// The Cluster named by `spec.clusterName`, when it exists.
     cluster: Option<Cluster>,
+    /// The Service of capi-lb's class this LoadBalancer realises, if any.
+    binding: Option<class::Binding>,
 }
 
 /// How the members can be reached in this pass.
@@ -247,6 +257,7 @@ impl<'a> Reconciliation<'a> {
             selector: None,
             cluster_deleting: false,
             cluster: None,
+            binding: None,
         })
     }
 
@@ -295,6 +306,13 @@ impl<'a> Reconciliation<'a> {
                 ));
                 return self.finish().await;
             }
+        };
+        let selector = match &self.binding {
+            Some(b) => Selector::from_iter([(
+                capi_lb_api::constants::LABEL_SERVICE_NAME.to_string(),
+                b.service.name_any(),
+            )]),
+            None => selector,
         };
         self.selector = Some(selector.clone());
 
@@ -472,6 +490,20 @@ impl<'a> Reconciliation<'a> {
         }
         if let Some(cc) = self.cluster_endpoint().await? {
             self.conditions.push(cc);
+        }
+        // The realised Service gets the provider's address as its ingress.
+        if let Some(binding) = &self.binding
+            && infra_ready
+        {
+            let host = self.status.endpoint.as_ref().map(|e| e.host.clone());
+            let changes = class::write_back(
+                &self.ctx.client,
+                binding,
+                &self.status.addresses,
+                host.as_deref(),
+            )
+            .await?;
+            self.note(false, event::ENDPOINT_PUBLISHED, changes);
         }
         self.finish().await
     }
@@ -1010,14 +1042,73 @@ impl<'a> Reconciliation<'a> {
 
     /// Move the targets through their lifecycle around one member convergence: hooks first, then
     /// the provider, then the states (see [`targets::Pass`]).
+    /// Converge `desired` through `access`: the members state for the condition, and the members
+    /// the provider has (`None`: unknown).
+    async fn converge(
+        &mut self,
+        access: Access<'_>,
+        desired: &[DesiredMember],
+        infra_status: &mut Map<String, Value>,
+    ) -> (MembersState, Option<Vec<MemberStatus>>) {
+        match access {
+            Access::Converge {
+                provider,
+                infra,
+                listeners,
+            } => {
+                let result = provider
+                    .converge_members(MembersRequest {
+                        identity: &self.identity,
+                        infra,
+                        listeners,
+                        members: desired,
+                    })
+                    .await;
+                match result {
+                    Ok(out) => {
+                        self.note(false, event::MEMBERS_CHANGED, out.changes);
+                        if let Some(retry) = out.progress.retry_after() {
+                            self.outcome = self.outcome.min(Some(retry));
+                        }
+                        infra_status.extend(out.status);
+                        (MembersState::Converged, Some(out.members))
+                    }
+                    Err(error) => {
+                        match self.provider_problem(provider.name(), "member update", error) {
+                            InfraState::Problem { reason, message } => {
+                                (MembersState::Problem { reason, message }, None)
+                            }
+                            _ => (MembersState::NotConverged(String::new()), None),
+                        }
+                    }
+                }
+            }
+            Access::NotConverged(why) => (MembersState::NotConverged(why), None),
+            Access::Gone => (
+                MembersState::NotConverged("the load balancer was deleted".into()),
+                Some(Vec::new()),
+            ),
+        }
+    }
+
     async fn move_targets(
         &mut self,
         access: Access<'_>,
         infra_status: &mut Map<String, Value>,
     ) -> Result<TargetsState> {
+        // A LoadBalancer realising a Service of capi-lb's class: the Service's endpoints.
+        if let Some(binding) = self.binding.clone() {
+            let desired = class::members(&binding);
+            let (members_state, members) = self.converge(access, &desired, infra_status).await;
+            return Ok(TargetsState::Listed {
+                targets: class::views(&desired, members.as_deref()),
+                members: members_state,
+            });
+        }
         let Some(selector) = self.selector.clone() else {
             return Ok(TargetsState::Unavailable("the spec is invalid".into()));
         };
+
         let kind = &self.lb.spec.target_kind;
         // A changed target kind: the objects of the previous kind are no longer targets.
         if let Some(previous) = self.status.target_kind.as_deref()
@@ -1046,46 +1137,8 @@ impl<'a> Reconciliation<'a> {
             Ok(prepared) => prepared,
             Err(message) => return Ok(TargetsState::Unavailable(message)),
         };
-        let (members_state, members) = match access {
-            Access::Converge {
-                provider,
-                infra,
-                listeners,
-            } => {
-                let desired = prepared.desired_members();
-                let result = provider
-                    .converge_members(MembersRequest {
-                        identity: &self.identity,
-                        infra,
-                        listeners,
-                        members: &desired,
-                    })
-                    .await;
-                match result {
-                    Ok(out) => {
-                        self.note(false, event::MEMBERS_CHANGED, out.changes);
-                        if let Some(retry) = out.progress.retry_after() {
-                            self.outcome = self.outcome.min(Some(retry));
-                        }
-                        infra_status.extend(out.status);
-                        (MembersState::Converged, Some(out.members))
-                    }
-                    Err(error) => {
-                        match self.provider_problem(provider.name(), "member update", error) {
-                            InfraState::Problem { reason, message } => {
-                                (MembersState::Problem { reason, message }, None)
-                            }
-                            _ => (MembersState::NotConverged(String::new()), None),
-                        }
-                    }
-                }
-            }
-            Access::NotConverged(why) => (MembersState::NotConverged(why), None),
-            Access::Gone => (
-                MembersState::NotConverged("the load balancer was deleted".into()),
-                Some(Vec::new()),
-            ),
-        };
+        let desired = prepared.desired_members();
+        let (members_state, members) = self.converge(access, &desired, infra_status).await;
         let known = members.as_deref().map_or(Members::Unknown, Members::Known);
         let completed = pass.complete(prepared, known).await?;
         self.note(false, event::TARGET_STATE_CHANGED, completed.transitions);

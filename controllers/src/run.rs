@@ -20,7 +20,7 @@ use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::constants::{
     ENDPOINT_TYPE_EXTERNAL, ENDPOINTSLICE_MANAGED_BY_VALUE, FIELD_MANAGER, LABEL_ENDPOINT_TYPE,
     LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_EXTERNAL_MANAGED_BY, LABEL_LB_NAME, LABEL_MANAGED_BY,
-    LABEL_SOURCE_SERVICE, MANAGED_BY_VALUE, WATCH_FILTER_LABEL,
+    LABEL_SERVICE_NAME, LABEL_SOURCE_SERVICE, MANAGED_BY_VALUE, WATCH_FILTER_LABEL,
 };
 use capi_lb_api::kubedc::EIp;
 use capi_lb_api::target::TargetKeys;
@@ -446,6 +446,41 @@ pub async fn run_with_client(
             ar.clone(),
             watcher::Config::default(),
             move |obj: DynamicObject| referencing(&store, &mapped, &obj),
+        );
+    }
+
+    // Services of capi-lb's load-balancer class, and their EndpointSlices, drive the LoadBalancer
+    // that realises them.
+    controller = controller.watches(
+        api::<Service>(&client, ns),
+        watcher::Config::default(),
+        |svc: Service| {
+            crate::class::is_ours(&svc).then(|| {
+                lb_ref(
+                    &svc.namespace().unwrap_or_default(),
+                    &crate::class::realised_by(&svc),
+                )
+            })
+        },
+    );
+    {
+        let store = store.clone();
+        controller = controller.watches(
+            api::<EndpointSlice>(&client, ns),
+            watcher::Config::default().labels(LABEL_SERVICE_NAME),
+            move |slice: EndpointSlice| {
+                let namespace = slice.namespace()?;
+                let service = slice.labels().get(LABEL_SERVICE_NAME)?.clone();
+                store
+                    .state()
+                    .iter()
+                    .find(|lb| {
+                        lb.namespace().as_deref() == Some(namespace.as_str())
+                            && lb.annotations().get(crate::class::ANNOTATION_SERVICE)
+                                == Some(&service)
+                    })
+                    .map(|lb| lb_ref(&namespace, &lb.name_any()))
+            },
         );
     }
 

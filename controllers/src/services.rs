@@ -117,6 +117,10 @@ pub fn ingress_addresses(service: &Service) -> Vec<LoadBalancerAddress> {
 
 /// What to do with `service` under `config`.
 pub fn decide(service: &Service, config: &ExternalEndpoints) -> Decision {
+    // Services of capi-lb's own class are published by the LoadBalancer that realises them.
+    if crate::class::is_ours(service) {
+        return Decision::Ignore;
+    }
     let name = service.name_any();
     let annotations = service.annotations();
     let published_before = annotations.contains_key(ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME);
@@ -292,6 +296,9 @@ pub async fn reconcile_service(
     if let Some(source) = source_of(&service) {
         return remove_orphan(&ctx, &services, &service, &source).await;
     }
+    if crate::class::is_ours(&service) {
+        return bind(&ctx, &service, reported).await;
+    }
     let decision = decide(&service, config);
     let reference = service.object_ref(&());
     let uid = service.uid().unwrap_or_default();
@@ -389,6 +396,72 @@ pub async fn reconcile_service(
                 ));
             }
         }
+    }
+    Ok(Outcome::done())
+}
+
+/// A Service of capi-lb's load-balancer class: bind it to the LoadBalancer that realises it (which
+/// then takes its ports and endpoints and writes its ingress), or say why it cannot be.
+async fn bind(ctx: &Context, service: &Service, reported: &Reported) -> Result<Outcome> {
+    use crate::class::{ANNOTATION_LOAD_BALANCER_REF, ANNOTATION_SERVICE, realised_by};
+    let namespace = service.namespace().unwrap_or_default();
+    let name = service.name_any();
+    let uid = service.uid().unwrap_or_default();
+    let lb_name = realised_by(service);
+    let lbs: Api<capi_lb_api::LoadBalancer> = Api::namespaced(ctx.client.clone(), &namespace);
+    let lb = lbs.get_opt(&lb_name).await.map_err(kube_err(
+        "get",
+        format!("LoadBalancer {namespace}/{lb_name}"),
+    ))?;
+    let problem = match &lb {
+        None => Some(format!(
+            "Service {name} has load-balancer class {} but there is no LoadBalancer {lb_name} to realise it: create one (it gives the provider), or name an existing one with the {ANNOTATION_LOAD_BALANCER_REF} annotation",
+            crate::class::LOAD_BALANCER_CLASS
+        )),
+        Some(lb) => match lb.annotations().get(ANNOTATION_SERVICE) {
+            Some(other) if other != &name => Some(format!(
+                "LoadBalancer {lb_name} already realises Service {other}; each Service needs its own"
+            )),
+            _ => None,
+        },
+    };
+    if let Some(message) = problem {
+        if reported.first_time(&uid, &message) {
+            ctx.events
+                .publish(
+                    &service.object_ref(&()),
+                    true,
+                    event::SERVICE_NOT_REALISED,
+                    "Bind",
+                    message,
+                )
+                .await;
+        }
+        return Ok(Outcome::done());
+    }
+    reported.clear(&uid);
+    if let Some(lb) = lb
+        && lb.annotations().get(ANNOTATION_SERVICE) != Some(&name)
+    {
+        lbs.patch(
+            &lb_name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION_SERVICE: name}}})),
+        )
+        .await
+        .map_err(kube_err(
+            "bind",
+            format!("LoadBalancer {namespace}/{lb_name}"),
+        ))?;
+        ctx.events
+            .publish(
+                &service.object_ref(&()),
+                false,
+                event::SERVICE_BOUND,
+                "Bind",
+                format!("realised by LoadBalancer {lb_name}"),
+            )
+            .await;
     }
     Ok(Outcome::done())
 }

@@ -185,9 +185,31 @@ async fn kubedc_scenario() -> BTreeSet<Permission> {
 
 use kube::ResourceExt;
 
+/// A Service of capi-lb's load-balancer class realised through a LoadBalancer.
+async fn class_scenario() -> BTreeSet<Permission> {
+    let world = World::new(vec![
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "tcp", "namespace": NS},
+               "spec": {"type": "LoadBalancer", "loadBalancerClass": "loadbalancer.cluster.x-k8s.io/capi-lb",
+                        "ports": [{"name": "https", "port": 6443}]}}),
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+               "metadata": {"name": "tcp-1", "namespace": NS, "labels": {"kubernetes.io/service-name": "tcp"}},
+               "addressType": "IPv4", "ports": [{"name": "https", "port": 6443}],
+               "endpoints": [{"addresses": ["10.244.0.5"], "conditions": {"ready": true}}]}),
+        lb("tcp").build(),
+        infra("tcp").build(),
+    ])
+    .await
+    .unwrap();
+    world.settle_services(10).await.unwrap();
+    world.run_until_stable(50).await.unwrap();
+    observed(&world)
+}
+
 #[tokio::test]
 async fn the_generated_cluster_role_allows_exactly_what_the_controllers_do() {
     let mut used = loadbalancer_scenario().await;
+    used.extend(class_scenario().await);
     used.extend(external_scenario().await);
     used.extend(kubedc_scenario().await);
     let enabled = Enabled::default();

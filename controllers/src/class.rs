@@ -1,0 +1,333 @@
+//! capi-lb's Service load-balancer class, `loadbalancer.cluster.x-k8s.io/capi-lb`.
+//!
+//! A Service of `type: LoadBalancer` with that `spec.loadBalancerClass` is realised through a
+//! LoadBalancer: the one the Service names in the annotation
+//! `loadbalancer.cluster.x-k8s.io/load-balancer-ref` (which gives the provider). capi-lb binds them
+//! by annotating the LoadBalancer `loadbalancer.cluster.x-k8s.io/service: <svc>`; the LoadBalancer
+//! then takes its ports from the Service and its members from the Service's ready endpoints (its own
+//! `ports`, `targetKind` and `selector` are not used), and the provider's address is written to the
+//! Service's `status.loadBalancer.ingress` (IPs when the provider has any: Kamaji rejects
+//! hostname-only ingress). The stable name is the LoadBalancer's own `-ext` name, written onto the
+//! Service as `loadbalancer.cluster.x-k8s.io/external-endpoint-dns-name`; the `-ext` publisher does
+//! not publish these Services a second time. Services of other classes are never touched.
+//!
+//! Members follow the endpoints' own conditions: a ready endpoint serves, a terminating endpoint
+//! that still serves drains (weight 0) until it is gone, so a rolling restart of the backing pods is
+//! graceful without any state of capi-lb's.
+
+use std::collections::BTreeMap;
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_api::constants::LABEL_SERVICE_NAME;
+use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress, LoadBalancerPort, Protocol};
+use capi_lb_api::target::TargetState;
+use capi_lb_providers::{DesiredMember, MemberState, MemberStatus};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::error::{Result, kube_err};
+use crate::status::TargetView;
+
+/// The load-balancer class capi-lb implements.
+pub const LOAD_BALANCER_CLASS: &str = "loadbalancer.cluster.x-k8s.io/capi-lb";
+/// Annotation on a Service of capi-lb's class naming the LoadBalancer that realises it.
+pub const ANNOTATION_LOAD_BALANCER_REF: &str = "loadbalancer.cluster.x-k8s.io/load-balancer-ref";
+/// Annotation capi-lb puts on a LoadBalancer bound to a Service.
+pub const ANNOTATION_SERVICE: &str = "loadbalancer.cluster.x-k8s.io/service";
+
+/// True when `service` is of type LoadBalancer with capi-lb's class.
+pub fn is_ours(service: &Service) -> bool {
+    service.spec.as_ref().is_some_and(|s| {
+        s.type_.as_deref() == Some("LoadBalancer")
+            && s.load_balancer_class.as_deref() == Some(LOAD_BALANCER_CLASS)
+    })
+}
+
+/// The LoadBalancer that realises `service`: the one its `load-balancer-ref` annotation names, or
+/// by default the one with the Service's own name.
+pub fn realised_by(service: &Service) -> String {
+    service
+        .annotations()
+        .get(ANNOTATION_LOAD_BALANCER_REF)
+        .cloned()
+        .unwrap_or_else(|| service.name_any())
+}
+
+/// A Service a LoadBalancer realises, with its EndpointSlices.
+#[derive(Clone, Debug)]
+pub struct Binding {
+    /// The Service.
+    pub service: Service,
+    /// Its EndpointSlices.
+    pub slices: Vec<EndpointSlice>,
+}
+
+/// The Service bound to `lb`, when the LoadBalancer carries the binding annotation and the Service
+/// exists, is of capi-lb's class and names this LoadBalancer.
+pub async fn binding(client: &kube::Client, lb: &LoadBalancer) -> Result<Option<Binding>> {
+    let Some(name) = lb.annotations().get(ANNOTATION_SERVICE) else {
+        return Ok(None);
+    };
+    let namespace = lb.namespace().unwrap_or_default();
+    let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
+    let Some(service) = services
+        .get_opt(name)
+        .await
+        .map_err(kube_err("get", format!("Service {namespace}/{name}")))?
+    else {
+        return Ok(None);
+    };
+    let names_us = realised_by(&service) == lb.name_any();
+    if !is_ours(&service) || !names_us {
+        return Ok(None);
+    }
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &namespace);
+    let slices = slices
+        .list(&ListParams::default().labels(&format!("{LABEL_SERVICE_NAME}={name}")))
+        .await
+        .map_err(kube_err(
+            "list EndpointSlices of",
+            format!("Service {name}"),
+        ))?
+        .items;
+    Ok(Some(Binding { service, slices }))
+}
+
+fn listener_name(name: Option<&str>, port: i32) -> String {
+    match name {
+        Some(n)
+            if !n.is_empty()
+                && n.len() <= 15
+                && n.chars().any(|c| c.is_ascii_lowercase())
+                && !n.contains("--")
+                && n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') =>
+        {
+            n.to_string()
+        }
+        _ => format!("port-{port}"),
+    }
+}
+
+/// The Service's ports as LoadBalancer ports: `targetPort` resolved from the EndpointSlices when it
+/// is a name.
+pub fn ports(binding: &Binding) -> Vec<LoadBalancerPort> {
+    binding
+        .service
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .map(|p| {
+            let target = match &p.target_port {
+                Some(IntOrString::Int(i)) => *i,
+                Some(IntOrString::String(name)) => binding
+                    .slices
+                    .iter()
+                    .flat_map(|s| s.ports.iter().flatten())
+                    .find(|sp| sp.name.as_deref() == p.name.as_deref())
+                    .and_then(|sp| sp.port)
+                    .unwrap_or_else(|| name.parse().unwrap_or(p.port)),
+                None => p.port,
+            };
+            LoadBalancerPort {
+                name: listener_name(p.name.as_deref(), p.port),
+                port: p.port,
+                target_port: Some(target),
+                protocol: match p.protocol.as_deref() {
+                    Some("UDP") => Protocol::Udp,
+                    _ => Protocol::Tcp,
+                },
+            }
+        })
+        .collect()
+}
+
+/// The LoadBalancer as it applies to its bound Service: the Service's ports, and the Service's
+/// EndpointSlices as the target kind (for the status).
+pub fn effective(lb: &LoadBalancer, binding: &Binding) -> LoadBalancer {
+    let mut lb = lb.clone();
+    lb.spec.target_kind = capi_lb_api::loadbalancer::TargetKind {
+        api_group: "discovery.k8s.io".into(),
+        kind: "EndpointSlice".into(),
+    };
+    let ports = ports(binding);
+    if !ports.is_empty() {
+        lb.spec.ports = ports;
+    }
+    lb
+}
+
+/// The members the Service's endpoints ask for: ready endpoints serve, terminating endpoints that
+/// still serve drain; each is named by its target (a pod) or its address.
+pub fn members(binding: &Binding) -> Vec<DesiredMember> {
+    let mut out: BTreeMap<String, DesiredMember> = BTreeMap::new();
+    for slice in &binding.slices {
+        for endpoint in &slice.endpoints {
+            let Some(address) = endpoint.addresses.first() else {
+                continue;
+            };
+            let conditions = endpoint.conditions.clone().unwrap_or_default();
+            let name = endpoint
+                .target_ref
+                .as_ref()
+                .and_then(|t| t.name.clone())
+                .unwrap_or_else(|| address.clone());
+            let member = if conditions.ready.unwrap_or(true) {
+                DesiredMember::serve(name.clone(), address.clone())
+            } else if conditions.serving.unwrap_or(false) && conditions.terminating.unwrap_or(false)
+            {
+                DesiredMember::drain(name.clone())
+            } else {
+                continue;
+            };
+            out.insert(name, member);
+        }
+    }
+    out.into_values().collect()
+}
+
+/// The targets as the status and `TargetsReady` see them, from the desired members and what the
+/// provider has (`None`: unknown).
+pub fn views(desired: &[DesiredMember], members: Option<&[MemberStatus]>) -> Vec<TargetView> {
+    desired
+        .iter()
+        .map(|d| {
+            let serving = matches!(d.intent, capi_lb_providers::MemberIntent::Serve(_));
+            let state = match members.and_then(|m| m.iter().find(|m| m.name == d.name)) {
+                Some(m) if m.state == MemberState::Active && serving => TargetState::Active,
+                Some(_) if !serving => TargetState::Removing,
+                None if !serving => TargetState::Removed,
+                _ => TargetState::Adding,
+            };
+            TargetView {
+                name: d.name.clone(),
+                selected: true,
+                wants_in: serving,
+                state,
+                has_address: true,
+                gates_pending: Vec::new(),
+            }
+        })
+        .collect()
+}
+
+/// What to write into the Service's `status.loadBalancer.ingress`: the IPs, or the hostnames when
+/// the provider has no IP.
+pub fn ingress(addresses: &[LoadBalancerAddress]) -> Value {
+    let ips: Vec<Value> = addresses
+        .iter()
+        .filter(|a| a.type_ == AddressType::Ip)
+        .map(|a| json!({"ip": a.address}))
+        .collect();
+    if !ips.is_empty() {
+        return Value::Array(ips);
+    }
+    Value::Array(
+        addresses
+            .iter()
+            .map(|a| json!({"hostname": a.address}))
+            .collect(),
+    )
+}
+
+/// Write the provider's addresses into the bound Service's ingress (and the stable name into its
+/// DNS-name annotation), each only when it differs. Returns what changed.
+pub async fn write_back(
+    client: &kube::Client,
+    binding: &Binding,
+    addresses: &[LoadBalancerAddress],
+    stable_host: Option<&str>,
+) -> Result<Vec<String>> {
+    let namespace = binding.service.namespace().unwrap_or_default();
+    let name = binding.service.name_any();
+    let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
+    let mut changes = Vec::new();
+    let wanted = ingress(addresses);
+    let current = serde_json::to_value(&binding.service.status)
+        .ok()
+        .and_then(|s| s.pointer("/loadBalancer/ingress").cloned())
+        .unwrap_or(Value::Array(Vec::new()));
+    if current != wanted {
+        services
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": wanted}}})),
+            )
+            .await
+            .map_err(kube_err(
+                "write ingress of",
+                format!("Service {namespace}/{name}"),
+            ))?;
+        changes.push(format!("Service {name} ingress: {wanted}"));
+    }
+    let dns = capi_lb_api::constants::ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME;
+    if binding.service.annotations().get(dns).map(String::as_str) != stable_host {
+        services
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {dns: stable_host}}})),
+            )
+            .await
+            .map_err(kube_err("annotate", format!("Service {namespace}/{name}")))?;
+    }
+    Ok(changes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binding(service: Value, slices: Value) -> Binding {
+        Binding {
+            service: serde_json::from_value(service).unwrap(),
+            slices: serde_json::from_value(slices).unwrap(),
+        }
+    }
+
+    #[test]
+    fn ports_resolve_named_target_ports_and_members_follow_endpoint_conditions() {
+        let b = binding(
+            json!({"metadata": {"name": "tcp"}, "spec": {"type": "LoadBalancer",
+                "loadBalancerClass": LOAD_BALANCER_CLASS,
+                "ports": [{"name": "kube-apiserver", "port": 6443, "targetPort": "https"},
+                          {"port": 8132, "targetPort": 8132}]}}),
+            json!([{"metadata": {"name": "tcp-abc"}, "addressType": "IPv4",
+            "ports": [{"name": "kube-apiserver", "port": 443}],
+            "endpoints": [
+                {"addresses": ["10.0.0.1"], "conditions": {"ready": true}, "targetRef": {"name": "pod-a"}},
+                {"addresses": ["10.0.0.2"], "conditions": {"ready": false, "serving": true, "terminating": true}, "targetRef": {"name": "pod-b"}},
+                {"addresses": ["10.0.0.3"], "conditions": {"ready": false}},
+            ]}]),
+        );
+        let ports = ports(&b);
+        assert_eq!(ports[0].name, "kube-apiserver");
+        assert_eq!(ports[0].target_port, Some(443));
+        assert_eq!(ports[1].name, "port-8132");
+        assert_eq!(ports[1].target_port, Some(8132));
+        let m = members(&b);
+        assert_eq!(
+            m,
+            vec![
+                DesiredMember::serve("pod-a", "10.0.0.1"),
+                DesiredMember::drain("pod-b")
+            ]
+        );
+        assert!(is_ours(&b.service));
+    }
+
+    #[test]
+    fn ingress_prefers_ips() {
+        let both = [
+            LoadBalancerAddress::hostname("lb.example.com"),
+            LoadBalancerAddress::ip("198.51.100.7"),
+        ];
+        assert_eq!(ingress(&both), json!([{"ip": "198.51.100.7"}]));
+        assert_eq!(ingress(&both[..1]), json!([{"hostname": "lb.example.com"}]));
+    }
+}

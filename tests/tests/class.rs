@@ -1,0 +1,248 @@
+//! capi-lb's Service load-balancer class: a Service of `type: LoadBalancer` with class
+//! `loadbalancer.cluster.x-k8s.io/capi-lb` is realised through a LoadBalancer (named by the Service's
+//! `load-balancer-ref` annotation, or by default the one with the Service's name) whose ports are the
+//! Service's and whose members are the Service's ready endpoints; the address goes into the Service's
+//! ingress. Services of other classes are never touched.
+// Integration tests: helpers panic on broken fixtures, which is the failure we want.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use capi_lb::world::World;
+use capi_lb_tests::*;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+
+const CLASS: &str = "loadbalancer.cluster.x-k8s.io/capi-lb";
+
+fn class_service(name: &str, class: Option<&str>, lb_ref: Option<&str>) -> Value {
+    let mut s = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"type": "LoadBalancer", "selector": {"app": name},
+                 "ports": [{"name": "kube-apiserver", "port": 6443, "targetPort": "https", "protocol": "TCP"}]},
+    });
+    if let Some(class) = class {
+        s["spec"]["loadBalancerClass"] = json!(class);
+    }
+    if let Some(r) = lb_ref {
+        s["metadata"]["annotations"] =
+            json!({"loadbalancer.cluster.x-k8s.io/load-balancer-ref": r});
+    }
+    s
+}
+
+fn endpoint_slice(service: &str, endpoints: Value) -> Value {
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": format!("{service}-abcde"), "namespace": NS,
+                     "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "ports": [{"name": "kube-apiserver", "port": 443, "protocol": "TCP"}],
+        "endpoints": endpoints,
+    })
+}
+
+fn ready(pod: &str, ip: &str) -> Value {
+    json!({"addresses": [ip], "conditions": {"ready": true}, "targetRef": {"kind": "Pod", "name": pod}})
+}
+
+async fn world(objects: Vec<Value>) -> World {
+    World::new(objects).await.unwrap()
+}
+
+async fn settle(world: &World) {
+    world.settle_services(10).await.unwrap();
+    world.run_until_stable(50).await.unwrap();
+    world.settle_services(10).await.unwrap();
+}
+
+fn members(world: &World) -> Vec<(String, String)> {
+    world
+        .cloud
+        .load_balancers()
+        .into_iter()
+        .flat_map(|l| {
+            l.members
+                .into_iter()
+                .map(|(n, m)| (n, format!("{}:{:?}", m.address, m.state)))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_service_of_the_class_is_realised_through_its_load_balancer() {
+    let world = world(vec![
+        class_service("tcp", Some(CLASS), Some("tenant-cp")),
+        endpoint_slice(
+            "tcp",
+            json!([
+                ready("tcp-pod-a", "10.244.0.5"),
+                ready("tcp-pod-b", "10.244.0.6")
+            ]),
+        ),
+        lb("tenant-cp").build(),
+        infra("tenant-cp").build(),
+    ])
+    .await;
+    settle(&world).await;
+    let lb = get_lb(&world, "tenant-cp").await;
+    assert_eq!(
+        lb.annotations()["loadbalancer.cluster.x-k8s.io/service"],
+        "tcp"
+    );
+    let status = lb.status.clone().unwrap();
+    assert!(status.ready, "{status:#?}");
+    assert_eq!(status.active_targets, vec!["tcp-pod-a", "tcp-pod-b"]);
+    assert_eq!(
+        status.target_kind.as_deref(),
+        Some("EndpointSlice.discovery.k8s.io")
+    );
+    // Members at the resolved target port (named "https" -> 443 from the EndpointSlice).
+    let cloud = world.cloud.load_balancers();
+    assert_eq!(cloud[0].listeners[0].port, 6443);
+    assert_eq!(cloud[0].listeners[0].target_port, 443);
+    assert_eq!(members(&world).len(), 2);
+    // The Service shows the provider's IP, and its stable name is the LoadBalancer's -ext.
+    let svc = service(&world, "tcp").await.unwrap();
+    let ingress = svc
+        .status
+        .clone()
+        .unwrap()
+        .load_balancer
+        .unwrap()
+        .ingress
+        .unwrap();
+    assert_eq!(ingress[0].ip.as_deref(), Some("203.0.113.1"));
+    assert_eq!(
+        svc.annotations()["loadbalancer.cluster.x-k8s.io/external-endpoint-dns-name"],
+        "tenant-cp-ext.default.svc.cluster.local"
+    );
+    assert!(service(&world, "tenant-cp-ext").await.is_some());
+    assert!(
+        service(&world, "tcp-ext").await.is_none(),
+        "one -ext per load balancer"
+    );
+    assert!(event_reasons(&world).contains(&"ServiceBound".to_string()));
+
+    // Steady: nothing more written.
+    let writes = world.api.stats.writes_excluding_events();
+    settle(&world).await;
+    assert_eq!(world.api.stats.writes_excluding_events(), writes);
+}
+
+#[tokio::test]
+async fn members_follow_the_endpoints_and_terminating_ones_drain() {
+    let world = world(vec![
+        class_service("tcp", Some(CLASS), None),
+        endpoint_slice(
+            "tcp",
+            json!([ready("pod-a", "10.244.0.5"), ready("pod-b", "10.244.0.6")]),
+        ),
+        lb("tcp").build(),
+        infra("tcp").build(),
+    ])
+    .await;
+    settle(&world).await;
+    assert_eq!(
+        members(&world).len(),
+        2,
+        "the default LoadBalancer: the Service's name"
+    );
+    let slices: Api<EndpointSlice> = Api::namespaced(world.client(), NS);
+    slices
+        .patch(
+            "tcp-abcde",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"endpoints": [
+                ready("pod-a", "10.244.0.5"),
+                {"addresses": ["10.244.0.6"], "conditions": {"ready": false, "serving": true, "terminating": true},
+                 "targetRef": {"kind": "Pod", "name": "pod-b"}},
+                ready("pod-c", "10.244.0.7"),
+            ]})),
+        )
+        .await
+        .unwrap();
+    world.reconcile(NS, "tcp").await.unwrap();
+    let m = members(&world);
+    assert!(
+        m.contains(&("pod-b".into(), "10.244.0.6:Draining".into())),
+        "{m:?}"
+    );
+    assert!(
+        m.contains(&("pod-c".into(), "10.244.0.7:Active".into())),
+        "{m:?}"
+    );
+    slices
+        .patch(
+            "tcp-abcde",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"endpoints": [ready("pod-a", "10.244.0.5"), ready("pod-c", "10.244.0.7")]}),
+            ),
+        )
+        .await
+        .unwrap();
+    world.reconcile(NS, "tcp").await.unwrap();
+    let names: Vec<String> = members(&world).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, vec!["pod-a", "pod-c"]);
+}
+
+#[tokio::test]
+async fn other_classes_are_never_touched_and_a_missing_load_balancer_is_reported_once() {
+    let world = world(vec![
+        class_service("other", Some("example.com/other"), Some("cp")),
+        class_service("missing", Some(CLASS), Some("nowhere")),
+        lb("cp").build(),
+        infra("cp").build(),
+    ])
+    .await;
+    settle(&world).await;
+    settle(&world).await;
+    let cp = get_lb(&world, "cp").await;
+    assert!(
+        !cp.annotations()
+            .contains_key("loadbalancer.cluster.x-k8s.io/service")
+    );
+    let other = service(&world, "other").await.unwrap();
+    assert!(
+        other
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|l| l.ingress)
+            .is_none_or(|i| i.is_empty()),
+        "another class's Service gets no ingress from capi-lb"
+    );
+    let reported: Vec<_> = world
+        .ctx
+        .events
+        .timeline()
+        .into_iter()
+        .filter(|e| e.reason == "ServiceNotRealised")
+        .collect();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert!(reported[0].message.contains("nowhere"));
+}
+
+#[tokio::test]
+async fn a_hostname_only_provider_gives_a_hostname_ingress() {
+    let world = world(vec![
+        class_service("tcp", Some(CLASS), None),
+        endpoint_slice("tcp", json!([ready("pod-a", "10.244.0.5")])),
+        lb("tcp").build(),
+        infra("tcp")
+            .spec("addressPools", json!([]))
+            .spec("hostname", json!("lb.example.com"))
+            .build(),
+    ])
+    .await;
+    settle(&world).await;
+    let svc: Service = Api::namespaced(world.client(), NS)
+        .get("tcp")
+        .await
+        .unwrap();
+    let ingress = svc.status.unwrap().load_balancer.unwrap().ingress.unwrap();
+    assert_eq!(ingress[0].hostname.as_deref(), Some("lb.example.com"));
+    assert!(ingress[0].ip.is_none());
+}
