@@ -136,19 +136,68 @@ async fn every_template_substitutes_parses_and_simulates_to_a_ready_control_plan
         assert!(sim.not_ready.is_empty(), "{file}: {}", sim.output);
         let out: Vec<Value> = serde_saphyr::from_multiple(&sim.output).unwrap();
         let lb = out.iter().find(|d| d["kind"] == "LoadBalancer").unwrap();
-        let cluster_endpoint = lb["status"]["conditions"]
-            .as_array()
-            .unwrap()
+        // A control-plane LoadBalancer (the Cluster names it) publishes the Cluster's endpoint; in
+        // the Kamaji flavors Kamaji does, from the ingress capi-lb writes on its Service.
+        let control_plane = docs.iter().any(|d| {
+            d["kind"] == "Cluster"
+                && d["metadata"]["annotations"]["loadbalancer.cluster.x-k8s.io/loadBalancerRef"]
+                    .is_string()
+        });
+        if control_plane {
+            let cluster_endpoint = lb["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "ClusterEndpoint")
+                .unwrap_or_else(|| panic!("{file}: no ClusterEndpoint condition: {}", sim.output));
+            assert_eq!(
+                cluster_endpoint["status"], "True",
+                "{file}: {cluster_endpoint}"
+            );
+        } else {
+            let kamaji = docs
+                .iter()
+                .find(|d| d["kind"] == "KamajiControlPlane")
+                .unwrap_or_else(|| {
+                    panic!("{file}: neither a control-plane LoadBalancer nor Kamaji")
+                });
+            let network = &kamaji["spec"]["network"];
+            assert_eq!(
+                network["loadBalancerConfig"]["loadBalancerClass"],
+                "loadbalancer.cluster.x-k8s.io/capi-lb",
+                "{file}"
+            );
+            assert_eq!(
+                network["serviceAnnotations"]["loadbalancer.cluster.x-k8s.io/load-balancer-ref"],
+                lb["metadata"]["name"],
+                "{file}: the Service names the template's LoadBalancer"
+            );
+        }
+        // The stable name is in the certificate SANs, as a plain name (never host:port).
+        let stable = format!(
+            "{}-ext.default.svc.cluster.local",
+            lb["metadata"]["name"].as_str().unwrap()
+        );
+        let sans: Vec<&str> = docs
             .iter()
-            .find(|c| c["type"] == "ClusterEndpoint")
-            .unwrap_or_else(|| panic!("{file}: no ClusterEndpoint condition: {}", sim.output));
-        assert_eq!(
-            cluster_endpoint["status"], "True",
-            "{file}: {cluster_endpoint}"
+            .filter_map(|d| {
+                d.pointer("/spec/network/certSANs").or_else(|| {
+                    d.pointer("/spec/kubeadmConfigSpec/clusterConfiguration/apiServer/certSANs")
+                })
+            })
+            .flat_map(|s| s.as_array().unwrap().iter().map(|v| v.as_str().unwrap()))
+            .collect();
+        assert!(
+            sans.contains(&stable.as_str()),
+            "{file}: {stable} not in {sans:?}"
+        );
+        assert!(
+            sans.iter().all(|s| !s.contains(':')),
+            "{file}: host:port in {sans:?}"
         );
         checked += 1;
     }
-    assert!(checked >= 2, "{checked} templates");
+    assert!(checked >= 3, "{checked} templates");
 }
 
 #[test]
