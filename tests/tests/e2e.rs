@@ -852,3 +852,127 @@ async fn a_standby_replica_takes_over_within_the_lease_duration() {
         .await
         .unwrap();
 }
+
+/// Cluster API and Kamaji integration on a real apiserver: a control-plane LoadBalancer fills an
+/// empty `Cluster.spec.controlPlaneEndpoint`, and a Service of capi-lb's load-balancer class gets the
+/// provider's address in its ingress (Kamaji's CRDs are installed so the KamajiControlPlane of the
+/// templates is accepted).
+#[tokio::test]
+#[ignore = "needs a cluster: set KUBECONFIG to a disposable cluster (and CAPI_CRDS_DIR / KAMAJI_CRDS_DIR if ../shared is absent)"]
+async fn control_plane_endpoint_and_service_class_on_a_real_apiserver() {
+    use capi_lb_api::capi::Cluster;
+    capi_lb::install_crypto_provider();
+    let client = Client::try_default().await.unwrap();
+    install_crds(&client).await;
+    install_capi_crds(&client).await;
+    install_third_party_crds(
+        &client,
+        "KAMAJI_CRDS_DIR",
+        "kamaji",
+        &[
+            "controlplane.cluster.x-k8s.io_kamajicontrolplanes.yaml",
+            "kamaji.clastix.io_tenantcontrolplanes.yaml",
+        ],
+    )
+    .await;
+    let ns = test_namespace(&client).await;
+    let controller = start_controller(client.clone(), &ns);
+    let create = |value: serde_json::Value| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let (group, version) = value["apiVersion"]
+                .as_str()
+                .unwrap()
+                .split_once('/')
+                .map(|(g, v)| (g.to_string(), v.to_string()))
+                .unwrap_or((
+                    String::new(),
+                    value["apiVersion"].as_str().unwrap().to_string(),
+                ));
+            let gvk = kube::core::GroupVersionKind::gvk(
+                &group,
+                &version,
+                value["kind"].as_str().unwrap(),
+            );
+            let (resource, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
+            let api: Api<kube::core::DynamicObject> = Api::namespaced_with(client, &ns, &resource);
+            api.create(
+                &PostParams::default(),
+                &serde_json::from_value(value).unwrap(),
+            )
+            .await
+            .unwrap();
+        }
+    };
+    create(
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                  "metadata": {"name": "demo"}, "spec": {}}),
+    )
+    .await;
+    create(json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "InMemoryLoadBalancer",
+                  "metadata": {"name": "cp"}, "spec": {}}))
+    .await;
+    create(
+        json!({"apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
+                  "metadata": {"name": "cp"},
+                  "spec": {"clusterName": "demo", "controlPlane": {},
+                           "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                                 "kind": "InMemoryLoadBalancer", "name": "cp"}}}),
+    )
+    .await;
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), &ns);
+    let endpoint = eventually("Cluster.spec.controlPlaneEndpoint set", || async {
+        clusters
+            .get("demo")
+            .await
+            .ok()?
+            .spec
+            .control_plane_endpoint
+            .filter(|e| !e.is_empty())
+    })
+    .await;
+    assert_eq!(endpoint.host, format!("cp-ext.{ns}.svc.cluster.local"));
+    assert_eq!(endpoint.port, 6443);
+
+    // A Service of capi-lb's class, realised by LoadBalancer "tcp" (default: the same name).
+    create(json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "InMemoryLoadBalancer",
+                  "metadata": {"name": "tcp"}, "spec": {"addressPools": ["198.51.100.0/24"]}}))
+    .await;
+    create(
+        json!({"apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
+                  "metadata": {"name": "tcp"},
+                  "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                                 "kind": "InMemoryLoadBalancer", "name": "tcp"}}}),
+    )
+    .await;
+    create(
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "tcp"},
+                  "spec": {"type": "LoadBalancer",
+                           "loadBalancerClass": "loadbalancer.cluster.x-k8s.io/capi-lb",
+                           "ports": [{"name": "kube-apiserver", "port": 6443}]}}),
+    )
+    .await;
+    create(
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                  "metadata": {"name": "tcp-1", "labels": {"kubernetes.io/service-name": "tcp"}},
+                  "addressType": "IPv4", "ports": [{"name": "kube-apiserver", "port": 6443}],
+                  "endpoints": [{"addresses": ["10.244.0.5"], "conditions": {"ready": true}}]}),
+    )
+    .await;
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    eventually(
+        "the class Service has the provider IP as ingress",
+        || async {
+            let svc = services.get("tcp").await.ok()?;
+            let ip = svc.status?.load_balancer?.ingress?.first()?.ip.clone()?;
+            (ip == "198.51.100.1").then_some(())
+        },
+    )
+    .await;
+    controller.stop().await;
+    Api::<Namespace>::all(client)
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
+}
