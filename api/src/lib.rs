@@ -9,12 +9,14 @@ pub mod inmemory;
 pub mod kubedc;
 pub mod loadbalancer;
 pub mod naming;
+pub mod octavia;
 pub mod target;
 pub mod validation;
 
 pub use inmemory::{InMemoryLoadBalancer, InMemoryLoadBalancerSpec, InMemoryLoadBalancerStatus};
 pub use kubedc::{KubeDCLoadBalancer, KubeDCLoadBalancerSpec, KubeDCLoadBalancerStatus};
 pub use loadbalancer::{LoadBalancer, LoadBalancerSpec, LoadBalancerStatus};
+pub use octavia::{OctaviaLoadBalancer, OctaviaLoadBalancerSpec, OctaviaLoadBalancerStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -25,5 +27,6 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         LoadBalancer::crd(),
         InMemoryLoadBalancer::crd(),
         KubeDCLoadBalancer::crd(),
+        OctaviaLoadBalancer::crd(),
     ]
 }

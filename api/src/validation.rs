@@ -168,6 +168,7 @@ macro_rules! validated {
 validated!(crate::loadbalancer::LoadBalancer);
 validated!(crate::inmemory::InMemoryLoadBalancer);
 validated!(crate::kubedc::KubeDCLoadBalancer);
+validated!(crate::octavia::OctaviaLoadBalancer);
 
 /// Validate `object` against the schema of `K` and deserialize it, defaults applied. Every error
 /// names the field.

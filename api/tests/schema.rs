@@ -457,3 +457,67 @@ fn kubedc_defaults_and_rules() {
         "{errors}"
     );
 }
+
+#[test]
+fn octavia_defaults_and_rules() {
+    use capi_lb_api::OctaviaLoadBalancer;
+    use capi_lb_api::octavia::{Algorithm, MonitorType};
+    let obj = |spec: Value| {
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "kind": "OctaviaLoadBalancer",
+            "metadata": {"name": "cp", "namespace": "default"},
+            "spec": spec,
+        })
+    };
+    let parsed: OctaviaLoadBalancer = parse(&obj(json!({
+        "credentials": {"secretName": "cloud"},
+        "vip": {"subnetID": "8c1b7a84-6b36-4d1b-9f3f-0d5e8a4f2b11"},
+    })))
+    .unwrap();
+    assert_eq!(parsed.spec.credentials.key, "clouds.yaml");
+    assert_eq!(parsed.spec.credentials.cloud, "openstack");
+    assert_eq!(parsed.spec.algorithm, Algorithm::RoundRobin);
+    assert_eq!(parsed.spec.health_monitor.type_, MonitorType::Tcp);
+    assert_eq!(parsed.spec.health_monitor.delay_seconds, 10);
+    let rejected = |spec: Value, fragment: &str| {
+        let errors = parse::<OctaviaLoadBalancer>(&obj(spec)).expect_err("should be rejected");
+        assert!(
+            errors.to_string().contains(fragment),
+            "{fragment:?} in {errors}"
+        );
+    };
+    rejected(
+        json!({"credentials": {"secretName": "cloud"}, "vip": {}}),
+        "exactly one of networkID and subnetID",
+    );
+    rejected(
+        json!({"credentials": {"secretName": "cloud"}, "vip": {"networkID": "n", "subnetID": "s"}}),
+        "exactly one of networkID and subnetID",
+    );
+    rejected(
+        json!({"credentials": {"secretName": "cloud"}, "vip": {"subnetID": "s"},
+               "floatingIP": {}}),
+        "unknown field",
+    );
+    rejected(
+        json!({"credentials": {"secretName": "cloud"}, "vip": {"subnetID": "s"},
+               "floatingIp": {"networkID": "ext", "address": "192.0.2.7"}}),
+        "exactly one of networkID (allocate) and address",
+    );
+    rejected(
+        json!({"credentials": {"secretName": "cloud"}, "vip": {"subnetID": "s"},
+               "provider": "ovn", "listener": {"allowedCIDRs": ["10.0.0.0/8"]}}),
+        "not supported by the ovn provider",
+    );
+    rejected(
+        json!({"credentials": {"secretName": "cloud"}, "vip": {"subnetID": "s"},
+               "listener": {"allowedCIDRs": ["not-a-cidr"]}}),
+        "must be a CIDR",
+    );
+    rejected(
+        json!({"credentials": {"secretName": "cloud"}, "vip": {"subnetID": "s"},
+               "healthMonitor": {"type": "TCP", "urlPath": "/healthz"}}),
+        "urlPath needs type HTTP or HTTPS",
+    );
+}
