@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use capi_lb::simulate::{Options, Source, simulate};
 use capi_lb_api::validation::parse;
-use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer};
+use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer};
 use serde_json::{Value, json};
 
 fn repo(path: &str) -> PathBuf {
@@ -22,6 +22,8 @@ fn repo(path: &str) -> PathBuf {
 
 /// clusterctl's variables that templates may use without a default.
 const STANDARD: &[&str] = &["CLUSTER_NAME", "NAMESPACE", "KUBERNETES_VERSION"];
+/// Provider variables a template may require (documented in templates/README.md).
+const REQUIRED_PROVIDER: &[&str] = &["CAPI_LB_OCTAVIA_SUBNET_ID", "CAPI_LB_OCTAVIA_FIP_NETWORK"];
 
 /// Substitute `${VAR}` and `${VAR:=default}` like clusterctl (envsubst) does, with `values` for the
 /// standard ones and the defaults for the rest. Returns the text and the variables seen.
@@ -62,6 +64,15 @@ async fn every_template_substitutes_parses_and_simulates_to_a_ready_control_plan
         ("CLUSTER_NAME", "demo"),
         ("NAMESPACE", "default"),
         ("KUBERNETES_VERSION", "v1.32.0"),
+        // Required provider variables (no sensible default): what a user passes.
+        (
+            "CAPI_LB_OCTAVIA_SUBNET_ID",
+            "8c1b7a84-6b36-4d1b-9f3f-0d5e8a4f2b11",
+        ),
+        (
+            "CAPI_LB_OCTAVIA_FIP_NETWORK",
+            "5e8a4f2b-0d5e-4d1b-9f3f-8c1b7a846b36",
+        ),
     ]);
     let mut checked = 0;
     for entry in std::fs::read_dir(repo("templates")).unwrap() {
@@ -75,6 +86,7 @@ async fn every_template_substitutes_parses_and_simulates_to_a_ready_control_plan
         for (name, default) in &seen {
             assert!(
                 STANDARD.contains(&name.as_str())
+                    || REQUIRED_PROVIDER.contains(&name.as_str())
                     || (default.is_some()
                         && (name.starts_with("CAPI_LB_")
                             || [
@@ -104,9 +116,12 @@ async fn every_template_substitutes_parses_and_simulates_to_a_ready_control_plan
                     lb["spec"]["infrastructureRef"]["kind"] = json!("InMemoryLoadBalancer");
                     simulated.push(lb);
                 }
-                "KubeDCLoadBalancer" | "InMemoryLoadBalancer" => {
+                "KubeDCLoadBalancer" | "OctaviaLoadBalancer" | "InMemoryLoadBalancer" => {
                     if doc["kind"] == "KubeDCLoadBalancer" {
                         parse::<KubeDCLoadBalancer>(doc).unwrap_or_else(|e| panic!("{file}: {e}"));
+                    }
+                    if doc["kind"] == "OctaviaLoadBalancer" {
+                        parse::<OctaviaLoadBalancer>(doc).unwrap_or_else(|e| panic!("{file}: {e}"));
                     }
                     // The in-memory provider stands in for the template's provider.
                     simulated.push(json!({
@@ -197,7 +212,7 @@ async fn every_template_substitutes_parses_and_simulates_to_a_ready_control_plan
         );
         checked += 1;
     }
-    assert!(checked >= 3, "{checked} templates");
+    assert!(checked >= 4, "{checked} templates");
 }
 
 #[test]
