@@ -182,6 +182,26 @@ struct Note {
     message: String,
 }
 
+/// What looking up and claiming an infrastructure object found.
+enum Claim {
+    /// Claimed.
+    Claimed(Box<Claimed>),
+    /// It does not exist (the message says which).
+    Missing(String),
+    /// It is being deleted.
+    Deleting,
+    /// It cannot be used: no provider for its kind, or another LoadBalancer controls it.
+    Refused(&'static str, String),
+}
+
+/// A claimed infrastructure object: its provider, API, kind and the object as claimed.
+struct Claimed {
+    provider: Arc<dyn Provider>,
+    api: Api<DynamicObject>,
+    resource: ApiResource,
+    infra: DynamicObject,
+}
+
 /// How bringing up a migration's new load balancer went.
 enum BringUp {
     /// Provisioned, with an address, every member active: switch to it.
@@ -321,58 +341,28 @@ impl<'a> Reconciliation<'a> {
         let spec_ref = self.migrate(&wanted, &selector).await?;
 
         // The provider and its infrastructure object.
-        let Some(provider) = self.ctx.providers.get(&spec_ref.api_group, &spec_ref.kind) else {
-            let message = format!(
-                "no enabled provider handles {}.{}; enabled: {}",
-                spec_ref.kind,
-                spec_ref.api_group,
-                self.ctx.providers.describe()
-            );
-            return self.infra_problem(r::PROVIDER_NOT_ENABLED, message).await;
-        };
-        let infra_resource = provider.infrastructure_resource();
-        let infra_api: Api<DynamicObject> =
-            Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &infra_resource);
-        let infra = infra_api
-            .get_opt(&spec_ref.name)
-            .await
-            .map_err(kube_err("get", format!("{spec_ref}")))?;
-        let Some(infra) = infra else {
-            if self.status.infrastructure_ref.as_ref() == Some(&spec_ref) {
-                // Gone without our finalizer having run (someone removed it): the provider may
-                // still hold a load balancer for it.
+        let (provider, infra_api, infra_resource, infra) = match self.claim_infra(&spec_ref).await?
+        {
+            Claim::Claimed(c) => (c.provider, c.api, c.resource, c.infra),
+            // Gone without our finalizer having run (someone removed it): the provider may still
+            // hold a load balancer for it.
+            Claim::Missing(_) if self.status.infrastructure_ref.as_ref() == Some(&spec_ref) => {
                 return self
                     .infra_going(&spec_ref, r::INFRASTRUCTURE_NOT_FOUND, "no longer exists")
                     .await;
             }
-            let message = format!(
-                "{} {}/{} does not exist",
-                spec_ref.kind, self.namespace, spec_ref.name
-            );
-            return self
-                .infra_problem(r::INFRASTRUCTURE_NOT_FOUND, message)
-                .await;
+            Claim::Missing(message) => {
+                return self
+                    .infra_problem(r::INFRASTRUCTURE_NOT_FOUND, message)
+                    .await;
+            }
+            Claim::Deleting => {
+                return self
+                    .infra_going(&spec_ref, r::INFRASTRUCTURE_DELETING, "is being deleted")
+                    .await;
+            }
+            Claim::Refused(reason, message) => return self.infra_problem(reason, message).await,
         };
-        if let Some(owner) = controller_of(&infra)
-            && owner.uid != self.identity.uid
-        {
-            let message = format!(
-                "{} {} is already used by {} {}; each LoadBalancer needs its own infrastructure object",
-                spec_ref.kind, spec_ref.name, owner.kind, owner.name
-            );
-            return self.infra_problem(r::INFRASTRUCTURE_IN_USE, message).await;
-        }
-        if infra.metadata.deletion_timestamp.is_some() {
-            return self
-                .infra_going(&spec_ref, r::INFRASTRUCTURE_DELETING, "is being deleted")
-                .await;
-        }
-        let Some(owner) = publication::controller_ref(self.lb) else {
-            return Err(Error::MissingField(describe(self.lb), "uid"));
-        };
-        let infra = metadata::claim(&infra_api, &infra, owner, INFRASTRUCTURE_FINALIZER)
-            .await
-            .map_err(kube_err("claim", format!("{spec_ref}")))?;
         self.status.infrastructure_ref = Some(spec_ref.clone());
 
         // Ensure the load balancer.
@@ -800,20 +790,20 @@ impl<'a> Reconciliation<'a> {
         }
     }
 
-    /// Bring the new infrastructure's load balancer up and populate it with the serving members,
-    /// without touching the targets (their states and hooks follow the serving load balancer).
-    async fn bring_up(
-        &mut self,
-        target: &InfrastructureRef,
-        selector: &Selector,
-    ) -> Result<BringUp> {
-        let Some(provider) = self.ctx.providers.get(&target.api_group, &target.kind) else {
-            return Ok(BringUp::Failed(
+    /// Find the provider and the infrastructure object `infra_ref` names and claim the object
+    /// (controller owner reference + finalizer), or say why not.
+    async fn claim_infra(&self, infra_ref: &InfrastructureRef) -> Result<Claim> {
+        let Some(provider) = self
+            .ctx
+            .providers
+            .get(&infra_ref.api_group, &infra_ref.kind)
+        else {
+            return Ok(Claim::Refused(
                 r::PROVIDER_NOT_ENABLED,
                 format!(
                     "no enabled provider handles {}.{}; enabled: {}",
-                    target.kind,
-                    target.api_group,
+                    infra_ref.kind,
+                    infra_ref.api_group,
                     self.ctx.providers.describe()
                 ),
             ));
@@ -822,35 +812,63 @@ impl<'a> Reconciliation<'a> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
         let Some(infra) = api
-            .get_opt(&target.name)
+            .get_opt(&infra_ref.name)
             .await
-            .map_err(kube_err("get", format!("{target}")))?
+            .map_err(kube_err("get", format!("{infra_ref}")))?
         else {
-            return Ok(BringUp::Failed(
-                r::INFRASTRUCTURE_NOT_FOUND,
-                format!("{target} does not exist"),
-            ));
+            return Ok(Claim::Missing(format!(
+                "{} {}/{} does not exist",
+                infra_ref.kind, self.namespace, infra_ref.name
+            )));
         };
         if let Some(owner) = controller_of(&infra)
             && owner.uid != self.identity.uid
         {
-            return Ok(BringUp::Failed(
+            return Ok(Claim::Refused(
                 r::INFRASTRUCTURE_IN_USE,
-                format!("{target} is already used by {} {}", owner.kind, owner.name),
+                format!(
+                    "{} {} is already used by {} {}; each LoadBalancer needs its own infrastructure object",
+                    infra_ref.kind, infra_ref.name, owner.kind, owner.name
+                ),
             ));
         }
         if infra.metadata.deletion_timestamp.is_some() {
-            return Ok(BringUp::Failed(
-                r::INFRASTRUCTURE_DELETING,
-                format!("{target} is being deleted"),
-            ));
+            return Ok(Claim::Deleting);
         }
         let Some(owner) = publication::controller_ref(self.lb) else {
             return Err(Error::MissingField(describe(self.lb), "uid"));
         };
         let infra = metadata::claim(&api, &infra, owner, INFRASTRUCTURE_FINALIZER)
             .await
-            .map_err(kube_err("claim", format!("{target}")))?;
+            .map_err(kube_err("claim", format!("{infra_ref}")))?;
+        Ok(Claim::Claimed(Box::new(Claimed {
+            provider,
+            api,
+            resource,
+            infra,
+        })))
+    }
+
+    /// Bring the new infrastructure's load balancer up and populate it with the serving members,
+    /// without touching the targets (their states and hooks follow the serving load balancer).
+    async fn bring_up(
+        &mut self,
+        target: &InfrastructureRef,
+        selector: &Selector,
+    ) -> Result<BringUp> {
+        let (provider, api, resource, infra) = match self.claim_infra(target).await? {
+            Claim::Claimed(c) => (c.provider, c.api, c.resource, c.infra),
+            Claim::Missing(message) => {
+                return Ok(BringUp::Failed(r::INFRASTRUCTURE_NOT_FOUND, message));
+            }
+            Claim::Deleting => {
+                return Ok(BringUp::Failed(
+                    r::INFRASTRUCTURE_DELETING,
+                    format!("{target} is being deleted"),
+                ));
+            }
+            Claim::Refused(reason, message) => return Ok(BringUp::Failed(reason, message)),
+        };
         let listeners = listeners(self.lb);
         let ensured = provider
             .ensure(EnsureRequest {
