@@ -1114,21 +1114,10 @@ impl<'a> Reconciliation<'a> {
         access: Access<'_>,
         infra_status: &mut Map<String, Value>,
     ) -> Result<TargetsState> {
-        // A LoadBalancer realising a Service of capi-lb's class: the Service's endpoints.
-        if let Some(binding) = self.binding.clone() {
-            let desired = class::members(&binding);
-            let (members_state, members) = self.converge(access, &desired, infra_status).await;
-            return Ok(TargetsState::Listed {
-                targets: class::views(&desired, members.as_deref()),
-                members: members_state,
-            });
-        }
-        let Some(selector) = self.selector.clone() else {
-            return Ok(TargetsState::Unavailable("the spec is invalid".into()));
-        };
-
+        // A changed target kind (including a LoadBalancer that starts realising a Service: its
+        // targets become the Service's endpoints): the objects of the previous kind are no longer
+        // targets, and lose our annotations and hooks.
         let kind = &self.lb.spec.target_kind;
-        // A changed target kind: the objects of the previous kind are no longer targets.
         if let Some(previous) = self.status.target_kind.as_deref()
             && previous != kind.to_string()
             && let Some((old_kind, old_group)) = previous.split_once('.')
@@ -1140,6 +1129,19 @@ impl<'a> Reconciliation<'a> {
             let released = targets::release_all(self.ctx, self.lb, &old).await?;
             self.note(false, event::DELETION_HOOKS_RELEASED, released);
         }
+        // A LoadBalancer realising a Service of capi-lb's class: the Service's endpoints.
+        if let Some(binding) = self.binding.clone() {
+            let desired = class::members(&binding);
+            let (members_state, members) = self.converge(access, &desired, infra_status).await;
+            return Ok(TargetsState::Listed {
+                targets: class::views(&desired, members.as_deref()),
+                members: members_state,
+            });
+        }
+
+        let Some(selector) = self.selector.clone() else {
+            return Ok(TargetsState::Unavailable("the spec is invalid".into()));
+        };
         let pass = targets::Pass {
             ctx: self.ctx,
             lb: self.lb,

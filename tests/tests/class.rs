@@ -246,3 +246,46 @@ async fn a_hostname_only_provider_gives_a_hostname_ingress() {
     assert_eq!(ingress[0].hostname.as_deref(), Some("lb.example.com"));
     assert!(ingress[0].ip.is_none());
 }
+
+#[tokio::test]
+async fn a_load_balancer_that_starts_realising_a_service_lets_go_of_its_machines() {
+    let world = world(vec![
+        lb("cp").build(),
+        infra("cp").build(),
+        machine("cp-m1", "cp", "10.0.0.11").build(),
+    ])
+    .await;
+    settle(&world).await;
+    let machines: Api<capi_lb_api::capi::Machine> = Api::namespaced(world.client(), NS);
+    let has_ours = |m: &capi_lb_api::capi::Machine| {
+        m.annotations()
+            .keys()
+            .any(|k| k.contains("loadbalancer.cluster.x-k8s.io") || k.contains("capi-lb-"))
+    };
+    assert!(
+        has_ours(&machines.get("cp-m1").await.unwrap()),
+        "a member with hooks"
+    );
+    let svc: Service =
+        serde_json::from_value(class_service("tcp", Some(CLASS), Some("cp"))).unwrap();
+    Api::<Service>::namespaced(world.client(), NS)
+        .create(&Default::default(), &svc)
+        .await
+        .unwrap();
+    let slice: EndpointSlice =
+        serde_json::from_value(endpoint_slice("tcp", json!([ready("pod-a", "10.244.0.5")])))
+            .unwrap();
+    Api::<EndpointSlice>::namespaced(world.client(), NS)
+        .create(&Default::default(), &slice)
+        .await
+        .unwrap();
+    settle(&world).await;
+    let m1 = machines.get("cp-m1").await.unwrap();
+    assert!(
+        !has_ours(&m1),
+        "annotations and hooks left on the Machine: {:?}",
+        m1.annotations()
+    );
+    let names: Vec<String> = members(&world).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, vec!["pod-a"]);
+}
