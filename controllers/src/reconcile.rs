@@ -1485,6 +1485,10 @@ async fn cleanup(lb: &LoadBalancer, ctx: &Context, api: &Api<LoadBalancer>) -> R
         set_deleting_condition(ctx, api, lb, r::DELETING, &message).await?;
         return Ok(Outcome::requeue(retry));
     }
+    // A Service this LoadBalancer realised no longer has a load balancer behind it.
+    if let Some(binding) = class::binding(&ctx.client, lb).await? {
+        class::write_back(&ctx.client, &binding, &[], None).await?;
+    }
     let changes = publication::withdraw_lb(&ctx.client, lb).await?;
     if !changes.is_empty() {
         ctx.events

@@ -413,17 +413,34 @@ async fn bind(ctx: &Context, service: &Service, reported: &Reported) -> Result<O
         "get",
         format!("LoadBalancer {namespace}/{lb_name}"),
     ))?;
+    // A LoadBalancer annotated for another Service is taken only while that Service still exists
+    // and still names it.
+    let taken_by = match lb
+        .as_ref()
+        .and_then(|lb| lb.annotations().get(ANNOTATION_SERVICE))
+        .filter(|other| **other != name)
+    {
+        Some(other) => {
+            let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+            services
+                .get_opt(other)
+                .await
+                .map_err(kube_err("get", format!("Service {namespace}/{other}")))?
+                .filter(|o| crate::class::is_ours(o) && realised_by(o) == lb_name)
+                .map(|_| other.clone())
+        }
+        None => None,
+    };
     let problem = match &lb {
         None => Some(format!(
             "Service {name} has load-balancer class {} but there is no LoadBalancer {lb_name} to realise it: create one (it gives the provider), or name an existing one with the {ANNOTATION_LOAD_BALANCER_REF} annotation",
             crate::class::LOAD_BALANCER_CLASS
         )),
-        Some(lb) => match lb.annotations().get(ANNOTATION_SERVICE) {
-            Some(other) if other != &name => Some(format!(
+        Some(_) => taken_by.map(|other| {
+            format!(
                 "LoadBalancer {lb_name} already realises Service {other}; each Service needs its own"
-            )),
-            _ => None,
-        },
+            )
+        }),
     };
     if let Some(message) = problem {
         if reported.first_time(&uid, &message) {

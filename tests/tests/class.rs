@@ -289,3 +289,53 @@ async fn a_load_balancer_that_starts_realising_a_service_lets_go_of_its_machines
     let names: Vec<String> = members(&world).into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, vec!["pod-a"]);
 }
+
+#[tokio::test]
+async fn deleting_the_load_balancer_clears_the_service_ingress_and_a_stale_binding_is_not_a_conflict()
+ {
+    let world = world(vec![
+        class_service("tcp", Some(CLASS), Some("cp")),
+        endpoint_slice("tcp", json!([ready("pod-a", "10.244.0.5")])),
+        lb("cp").build(),
+        infra("cp").build(),
+    ])
+    .await;
+    settle(&world).await;
+    let services: Api<Service> = Api::namespaced(world.client(), NS);
+    // The Service moves to another LoadBalancer; "cp" keeps the old binding annotation, which must
+    // not make it look taken.
+    services
+        .patch(
+            "tcp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"loadbalancer.cluster.x-k8s.io/load-balancer-ref": "cp2"}}})),
+        )
+        .await
+        .unwrap();
+    let svc2: Service =
+        serde_json::from_value(class_service("other", Some(CLASS), Some("cp"))).unwrap();
+    services.create(&Default::default(), &svc2).await.unwrap();
+    settle(&world).await;
+    assert_eq!(
+        get_lb(&world, "cp").await.annotations()["loadbalancer.cluster.x-k8s.io/service"],
+        "other"
+    );
+    // Deleting the LoadBalancer leaves its Service without a stale address.
+    Api::<capi_lb_api::LoadBalancer>::namespaced(world.client(), NS)
+        .delete("cp", &Default::default())
+        .await
+        .unwrap();
+    world.run_until_stable(50).await.unwrap();
+    let other = services.get("other").await.unwrap();
+    let ingress = other
+        .status
+        .clone()
+        .and_then(|s| s.load_balancer)
+        .and_then(|l| l.ingress);
+    assert!(ingress.as_ref().is_none_or(|i| i.is_empty()), "{ingress:?}");
+    assert!(
+        !other
+            .annotations()
+            .contains_key("loadbalancer.cluster.x-k8s.io/external-endpoint-dns-name")
+    );
+}
