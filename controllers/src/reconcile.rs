@@ -30,8 +30,8 @@ use capi_lb_api::loadbalancer::{
 use capi_lb_api::target::{TargetKeys, TargetState};
 use capi_lb_api::validation::check;
 use capi_lb_providers::{
-    DeleteRequest, DesiredMember, EnsureRequest, Listener, LoadBalancerIdentity, MemberState,
-    MemberStatus, MembersRequest, Progress, Provider, ProviderError,
+    DeleteRequest, DesiredMember, EnsureRequest, Listener, LoadBalancerIdentity, MemberIntent,
+    MemberState, MemberStatus, MembersRequest, Progress, Provider, ProviderError,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
@@ -906,24 +906,10 @@ impl<'a> Reconciliation<'a> {
                 .await?;
             return Ok(BringUp::Waiting("it has no address yet".into()));
         }
-        // The members the serving load balancer has: every target that wants in, with an address,
-        // past its gates.
-        let kind = &self.lb.spec.target_kind;
-        let objects = match self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await {
-            Ok(resource) => targets::list(&self.ctx.client, &resource, &self.namespace)
-                .await
-                .map_err(kube_err("list", format!("{kind}")))?,
+        let desired = match self.serving_members(selector).await? {
+            Ok(desired) => desired,
             Err(message) => return Ok(BringUp::Waiting(message)),
         };
-        let keys = TargetKeys::new(&self.namespace, &self.identity.name);
-        let desired: Vec<DesiredMember> = targets::observe(objects, selector, &keys, &self.lb.spec)
-            .into_iter()
-            .filter(|t| t.observed.wants_in() && t.observed.gates_pending.is_empty())
-            .filter_map(|t| {
-                let address = t.observed.address.clone()?;
-                Some(DesiredMember::serve(t.observed.name.clone(), address))
-            })
-            .collect();
         let converged = provider
             .converge_members(MembersRequest {
                 identity: &self.identity,
@@ -965,6 +951,43 @@ impl<'a> Reconciliation<'a> {
         self.write_infra_status(&api, &resource, &infra, infra_status)
             .await?;
         Ok(result)
+    }
+
+    /// The members a load balancer taking over should start with: the endpoints of the bound
+    /// Service that serve, or every target that wants in, with an address, past its gates.
+    /// `Ok(Err(message))` when the target kind cannot be listed.
+    async fn serving_members(
+        &self,
+        selector: &Selector,
+    ) -> Result<std::result::Result<Vec<DesiredMember>, String>> {
+        if let Some(binding) = &self.binding {
+            let serving = class::members(binding)
+                .into_iter()
+                .filter(|m| matches!(m.intent, MemberIntent::Serve(_)))
+                .collect();
+            return Ok(Ok(serving));
+        }
+        let kind = &self.lb.spec.target_kind;
+        let objects = match self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await {
+            Ok(resource) => targets::list(&self.ctx.client, &resource, &self.namespace)
+                .await
+                .map_err(kube_err("list", format!("{kind}")))?,
+            Err(message) => return Ok(Err(message)),
+        };
+        let keys = TargetKeys::new(&self.namespace, &self.identity.name);
+        Ok(Ok(targets::observe(
+            objects,
+            selector,
+            &keys,
+            &self.lb.spec,
+        )
+        .into_iter()
+        .filter(|t| t.observed.wants_in() && t.observed.gates_pending.is_empty())
+        .filter_map(|t| {
+            let address = t.observed.address.clone()?;
+            Some(DesiredMember::serve(t.observed.name.clone(), address))
+        })
+        .collect()))
     }
 
     /// Stop after an infrastructure problem: report it, keep everything else. Targets still move

@@ -339,3 +339,61 @@ async fn deleting_the_load_balancer_clears_the_service_ingress_and_a_stale_bindi
             .contains_key("loadbalancer.cluster.x-k8s.io/external-endpoint-dns-name")
     );
 }
+
+fn ingress_ips(svc: &Service) -> Vec<String> {
+    svc.status
+        .clone()
+        .and_then(|s| s.load_balancer)
+        .and_then(|l| l.ingress)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|i| i.ip)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_provider_swap_moves_the_service_ingress_once_the_new_load_balancer_is_ready() {
+    let world = world(vec![
+        class_service("tcp", Some(CLASS), Some("cp")),
+        endpoint_slice("tcp", json!([ready("pod-a", "10.244.0.5")])),
+        lb("cp").spec("drainSeconds", json!(30)).build(),
+        infra("cp").build(),
+        infra("cp-new")
+            .spec("addressPools", json!(["198.51.100.0/24"]))
+            .spec("provisioningDelaySeconds", json!(20))
+            .build(),
+    ])
+    .await;
+    settle(&world).await;
+    let before = service(&world, "tcp").await.unwrap();
+    assert_eq!(ingress_ips(&before), vec!["203.0.113.1"]);
+
+    Api::<capi_lb_api::LoadBalancer>::namespaced(world.client(), NS)
+        .patch(
+            "cp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"infrastructureRef": {"name": "cp-new"}}})),
+        )
+        .await
+        .unwrap();
+    // While the new load balancer provisions, the Service keeps the old, serving address.
+    world.reconcile(NS, "cp").await.unwrap();
+    world.settle_services(10).await.unwrap();
+    assert_eq!(world.cloud.load_balancers().len(), 2);
+    assert_eq!(
+        ingress_ips(&service(&world, "tcp").await.unwrap()),
+        vec!["203.0.113.1"]
+    );
+
+    // Once it serves, the ingress moves; the stable name stays; the old one is deleted after the
+    // drain.
+    settle(&world).await;
+    let after = service(&world, "tcp").await.unwrap();
+    assert_eq!(ingress_ips(&after), vec!["198.51.100.1"]);
+    let dns = "loadbalancer.cluster.x-k8s.io/external-endpoint-dns-name";
+    assert_eq!(after.annotations()[dns], before.annotations()[dns]);
+    let cloud = world.cloud.load_balancers();
+    assert_eq!(cloud.len(), 1);
+    assert_eq!(cloud[0].addresses[0].address, "198.51.100.1");
+    assert_eq!(members(&world).len(), 1);
+}
