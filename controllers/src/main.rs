@@ -53,7 +53,8 @@ enum Command {
             long,
             value_delimiter = ',',
             default_value = "inmemory",
-            env = "CAPI_LB_PROVIDERS"
+            env = "CAPI_LB_PROVIDERS",
+            value_parser = clap::builder::PossibleValuesParser::new(capi_lb::run::AVAILABLE_PROVIDERS)
         )]
         providers: Vec<String>,
         /// LoadBalancers reconciled at the same time.
