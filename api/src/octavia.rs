@@ -307,6 +307,9 @@ pub struct OctaviaLoadBalancerStatus {
     /// Members across all pools.
     #[serde(default)]
     pub member_count: i32,
+    /// Since when the load balancer has been in a `PENDING_*` state (RFC 3339), while it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_since: Option<String>,
 }
 
 /// One port's Octavia objects.
@@ -328,6 +331,25 @@ pub struct ListenerStatus {
     /// Health monitor ID.
     #[serde(default, rename = "monitorID", skip_serializing_if = "Option::is_none")]
     pub monitor_id: Option<String>,
+    /// Hashes of the listener, pool and health-monitor settings last applied to these objects:
+    /// a changed OctaviaLoadBalancer spec is applied without reading the objects back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied: Option<AppliedSettings>,
+}
+
+/// Hashes of the settings applied to one port's Octavia objects.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedSettings {
+    /// Listener settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<String>,
+    /// Pool settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// Health-monitor settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monitor: Option<String>,
 }
 
 fn default_clouds_key() -> String {

@@ -6,6 +6,7 @@ pub mod clock;
 pub mod error;
 pub mod inmemory;
 pub mod kubedc;
+pub mod octavia;
 pub mod provider;
 pub mod registry;
 

@@ -1,0 +1,541 @@
+//! The OpenStack side of the Octavia provider: credentials from a Secret, Keystone sessions (through
+//! the `openstack_sdk` crate: token auth, catalog discovery, renewal before expiry, re-auth on 401),
+//! Octavia API version detection, and one metered request path that turns HTTP answers into what
+//! the provider does next (done, wait and look again, back off, or report).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Method;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use openstack_sdk::AsyncOpenStack;
+use openstack_sdk::api::rest_endpoint_prelude::{BodyError, QueryParams, RestEndpoint};
+use openstack_sdk::api::{QueryAsync, raw};
+use openstack_sdk::config::{CloudConfig, ConfigFile};
+use openstack_sdk::types::ServiceType;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{Stop, reason};
+use crate::error::ProviderError;
+
+/// Receives one record per OpenStack API request (for metrics and benchmarks).
+pub trait ApiObserver: Send + Sync {
+    /// Called after every request, including failed ones.
+    fn observe(&self, call: &ApiCall<'_>);
+}
+
+/// One OpenStack API request, as seen by an [`ApiObserver`].
+#[derive(Clone, Copy, Debug)]
+pub struct ApiCall<'a> {
+    /// `identity` or `load-balancer`.
+    pub service: &'a str,
+    /// What was done, e.g. `loadbalancer.create`, `member.batch-update`.
+    pub operation: &'a str,
+    /// HTTP status, or `None` when no answer came (connection refused, timeout).
+    pub status: Option<u16>,
+    /// How long it took.
+    pub duration: Duration,
+}
+
+/// An Octavia API version (`2.N`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ApiVersion(pub u32, pub u32);
+
+impl ApiVersion {
+    /// Tags on every object (`tags`, `tags` filters).
+    pub const TAGS: ApiVersion = ApiVersion(2, 5);
+    /// Listener `allowed_cidrs`.
+    pub const ALLOWED_CIDRS: ApiVersion = ApiVersion(2, 12);
+    /// Load balancer `availability_zone`.
+    pub const AVAILABILITY_ZONES: ApiVersion = ApiVersion(2, 14);
+
+    /// The highest `v2.N` of an Octavia version document.
+    pub fn from_document(document: &Value) -> Option<Self> {
+        document
+            .get("versions")?
+            .as_array()?
+            .iter()
+            .filter_map(|v| v.get("id")?.as_str())
+            .filter_map(|id| {
+                let (major, minor) = id.strip_prefix('v')?.split_once('.')?;
+                Some(ApiVersion(major.parse().ok()?, minor.parse().ok()?))
+            })
+            .filter(|v| v.0 == 2)
+            .max()
+    }
+}
+
+impl std::fmt::Display for ApiVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.0, self.1)
+    }
+}
+
+/// Where the credentials are, as the OctaviaLoadBalancer says.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CredentialsRef {
+    /// Namespace of the OctaviaLoadBalancer (and of the Secret: no other is read).
+    pub namespace: String,
+    /// Secret name.
+    pub secret: String,
+    /// Key of the `clouds.yaml`.
+    pub key: String,
+    /// Cloud name in it.
+    pub cloud: String,
+    /// Region override.
+    pub region: Option<String>,
+    /// Key of a CA bundle in the same Secret.
+    pub ca_bundle_key: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SessionKey {
+    credentials: CredentialsRef,
+    /// Changes whenever the Secret changes, so edited credentials take effect at once.
+    secret_version: String,
+}
+
+/// An authenticated session with a cloud's Octavia.
+pub struct Session {
+    os: AsyncOpenStack,
+    _renew: openstack_sdk::RenewHandle,
+    /// The cloud name, for messages.
+    pub cloud: String,
+    /// The detected Octavia API version.
+    pub version: ApiVersion,
+}
+
+/// An HTTP answer.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Parsed JSON body (`Null` when empty or not JSON).
+    pub body: Value,
+}
+
+impl Reply {
+    /// 2xx.
+    pub fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// Octavia's error text (`faultstring`, or `description`/`message`).
+    pub fn fault(&self) -> String {
+        ["faultstring", "description", "message"]
+            .iter()
+            .find_map(|k| self.body.get(k).and_then(Value::as_str))
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("HTTP {}", self.status))
+    }
+}
+
+/// The sessions the provider holds, one per set of credentials.
+#[derive(Default)]
+pub struct Sessions {
+    sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
+}
+
+/// How often to look again after a problem only the user or the cloud's operator can fix.
+const SLOW: Duration = Duration::from_secs(60);
+
+fn wait(reason: &'static str, message: String) -> Stop {
+    Stop::Wait(crate::provider::Progress::pending_because(
+        reason, message, SLOW,
+    ))
+}
+
+impl Sessions {
+    /// A session for `credentials`: reads the Secret (its resourceVersion decides whether a cached
+    /// session is still valid), then authenticates with Keystone and finds Octavia in the catalog.
+    pub async fn get(
+        &self,
+        client: &kube::Client,
+        credentials: &CredentialsRef,
+        observer: Option<&dyn ApiObserver>,
+    ) -> Result<Arc<Session>, Stop> {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &credentials.namespace);
+        let secret = secrets.get_opt(&credentials.secret).await.map_err(|e| {
+            Stop::Error(ProviderError::transient(format!(
+                "reading Secret {}/{}: {e}",
+                credentials.namespace, credentials.secret
+            )))
+        })?;
+        let Some(secret) = secret else {
+            return Err(wait(
+                reason::CREDENTIALS_NOT_FOUND,
+                format!(
+                    "Secret {}/{} with the clouds.yaml does not exist",
+                    credentials.namespace, credentials.secret
+                ),
+            ));
+        };
+        let key = SessionKey {
+            credentials: credentials.clone(),
+            secret_version: secret.metadata.resource_version.clone().unwrap_or_default(),
+        };
+        if let Ok(sessions) = self.sessions.lock()
+            && let Some(session) = sessions.get(&key)
+        {
+            return Ok(session.clone());
+        }
+        let config = cloud_config(&secret, credentials)?;
+        let session = connect(&config, credentials, observer).await?;
+        let session = Arc::new(session);
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.retain(|k, _| k.credentials != key.credentials);
+            sessions.insert(key, session.clone());
+        }
+        Ok(session)
+    }
+}
+
+fn secret_value(secret: &Secret, key: &str) -> Option<Vec<u8>> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| b.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .map(|s| s.clone().into_bytes())
+        })
+}
+
+/// The cloud's configuration from the Secret. Errors never quote the Secret's content.
+fn cloud_config(secret: &Secret, credentials: &CredentialsRef) -> Result<CloudConfig, Stop> {
+    let at = format!(
+        "Secret {}/{} key {}",
+        credentials.namespace, credentials.secret, credentials.key
+    );
+    let Some(bytes) = secret_value(secret, &credentials.key) else {
+        return Err(wait(
+            reason::CREDENTIALS_INVALID,
+            format!("{at} does not exist"),
+        ));
+    };
+    let text = String::from_utf8(bytes)
+        .map_err(|_| wait(reason::CREDENTIALS_INVALID, format!("{at} is not UTF-8")))?;
+    let file: ConfigFile = serde_saphyr::from_str(&text).map_err(|_| {
+        wait(
+            reason::CREDENTIALS_INVALID,
+            format!("{at} is not a valid clouds.yaml (a `clouds:` map of cloud name to auth settings)"),
+        )
+    })?;
+    let mut config = file
+        .get_cloud_config(&credentials.cloud)
+        .ok()
+        .flatten()
+        .ok_or_else(|| {
+            let mut available = file.get_available_clouds();
+            available.sort();
+            wait(
+                reason::CREDENTIALS_INVALID,
+                format!(
+                    "{at} has no cloud named {:?} (it has: {})",
+                    credentials.cloud,
+                    available.join(", ")
+                ),
+            )
+        })?;
+    if let Some(region) = &credentials.region {
+        config.region_name = Some(region.clone());
+    }
+    config.auth_cache = Some(false);
+    // A CA bundle only ever comes from the Secret: a `cacert` path in the clouds.yaml would name
+    // a file on the controller's own filesystem.
+    config.cacert = None;
+    if let Some(ca_key) = &credentials.ca_bundle_key {
+        let Some(pem) = secret_value(secret, ca_key) else {
+            return Err(wait(
+                reason::CREDENTIALS_INVALID,
+                format!(
+                    "Secret {}/{} has no key {ca_key} (caBundleKey)",
+                    credentials.namespace, credentials.secret
+                ),
+            ));
+        };
+        config.cacert = Some(write_ca_bundle(&pem)?);
+    }
+    Ok(config)
+}
+
+/// The SDK reads a CA bundle from a file: write it (named by its hash) to the temporary folder.
+fn write_ca_bundle(pem: &[u8]) -> Result<String, Stop> {
+    let hash: String = Sha256::digest(pem)
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let path = std::env::temp_dir().join(format!("capi-lb-octavia-ca-{hash}.pem"));
+    if !path.exists() {
+        std::fs::write(&path, pem).map_err(|e| {
+            Stop::Error(ProviderError::transient(format!(
+                "writing the CA bundle to {}: {e}",
+                path.display()
+            )))
+        })?;
+    }
+    Ok(path.display().to_string())
+}
+
+/// Classify a failure to authenticate or reach Keystone. The SDK's messages name no secret.
+fn auth_failure(cloud: &str, error: &openstack_sdk::OpenStackError) -> Stop {
+    let text = error.to_string();
+    let lower = text.to_lowercase();
+    let unreachable = ["communication", "connect", "timed out", "timeout", "dns"]
+        .iter()
+        .any(|w| lower.contains(w))
+        && !lower.contains("401");
+    if unreachable || lower.contains("500") || lower.contains("503") || lower.contains("502") {
+        Stop::Error(ProviderError::transient(format!(
+            "cloud {cloud}: Keystone is not reachable: {text}"
+        )))
+    } else {
+        wait(
+            reason::AUTHENTICATION_FAILED,
+            format!("cloud {cloud}: Keystone refused the credentials: {text}"),
+        )
+    }
+}
+
+async fn connect(
+    config: &CloudConfig,
+    credentials: &CredentialsRef,
+    observer: Option<&dyn ApiObserver>,
+) -> Result<Session, Stop> {
+    let cloud = credentials.cloud.clone();
+    let started = Instant::now();
+    let connected = AsyncOpenStack::builder(config)
+        .disable_auth_cache(true)
+        .http_timeout(Duration::from_secs(15))
+        .http_connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await;
+    if let Some(observer) = observer {
+        observer.observe(&ApiCall {
+            service: "identity",
+            operation: "token.create",
+            status: match &connected {
+                Ok(_) => Some(201),
+                Err(_) => None,
+            },
+            duration: started.elapsed(),
+        });
+    }
+    let os = connected.map_err(|e| auth_failure(&cloud, &e))?;
+    let region = config.region_name.clone();
+    let in_catalog = os.get_token_catalog().is_some_and(|catalog| {
+        catalog.iter().any(|service| {
+            service.service_type == "load-balancer"
+                && service.endpoints.iter().any(|ep| {
+                    region.is_none() || ep.region.as_deref() == region.as_deref()
+                })
+        })
+    });
+    if !in_catalog {
+        return Err(wait(
+            reason::ENDPOINT_NOT_IN_CATALOG,
+            format!(
+                "cloud {cloud}: the Keystone catalog has no `load-balancer` endpoint{} (is Octavia installed, and is the region right?)",
+                region.map(|r| format!(" in region {r}")).unwrap_or_default()
+            ),
+        ));
+    }
+    os.discover_service_endpoint(&ServiceType::LoadBalancer)
+        .await
+        .map_err(|e| {
+            Stop::Error(ProviderError::transient(format!(
+                "cloud {cloud}: discovering the Octavia endpoint: {e}"
+            )))
+        })?;
+    let renew = os.enable_auto_renew(chrono::TimeDelta::minutes(5));
+    let mut session = Session {
+        os,
+        _renew: renew,
+        cloud,
+        version: ApiVersion(2, 0),
+    };
+    let reply = session
+        .send(observer, "version.get", Request::get("../"))
+        .await?;
+    session.version = ApiVersion::from_document(&reply.body).ok_or_else(|| {
+        Stop::Error(ProviderError::transient(format!(
+            "cloud {}: the Octavia version document lists no v2 version (HTTP {})",
+            session.cloud, reply.status
+        )))
+    })?;
+    Ok(session)
+}
+
+/// One Octavia request: the SDK's extension point for requests (`RestEndpoint`), sent with
+/// `raw(..)` so that every status code reaches the provider.
+#[derive(Clone, Debug)]
+pub struct Request {
+    method: Method,
+    path: String,
+    query: BTreeMap<&'static str, String>,
+    body: Option<Value>,
+}
+
+impl Request {
+    /// `GET path`.
+    pub fn get(path: impl Into<String>) -> Self {
+        Self {
+            method: Method::GET,
+            path: path.into(),
+            query: BTreeMap::new(),
+            body: None,
+        }
+    }
+
+    /// `POST path` with a JSON body.
+    pub fn post(path: impl Into<String>, body: Value) -> Self {
+        Self {
+            method: Method::POST,
+            body: Some(body),
+            ..Self::get(path)
+        }
+    }
+
+    /// `PUT path` with a JSON body.
+    pub fn put(path: impl Into<String>, body: Value) -> Self {
+        Self {
+            method: Method::PUT,
+            body: Some(body),
+            ..Self::get(path)
+        }
+    }
+
+    /// `DELETE path`.
+    pub fn delete(path: impl Into<String>) -> Self {
+        Self {
+            method: Method::DELETE,
+            ..Self::get(path)
+        }
+    }
+
+    /// Add a query parameter.
+    pub fn query(mut self, key: &'static str, value: impl Into<String>) -> Self {
+        self.query.insert(key, value.into());
+        self
+    }
+}
+
+impl RestEndpoint for Request {
+    fn method(&self) -> Method {
+        self.method.clone()
+    }
+
+    fn endpoint(&self) -> std::borrow::Cow<'static, str> {
+        self.path.clone().into()
+    }
+
+    fn service_type(&self) -> ServiceType {
+        ServiceType::LoadBalancer
+    }
+
+    fn parameters(&self) -> QueryParams<'_> {
+        let mut params = QueryParams::default();
+        for (k, v) in &self.query {
+            params.push(*k, v.as_str());
+        }
+        params
+    }
+
+    fn body(&self) -> Result<Option<(&'static str, Vec<u8>)>, BodyError> {
+        match &self.body {
+            None => Ok(None),
+            Some(body) => Ok(Some((
+                "application/json",
+                serde_json::to_vec(body).map_err(BodyError::from)?,
+            ))),
+        }
+    }
+
+    fn api_version(&self) -> Option<openstack_sdk::types::ApiVersion> {
+        None
+    }
+}
+
+impl Session {
+    /// Send `request`; record it; an answer of any status is `Ok`. No answer is a transient error.
+    pub async fn send(
+        &self,
+        observer: Option<&dyn ApiObserver>,
+        operation: &str,
+        request: Request,
+    ) -> Result<Reply, Stop> {
+        let started = Instant::now();
+        let answer = raw(request)
+            .skip_error_check(true)
+            .query_async(&self.os)
+            .await;
+        let status = answer.as_ref().ok().map(|r| r.status().as_u16());
+        if let Some(observer) = observer {
+            observer.observe(&ApiCall {
+                service: "load-balancer",
+                operation,
+                status,
+                duration: started.elapsed(),
+            });
+        }
+        let response: http::Response<Bytes> = answer.map_err(|e| {
+            Stop::Error(ProviderError::Transient {
+                message: format!("cloud {}: Octavia {operation}: no answer: {e}", self.cloud),
+                retry_after: None,
+            })
+        })?;
+        let status = response.status().as_u16();
+        let body = serde_json::from_slice(response.body()).unwrap_or(Value::Null);
+        Ok(Reply { status, body })
+    }
+
+    /// Send `request` and require success: 409 (an object is PENDING) waits, 5xx backs off, quota
+    /// and configuration rejections are reported with their reason.
+    pub async fn expect(
+        &self,
+        observer: Option<&dyn ApiObserver>,
+        operation: &str,
+        request: Request,
+    ) -> Result<Value, Stop> {
+        let reply = self.send(observer, operation, request).await?;
+        if reply.ok() {
+            return Ok(reply.body);
+        }
+        Err(self.failure(operation, &reply))
+    }
+
+    /// What a non-2xx answer means for the provider.
+    pub fn failure(&self, operation: &str, reply: &Reply) -> Stop {
+        let fault = reply.fault();
+        let what = format!(
+            "cloud {}: Octavia {operation}: HTTP {}: {fault}",
+            self.cloud, reply.status
+        );
+        let lower = fault.to_lowercase();
+        match reply.status {
+            409 => Stop::Wait(crate::provider::Progress::pending_because(
+                reason::LOAD_BALANCER_PENDING,
+                format!("{what} (an object is PENDING; retrying)"),
+                super::POLL,
+            )),
+            401 => wait(reason::AUTHENTICATION_FAILED, what),
+            403 | 413 if lower.contains("quota") => wait(reason::QUOTA_EXCEEDED, what),
+            400 | 404
+                if lower.contains("provider") || lower.contains("flavor") =>
+            {
+                wait(reason::PROVIDER_OR_FLAVOR_NOT_FOUND, what)
+            }
+            400..=499 => wait(reason::REQUEST_REJECTED, what),
+            _ => Stop::Error(ProviderError::transient(what)),
+        }
+    }
+}
