@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use capi_lb_api::capi::{Cluster, Machine};
-use capi_lb_api::{InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer};
+use capi_lb_api::{InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer};
 use capi_lb_providers::clock::SharedClock;
 use futures::future::BoxFuture;
 use http::{Method, Request, Response};
@@ -156,6 +156,7 @@ impl InMemoryApiBuilder {
             .with_resource::<LoadBalancer>()
             .with_resource::<InMemoryLoadBalancer>()
             .with_resource::<KubeDCLoadBalancer>()
+            .with_resource::<OctaviaLoadBalancer>()
             .with_resource::<Machine>()
             .with_resource::<Cluster>();
         Self { builder, clock }

@@ -28,6 +28,8 @@ use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::clock::{SharedClock, SystemClock};
 use capi_lb_providers::inmemory::{self, InMemoryCloud, InMemoryProvider};
 use capi_lb_providers::kubedc::{self, KubeDcProvider};
+use capi_lb_providers::octavia::api::ApiObserver;
+use capi_lb_providers::octavia::{self, OctaviaProvider};
 use capi_lb_providers::provider::tags;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Service;
@@ -49,7 +51,7 @@ use crate::services::{ExternalEndpoints, Reported, reconcile_service};
 use crate::telemetry::{self, Health, MeteredProvider, Metrics};
 
 /// Providers `run` can enable.
-pub const AVAILABLE_PROVIDERS: &[&str] = &[inmemory::NAME, kubedc::NAME];
+pub const AVAILABLE_PROVIDERS: &[&str] = &[inmemory::NAME, kubedc::NAME, octavia::NAME];
 
 /// Options of `capi-lb run`.
 #[derive(Clone, Debug)]
@@ -137,11 +139,12 @@ pub enum RunError {
 }
 
 /// Build the registry of the requested providers (those that work through the Kubernetes API use
-/// `client`).
+/// `client`; the Octavia provider reports its OpenStack requests to `openstack`).
 pub fn providers(
     names: &[String],
     client: &kube::Client,
     clock: SharedClock,
+    openstack: Option<Arc<dyn ApiObserver>>,
 ) -> Result<ProviderRegistry, RunError> {
     let mut registry = ProviderRegistry::new();
     for name in names {
@@ -153,6 +156,13 @@ pub fn providers(
             }
             kubedc::NAME => {
                 registry.register(Arc::new(KubeDcProvider::new(client.clone(), clock.clone())));
+            }
+            octavia::NAME => {
+                let mut provider = OctaviaProvider::new(client.clone(), clock.clone());
+                if let Some(observer) = &openstack {
+                    provider = provider.with_observer(observer.clone());
+                }
+                registry.register(Arc::new(provider));
             }
             other => {
                 return Err(RunError::UnknownProvider {
@@ -296,8 +306,13 @@ pub async fn run_with_client(
     let clock: SharedClock = Arc::new(SystemClock);
     let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
-    let registry = providers(&options.providers, &client, clock.clone())?
-        .wrapped(|p| Arc::new(MeteredProvider::new(p, metrics.clone())));
+    let registry = providers(
+        &options.providers,
+        &client,
+        clock.clone(),
+        Some(metrics.clone()),
+    )?
+    .wrapped(|p| Arc::new(MeteredProvider::new(p, metrics.clone())));
     let instance = std::env::var("POD_NAME").ok();
     let shutdown = shutdown.shared();
     if let Some(address) = options.metrics_address {

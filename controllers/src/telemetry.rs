@@ -10,6 +10,10 @@
 //! - `provider_calls_total{provider,operation,result}` and
 //!   `provider_call_duration_seconds{provider,operation}`: every `ensure`, `converge_members` and
 //!   `delete`, `result` = `done`, `pending`, `transient_error` or `permanent_error`;
+//! - `openstack_requests_total{service,operation,status}` and
+//!   `openstack_request_duration_seconds{service,operation}`: every request of the Octavia provider
+//!   to Keystone (`identity`) and Octavia (`load-balancer`), `status` = the HTTP status or `none`
+//!   when no answer came; errors are the requests with a 4xx/5xx/`none` status;
 //! - `managed_objects{kind}`: LoadBalancers (`loadbalancers`, `ready_loadbalancers`) in the cache;
 //! - `leader`: 1 while this replica holds the leader lease (or runs without leader election).
 
@@ -23,6 +27,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use capi_lb_providers::octavia::api::{ApiCall, ApiObserver};
 use capi_lb_providers::{
     DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MembersOutcome, MembersRequest,
     Progress, Provider, ProviderError,
@@ -52,6 +57,8 @@ pub struct Metrics {
     provider_duration: Family<Labels, Histogram>,
     managed: Family<Labels, Gauge>,
     leader: Gauge,
+    openstack_requests: Family<Labels, Counter>,
+    openstack_duration: Family<Labels, Histogram>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -79,6 +86,19 @@ impl Metrics {
             Family::<Labels, Histogram>::new_with_constructor(duration_histogram as fn() -> _);
         let managed = Family::<Labels, Gauge>::default();
         let leader = Gauge::default();
+        let openstack_requests = Family::<Labels, Counter>::default();
+        let openstack_duration =
+            Family::<Labels, Histogram>::new_with_constructor(duration_histogram as fn() -> _);
+        registry.register(
+            "openstack_requests",
+            "OpenStack API requests of the Octavia provider by service, operation and HTTP status (none: no answer)",
+            openstack_requests.clone(),
+        );
+        registry.register(
+            "openstack_request_duration_seconds",
+            "Duration of OpenStack API requests by service and operation",
+            openstack_duration.clone(),
+        );
         registry.register(
             "reconciles",
             "Reconciles by controller and result (success, error)",
@@ -123,6 +143,8 @@ impl Metrics {
             provider_duration,
             managed,
             leader,
+            openstack_requests,
+            openstack_duration,
         }
     }
 
@@ -179,6 +201,27 @@ impl Metrics {
                 ("operation", operation.to_string()),
             ])
             .observe(started.elapsed().as_secs_f64());
+    }
+}
+
+impl ApiObserver for Metrics {
+    fn observe(&self, call: &ApiCall<'_>) {
+        let status = call
+            .status
+            .map_or_else(|| "none".to_string(), |s| s.to_string());
+        self.openstack_requests
+            .get_or_create(&vec![
+                ("service", call.service.to_string()),
+                ("operation", call.operation.to_string()),
+                ("status", status),
+            ])
+            .inc();
+        self.openstack_duration
+            .get_or_create(&vec![
+                ("service", call.service.to_string()),
+                ("operation", call.operation.to_string()),
+            ])
+            .observe(call.duration.as_secs_f64());
     }
 }
 

@@ -15,6 +15,8 @@ use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::clock::{ManualClock, SharedClock, until};
 use capi_lb_providers::inmemory::{InMemoryCloud, InMemoryProvider};
 use capi_lb_providers::kubedc::KubeDcProvider;
+use capi_lb_providers::octavia::OctaviaProvider;
+use capi_lb_providers::octavia::api::{ApiCall, ApiObserver};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
@@ -72,6 +74,36 @@ pub struct World {
     due: Arc<std::sync::Mutex<BTreeMap<String, Timestamp>>>,
     /// Problems the `-ext` publisher already reported.
     reported: Arc<Reported>,
+    /// Every OpenStack request the Octavia provider made (it survives restarts of the world).
+    pub openstack: Arc<OpenStackCalls>,
+}
+
+/// Records the Octavia provider's OpenStack requests (operation and HTTP status).
+#[derive(Debug, Default)]
+pub struct OpenStackCalls {
+    calls: std::sync::Mutex<Vec<(String, Option<u16>)>>,
+}
+
+impl OpenStackCalls {
+    /// The requests so far: operation and status (`None`: no answer).
+    pub fn calls(&self) -> Vec<(String, Option<u16>)> {
+        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// Forget the requests so far.
+    pub fn clear(&self) {
+        if let Ok(mut c) = self.calls.lock() {
+            c.clear();
+        }
+    }
+}
+
+impl ApiObserver for OpenStackCalls {
+    fn observe(&self, call: &ApiCall<'_>) {
+        if let Ok(mut c) = self.calls.lock() {
+            c.push((call.operation.to_string(), call.status));
+        }
+    }
 }
 
 impl std::fmt::Debug for World {
@@ -103,7 +135,8 @@ impl World {
             .build()
             .await?;
         let cloud = InMemoryCloud::new(shared);
-        let ctx = Arc::new(Self::context(&api, &cloud, &clock, true));
+        let openstack = Arc::new(OpenStackCalls::default());
+        let ctx = Arc::new(Self::context(&api, &cloud, &clock, &openstack, true));
         Ok(Self {
             api,
             clock,
@@ -111,6 +144,7 @@ impl World {
             ctx,
             due: Arc::default(),
             reported: Arc::default(),
+            openstack,
         })
     }
 
@@ -118,15 +152,17 @@ impl World {
         api: &InMemoryApi,
         cloud: &InMemoryCloud,
         clock: &Arc<ManualClock>,
+        openstack: &Arc<OpenStackCalls>,
         timeline: bool,
     ) -> Context {
-        Self::context_with(api, cloud, clock, timeline, Config::default())
+        Self::context_with(api, cloud, clock, openstack, timeline, Config::default())
     }
 
     fn context_with(
         api: &InMemoryApi,
         cloud: &InMemoryCloud,
         clock: &Arc<ManualClock>,
+        openstack: &Arc<OpenStackCalls>,
         timeline: bool,
         config: Config,
     ) -> Context {
@@ -137,6 +173,10 @@ impl World {
             api.client.clone(),
             shared.clone(),
         )));
+        providers.register(Arc::new(
+            OctaviaProvider::new(api.client.clone(), shared.clone())
+                .with_observer(openstack.clone()),
+        ));
         let mut events = EventSink::new(api.client.clone(), None, shared.clone());
         if timeline {
             events = events.with_timeline();
@@ -155,7 +195,13 @@ impl World {
     /// memory, no caches, a new timeline) — what a controller restart looks like.
     pub fn restart(&self) -> Self {
         Self {
-            ctx: Arc::new(Self::context(&self.api, &self.cloud, &self.clock, true)),
+            ctx: Arc::new(Self::context(
+                &self.api,
+                &self.cloud,
+                &self.clock,
+                &self.openstack,
+                true,
+            )),
             due: Arc::default(),
             reported: Arc::default(),
             ..self.clone()
@@ -172,6 +218,7 @@ impl World {
                 &self.api,
                 &self.cloud,
                 &self.clock,
+                &self.openstack,
                 true,
                 config,
             )),

@@ -185,6 +185,8 @@ clouds:
 EOF
 }
 
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
 start_octavia() {
   mkdir -p "$STATE/octavia/lock" "$STATE/octavia/certs"
   if [ ! -f "$STATE/octavia/certs/ca.pem" ]; then
@@ -234,10 +236,13 @@ get_socket_path = $STATE/octavia/get.sock
 lock_path = $STATE/octavia/lock
 EOF
   "$OC/octavia-db-manage" --config-file "$STATE/octavia/octavia.conf" upgrade head >"$STATE/octavia-db.log" 2>&1
-  log "starting octavia-worker and octavia-api on 127.0.0.1:9876"
-  ("$OC/octavia-worker" --config-file "$STATE/octavia/octavia.conf" >"$STATE/octavia-worker.log" 2>&1 &
-   echo $! >"$STATE/octavia-worker.pid")
-  ("$OC/octavia-api" --config-file "$STATE/octavia/octavia.conf" >"$STATE/octavia-api.log" 2>&1 &
+  if ! alive "$STATE/octavia-worker.pid"; then
+    log "starting octavia-worker"
+    ("$OC/octavia-worker" --config-file "$STATE/octavia/octavia.conf" >>"$STATE/octavia-worker.log" 2>&1 &
+     echo $! >"$STATE/octavia-worker.pid")
+  fi
+  log "starting octavia-api on 127.0.0.1:9876"
+  ("$OC/octavia-api" --config-file "$STATE/octavia/octavia.conf" >>"$STATE/octavia-api.log" 2>&1 &
    echo $! >"$STATE/octavia-api.pid")
   wait_for http://127.0.0.1:9876/ 90
 }

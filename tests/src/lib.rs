@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 /// Namespace every fixture lives in.
 pub mod kubedc_sim;
+pub mod octavia;
 
 pub const NS: &str = "default";
 

@@ -59,18 +59,23 @@ async fn unknown_providers_are_refused_with_the_available_ones() {
     capi_lb::install_crypto_provider();
     let client = unreachable_client().await;
     let clock = || std::sync::Arc::new(SystemClock);
-    let err = providers(&["octavia".to_string()], &client, clock()).unwrap_err();
+    let err = providers(&["azure".to_string()], &client, clock(), None).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "unknown provider \"octavia\"; available: inmemory, kubedc"
+        "unknown provider \"azure\"; available: inmemory, kubedc, octavia"
     );
     let registry = providers(
-        &["inmemory".to_string(), "kubedc".to_string()],
+        &[
+            "inmemory".to_string(),
+            "kubedc".to_string(),
+            "octavia".to_string(),
+        ],
         &client,
         clock(),
+        None,
     )
     .unwrap();
-    assert_eq!(registry.names(), vec!["inmemory", "kubedc"]);
+    assert_eq!(registry.names(), vec!["inmemory", "kubedc", "octavia"]);
 }
 
 /// Leader election as `run` configures it (kube-lease-manager on a Lease), against the in-memory

@@ -226,7 +226,9 @@ fn cloud_config(secret: &Secret, credentials: &CredentialsRef) -> Result<CloudCo
     let file: ConfigFile = serde_saphyr::from_str(&text).map_err(|_| {
         wait(
             reason::CREDENTIALS_INVALID,
-            format!("{at} is not a valid clouds.yaml (a `clouds:` map of cloud name to auth settings)"),
+            format!(
+                "{at} is not a valid clouds.yaml (a `clouds:` map of cloud name to auth settings)"
+            ),
         )
     })?;
     let mut config = file
@@ -306,11 +308,22 @@ fn auth_failure(cloud: &str, error: &openstack_sdk::OpenStackError) -> Stop {
     }
 }
 
+/// Link the auth plugins capi-lb supports (`openstack_sdk` finds plugins through `inventory`, which
+/// only sees crates that are linked; its own anchoring is empty in 0.22.8).
+fn anchor_auth_plugins() {
+    std::hint::black_box((
+        &openstack_sdk_auth_applicationcredential::ANCHOR,
+        &openstack_sdk_auth_password::ANCHOR,
+        &openstack_sdk_auth_token::ANCHOR,
+    ));
+}
+
 async fn connect(
     config: &CloudConfig,
     credentials: &CredentialsRef,
     observer: Option<&dyn ApiObserver>,
 ) -> Result<Session, Stop> {
+    anchor_auth_plugins();
     let cloud = credentials.cloud.clone();
     let started = Instant::now();
     let connected = AsyncOpenStack::builder(config)
@@ -335,9 +348,10 @@ async fn connect(
     let in_catalog = os.get_token_catalog().is_some_and(|catalog| {
         catalog.iter().any(|service| {
             service.service_type == "load-balancer"
-                && service.endpoints.iter().any(|ep| {
-                    region.is_none() || ep.region.as_deref() == region.as_deref()
-                })
+                && service
+                    .endpoints
+                    .iter()
+                    .any(|ep| region.is_none() || ep.region.as_deref() == region.as_deref())
         })
     });
     if !in_catalog {
@@ -345,7 +359,9 @@ async fn connect(
             reason::ENDPOINT_NOT_IN_CATALOG,
             format!(
                 "cloud {cloud}: the Keystone catalog has no `load-balancer` endpoint{} (is Octavia installed, and is the region right?)",
-                region.map(|r| format!(" in region {r}")).unwrap_or_default()
+                region
+                    .map(|r| format!(" in region {r}"))
+                    .unwrap_or_default()
             ),
         ));
     }
@@ -529,9 +545,7 @@ impl Session {
             )),
             401 => wait(reason::AUTHENTICATION_FAILED, what),
             403 | 413 if lower.contains("quota") => wait(reason::QUOTA_EXCEEDED, what),
-            400 | 404
-                if lower.contains("provider") || lower.contains("flavor") =>
-            {
+            400 | 404 if lower.contains("provider") || lower.contains("flavor") => {
                 wait(reason::PROVIDER_OR_FLAVOR_NOT_FOUND, what)
             }
             400..=499 => wait(reason::REQUEST_REJECTED, what),

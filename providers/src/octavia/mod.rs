@@ -342,7 +342,13 @@ impl Infra {
             uid: infra.metadata.uid.clone(),
             namespace: identity.namespace.clone(),
             spec: parsed.spec,
-            status: parsed.status.unwrap_or_default(),
+            // The status is ours: read as written (the spec parse above validates the spec only).
+            status: infra
+                .data
+                .get("status")
+                .cloned()
+                .and_then(|s| serde_json::from_value(s).ok())
+                .unwrap_or_default(),
         })
     }
 
@@ -454,7 +460,10 @@ impl Settings {
         let mut m = Map::new();
         m.insert("type".into(), json!(kind));
         m.insert("delay".into(), json!(hm.delay_seconds));
-        m.insert("timeout".into(), json!(hm.timeout_seconds.min(hm.delay_seconds)));
+        m.insert(
+            "timeout".into(),
+            json!(hm.timeout_seconds.min(hm.delay_seconds)),
+        );
         m.insert("max_retries".into(), json!(hm.max_retries));
         if kind == "HTTP" || kind == "HTTPS" {
             m.insert(
@@ -513,7 +522,11 @@ impl<'a> Run<'a> {
     }
 
     fn tags(&self) -> Vec<String> {
-        object_tags(self.identity, self.infra.uid.as_deref(), &self.infra.spec.tags)
+        object_tags(
+            self.identity,
+            self.infra.uid.as_deref(),
+            &self.infra.spec.tags,
+        )
     }
 
     fn lb_name(&self) -> String {
@@ -713,7 +726,9 @@ impl OctaviaProvider {
         let found = self
             .find_owned(session, run.identity, run.infra.uid.as_deref())
             .await?;
-        let Some(record) = found.into_iter().find(|r| r.provisioning_status != "PENDING_DELETE")
+        let Some(record) = found
+            .into_iter()
+            .find(|r| r.provisioning_status != "PENDING_DELETE")
         else {
             return Ok(None);
         };
@@ -733,10 +748,7 @@ impl OctaviaProvider {
         let tags = run.tags();
         let protocol = listener.protocol.as_str();
         let mut monitor = with(settings.monitor, json!({ "name": name }));
-        let mut pool = with(
-            settings.pool,
-            json!({ "name": name, "protocol": protocol }),
-        );
+        let mut pool = with(settings.pool, json!({ "name": name, "protocol": protocol }));
         let mut body = with(
             settings.listener,
             json!({ "name": name, "protocol": protocol, "protocol_port": listener.port }),
@@ -860,7 +872,9 @@ impl OctaviaProvider {
                 return Ok(run.pending(state));
             }
         }
-        let progress = self.converge_children(&session, run, &tree, listeners).await?;
+        let progress = self
+            .converge_children(&session, run, &tree, listeners)
+            .await?;
         run.status.ready = progress.is_done();
         Ok(progress)
     }
@@ -971,7 +985,8 @@ impl OctaviaProvider {
                 statuses.push(entry);
                 continue;
             };
-            if entry.listener_id.as_deref() != Some(found.id.as_str()) && entry.listener_id.is_some()
+            if entry.listener_id.as_deref() != Some(found.id.as_str())
+                && entry.listener_id.is_some()
             {
                 entry.applied = None;
             }
@@ -1272,7 +1287,9 @@ impl OctaviaProvider {
                     .entry(name.clone())
                     .or_insert((member.address.clone(), s));
                 // The weakest state across pools wins: Adding < Draining < Active.
-                if s == MemberState::Adding || (s == MemberState::Draining && entry.1 == MemberState::Active) {
+                if s == MemberState::Adding
+                    || (s == MemberState::Draining && entry.1 == MemberState::Active)
+                {
                     entry.1 = s;
                 }
             }
@@ -1459,6 +1476,7 @@ impl Provider for OctaviaProvider {
         let _guard = self.lock(&request.identity.uid).await;
         let mut run = Run::new(infra, request.identity, self.clock.now());
         let progress = done_or_wait(self.ensure_inner(&mut run, request.listeners).await)?;
+
         Ok(EnsureOutcome {
             progress,
             addresses: run.addresses(),
@@ -1623,10 +1641,13 @@ mod tests {
 
     #[test]
     fn version_document_gives_the_highest_v2() {
-        let doc = json!({"versions": [{"id": "v2.0"}, {"id": "v2.30"}, {"id": "v2.4"}, {"id": "v1.9"}]});
+        let doc =
+            json!({"versions": [{"id": "v2.0"}, {"id": "v2.30"}, {"id": "v2.4"}, {"id": "v1.9"}]});
         assert_eq!(ApiVersion::from_document(&doc), Some(ApiVersion(2, 30)));
         assert_eq!(ApiVersion::from_document(&json!({})), None);
-        assert!(ApiVersion(2, 4) < ApiVersion::TAGS && ApiVersion(2, 30) > ApiVersion::ALLOWED_CIDRS);
+        assert!(
+            ApiVersion(2, 4) < ApiVersion::TAGS && ApiVersion(2, 30) > ApiVersion::ALLOWED_CIDRS
+        );
     }
 
     #[test]

@@ -1,0 +1,249 @@
+//! The real Octavia API and Keystone for the Octavia provider's tests (tests/octavia/harness.sh):
+//! started on first use when not already running, and a small client for assertions made from the
+//! outside (listing by tag, member weights, a foreign load balancer, stopping the API).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Value, json};
+
+use crate::NS;
+
+/// What `harness.sh start` wrote.
+#[derive(Clone, Debug)]
+pub struct Harness {
+    /// The `env` file's variables.
+    pub env: BTreeMap<String, String>,
+    /// The `clouds.yaml` (clouds `harness` and `harness-password`).
+    pub clouds_yaml: String,
+    /// The state folder.
+    pub state: PathBuf,
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn state_dir() -> PathBuf {
+    std::env::var_os("CAPI_LB_OCTAVIA_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/capi-lb-octavia"))
+}
+
+fn script(action: &str) -> Result<(), String> {
+    let status = Command::new(repo().join("tests/octavia/harness.sh"))
+        .arg(action)
+        .status()
+        .map_err(|e| format!("running tests/octavia/harness.sh {action}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "tests/octavia/harness.sh {action} failed: {status}"
+        ))
+    }
+}
+
+fn api_up() -> bool {
+    Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-m", "3", "http://127.0.0.1:9876/"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The harness, installed and started on first use (idempotent; `.ci/run` starts it beforehand).
+/// Panics with the script's failure: these tests need the real API and never pass without it.
+pub fn harness() -> Harness {
+    static HARNESS: OnceLock<Result<Harness, String>> = OnceLock::new();
+    HARNESS
+        .get_or_init(|| {
+            let state = state_dir();
+            if !(state.join("env").exists() && api_up()) {
+                script("install")?;
+                script("start")?;
+            }
+            let env = std::fs::read_to_string(state.join("env"))
+                .map_err(|e| format!("{}: {e}", state.join("env").display()))?
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let clouds_yaml = std::fs::read_to_string(state.join("clouds.yaml"))
+                .map_err(|e| format!("{}: {e}", state.join("clouds.yaml").display()))?;
+            Ok(Harness {
+                env,
+                clouds_yaml,
+                state,
+            })
+        })
+        .clone()
+        .unwrap_or_else(|e| panic!("the Octavia test harness is not available: {e}"))
+}
+
+impl Harness {
+    /// A variable of the env file.
+    pub fn var(&self, key: &str) -> String {
+        self.env
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| panic!("{key} missing from the harness env"))
+    }
+
+    /// A Secret `name` holding `clouds_yaml` under `clouds.yaml`.
+    pub fn secret(name: &str, clouds_yaml: &str) -> Value {
+        serde_json::to_value(Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(NS.into()),
+                ..Default::default()
+            },
+            data: Some(
+                [(
+                    "clouds.yaml".to_string(),
+                    ByteString(clouds_yaml.as_bytes().to_vec()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        })
+        .unwrap()
+        .as_object()
+        .map(|o| {
+            let mut o = o.clone();
+            o.insert("apiVersion".into(), json!("v1"));
+            o.insert("kind".into(), json!("Secret"));
+            Value::Object(o)
+        })
+        .unwrap()
+    }
+
+    /// A Keystone token of the test project (application credential).
+    pub fn token(&self) -> String {
+        let body = json!({"auth": {"identity": {"methods": ["application_credential"],
+            "application_credential": {"id": self.var("OS_APPLICATION_CREDENTIAL_ID"),
+                                       "secret": self.var("OS_APPLICATION_CREDENTIAL_SECRET")}}}});
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-i",
+                "-X",
+                "POST",
+                "http://127.0.0.1:5000/v3/auth/tokens",
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                &body.to_string(),
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("x-subject-token")
+                    .then(|| v.trim().to_string())
+            })
+            .expect("Keystone gave no token")
+    }
+
+    /// An Octavia request from the outside: `(status, body)`.
+    pub fn octavia(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let token = self.token();
+        let url = format!("http://127.0.0.1:9876/v2/{path}");
+        let mut args = vec![
+            "-s".to_string(),
+            "-w".into(),
+            "\n%{http_code}".into(),
+            "-X".into(),
+            method.into(),
+            url,
+            "-H".into(),
+            format!("X-Auth-Token: {token}"),
+            "-H".into(),
+            "Content-Type: application/json".into(),
+        ];
+        if let Some(body) = body {
+            args.push("-d".into());
+            args.push(body.to_string());
+        }
+        let out = Command::new("curl").args(&args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (
+            code.trim().parse().unwrap_or(0),
+            serde_json::from_str(body).unwrap_or(Value::Null),
+        )
+    }
+
+    /// Load balancers carrying `tag` (not DELETED).
+    pub fn lbs_tagged(&self, tag: &str) -> Vec<Value> {
+        let (status, body) = self.octavia(
+            "GET",
+            &format!("lbaas/loadbalancers?tags={}", urlencode(tag)),
+            None,
+        );
+        assert_eq!(status, 200, "{body}");
+        body["loadbalancers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|lb| lb["provisioning_status"] != "DELETED")
+            .collect()
+    }
+
+    /// The members of a pool.
+    pub fn members(&self, pool: &str) -> Vec<Value> {
+        let (status, body) = self.octavia("GET", &format!("lbaas/pools/{pool}/members"), None);
+        assert_eq!(status, 200, "{body}");
+        body["members"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Wait until load balancer `id` is ACTIVE (or gone).
+    pub fn wait_active(&self, id: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let (status, body) = self.octavia("GET", &format!("lbaas/loadbalancers/{id}"), None);
+            if status == 404 || body["loadbalancer"]["provisioning_status"] == "ACTIVE" {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("load balancer {id} did not become ACTIVE");
+    }
+
+    /// Stop the Octavia API server (Keystone and the worker keep running).
+    pub fn stop_api(&self) {
+        let pid = std::fs::read_to_string(self.state.join("octavia-api.pid")).unwrap();
+        Command::new("kill").arg(pid.trim()).status().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while api_up() {
+            assert!(Instant::now() < deadline, "octavia-api did not stop");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Start it again (and wait until it answers).
+    pub fn start_api(&self) {
+        script("start").unwrap();
+        assert!(api_up());
+    }
+}
+
+/// Percent-encode a query value.
+pub fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,286 @@
+//! The Octavia provider through the real reconcilers against the real Octavia API and Keystone
+//! (tests/octavia/harness.sh: Octavia 19 with no-op amphora/compute/network drivers, octavia-worker,
+//! RabbitMQ, MariaDB, Keystone 30, all on 127.0.0.1). The Kubernetes side is the in-memory API.
+//! Octavia's timing is real, so these tests drive the reconciler in real time.
+// Integration tests: helpers panic on broken fixtures, which is the failure we want.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use capi_lb::world::World;
+use capi_lb_api::capi::Machine;
+use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer, OctaviaLoadBalancerStatus};
+use capi_lb_providers::provider::tags;
+use capi_lb_tests::octavia::{Harness, harness};
+use capi_lb_tests::*;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+const VIP: &str = "198.51.100.1";
+
+fn octavia_lb(name: &str) -> LbFixture {
+    lb(name).spec(
+        "infrastructureRef",
+        json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "OctaviaLoadBalancer", "name": name}),
+    )
+}
+
+fn olb(name: &str, h: &Harness, extra: Value) -> Value {
+    let mut spec = json!({
+        "credentials": {"secretName": "openstack", "cloud": "harness"},
+        "vip": {"subnetID": h.var("OCTAVIA_SUBNET_ID")},
+    });
+    if let (Value::Object(spec), Value::Object(extra)) = (&mut spec, extra) {
+        spec.extend(extra);
+    }
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "OctaviaLoadBalancer",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    })
+}
+
+fn basic(h: &Harness) -> Vec<Value> {
+    vec![
+        Harness::secret("openstack", &h.clouds_yaml),
+        octavia_lb("cp").spec("drainSeconds", json!(20)).build(),
+        olb("cp", h, json!({})),
+        machine("cp-m1", "cp", "10.0.0.11").build(),
+        machine("cp-m2", "cp", "10.0.0.12").build(),
+    ]
+}
+
+async fn octavia_status(world: &World, name: &str) -> OctaviaLoadBalancerStatus {
+    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
+        .get(name)
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default()
+}
+
+/// Reconcile `cp` in real time (advancing the world's clock as much) until `done` holds.
+async fn settle(world: &World, what: &str, done: impl Fn(&LoadBalancer) -> bool) -> LoadBalancer {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        world.reconcile(NS, "cp").await.unwrap();
+        let lb = get_lb(world, "cp").await;
+        if std::env::var("DEBUG_OCTAVIA").is_ok() {
+            let s = octavia_status(world, "cp").await;
+            eprintln!(
+                "{:?} {:?} {:?}",
+                s.provisioning_status,
+                s.listeners,
+                cond(&lb, "InfrastructureReady")
+            );
+        }
+        if done(&lb) {
+            return lb;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reached; status {:#?}",
+            lb.status
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        world.clock.advance(Duration::from_millis(250));
+    }
+}
+
+fn ready(lb: &LoadBalancer) -> bool {
+    cond(lb, "Ready").0 == "True"
+}
+
+fn uid_tag(lb: &LoadBalancer) -> String {
+    format!("{}={}", tags::UID, lb.metadata.uid.clone().unwrap())
+}
+
+/// Members of the pool of the first listener: `(name, address, weight)`.
+fn members(h: &Harness, status: &OctaviaLoadBalancerStatus) -> Vec<(String, String, i64)> {
+    let pool = status.listeners[0].pool_id.clone().unwrap();
+    let mut out: Vec<_> = h
+        .members(&pool)
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_string(),
+                m["address"].as_str().unwrap().to_string(),
+                m["weight"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+async fn delete_and_settle(world: &World, h: &Harness, tag: &str) {
+    Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .delete("cp", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let gone = Api::<LoadBalancer>::namespaced(world.client(), NS)
+            .get_opt("cp")
+            .await
+            .unwrap()
+            .is_none();
+        if gone {
+            break;
+        }
+        world.reconcile(NS, "cp").await.unwrap();
+        assert!(
+            Instant::now() < deadline,
+            "LoadBalancer deletion did not finish"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(
+        h.lbs_tagged(tag).is_empty(),
+        "load balancers left behind: {:?}",
+        h.lbs_tagged(tag)
+    );
+}
+
+#[tokio::test]
+async fn create_ready_publish_members_drain_and_cascade_delete() {
+    let h = harness();
+    let world = World::new(basic(&h)).await.unwrap();
+    world.openstack.clear();
+
+    // The first reconcile creates the whole tree in one request and does not wait for it.
+    world.reconcile(NS, "cp").await.unwrap();
+    let status = octavia_status(&world, "cp").await;
+    let id = status
+        .load_balancer_id
+        .clone()
+        .expect("load balancer ID in status");
+    assert_eq!(
+        status.provisioning_status.as_deref(),
+        Some("PENDING_CREATE")
+    );
+    let lb = get_lb(&world, "cp").await;
+    assert_eq!(cond(&lb, "InfrastructureReady").1, "LoadBalancerPending");
+
+    let lb = settle(&world, "Ready", ready).await;
+    let status = octavia_status(&world, "cp").await;
+    assert_eq!(status.load_balancer_id.as_deref(), Some(id.as_str()));
+    assert!(status.ready);
+    assert_eq!(status.vip_address.as_deref(), Some(VIP));
+    assert_eq!(status.provisioning_status.as_deref(), Some("ACTIVE"));
+    assert!(status.api_version.as_deref().unwrap().starts_with("2."));
+    assert_eq!(status.listeners.len(), 1);
+    let l = &status.listeners[0];
+    assert!(l.listener_id.is_some() && l.pool_id.is_some() && l.monitor_id.is_some());
+    // The -ext Service points at the VIP.
+    assert_eq!(
+        slices(&world, "cp-ext")
+            .await
+            .into_values()
+            .flatten()
+            .collect::<Vec<_>>(),
+        vec![VIP.to_string()]
+    );
+    assert_eq!(lb.status.as_ref().unwrap().addresses[0].address, VIP);
+    // Every object carries the ownership tags.
+    let tag = uid_tag(&lb);
+    let found = h.lbs_tagged(&tag);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0]["id"], id.as_str());
+    let (_, listener) = h.octavia(
+        "GET",
+        &format!("lbaas/listeners/{}", l.listener_id.clone().unwrap()),
+        None,
+    );
+    assert!(
+        listener["listener"]["tags"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(tag))
+    );
+    let (_, monitor) = h.octavia(
+        "GET",
+        &format!("lbaas/healthmonitors/{}", l.monitor_id.clone().unwrap()),
+        None,
+    );
+    assert_eq!(monitor["healthmonitor"]["type"], "TCP");
+    assert!(
+        monitor["healthmonitor"]["tags"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(tag))
+    );
+    assert_eq!(
+        members(&h, &status),
+        vec![
+            ("cp-m1".to_string(), "10.0.0.11".to_string(), 1),
+            ("cp-m2".to_string(), "10.0.0.12".to_string(), 1),
+        ]
+    );
+    let pool = l.pool_id.clone().unwrap();
+    assert!(
+        h.members(&pool)
+            .iter()
+            .all(|m| m["tags"].as_array().unwrap().contains(&json!(tag)))
+    );
+
+    // A steady-state reconcile costs one Octavia request (the status tree) and writes nothing.
+    world.openstack.clear();
+    world.reconcile(NS, "cp").await.unwrap();
+    let calls = world.openstack.calls();
+    assert_eq!(calls, vec![("loadbalancer.status".to_string(), Some(200))]);
+
+    // A new target becomes a member.
+    let m3: Machine = serde_json::from_value(machine("cp-m3", "cp", "10.0.0.13").build()).unwrap();
+    Api::<Machine>::namespaced(world.client(), NS)
+        .create(&PostParams::default(), &m3)
+        .await
+        .unwrap();
+    settle(&world, "three members", |lb| {
+        lb.status
+            .as_ref()
+            .is_some_and(|s| s.active_targets.len() == 3)
+    })
+    .await;
+    assert_eq!(members(&h, &octavia_status(&world, "cp").await).len(), 3);
+
+    // A disabled target drains with weight 0 for drainSeconds, then leaves the pool.
+    Api::<Machine>::namespaced(world.client(), NS)
+        .patch(
+            "cp-m1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {"loadbalancer.cluster.x-k8s.io/disabled": "true"}}})),
+        )
+        .await
+        .unwrap();
+    settle(&world, "draining", |lb| {
+        lb.status
+            .as_ref()
+            .is_some_and(|s| !s.active_targets.contains(&"cp-m1".to_string()))
+    })
+    .await;
+    let now = members(&h, &octavia_status(&world, "cp").await);
+    assert!(
+        now.contains(&("cp-m1".to_string(), "10.0.0.11".to_string(), 0)),
+        "{now:?}"
+    );
+    assert!(now.contains(&("cp-m2".to_string(), "10.0.0.12".to_string(), 1)));
+    world.clock.advance(Duration::from_secs(21));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        world.reconcile(NS, "cp").await.unwrap();
+        let after = members(&h, &octavia_status(&world, "cp").await);
+        if after.len() == 2 || Instant::now() > deadline {
+            break after;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(
+        after.iter().map(|m| m.0.as_str()).collect::<Vec<_>>(),
+        vec!["cp-m2", "cp-m3"]
+    );
+
+    // Deletion cascades and leaves nothing tagged behind.
+    delete_and_settle(&world, &h, &tag).await;
+}
