@@ -284,3 +284,300 @@ async fn create_ready_publish_members_drain_and_cascade_delete() {
     // Deletion cascades and leaves nothing tagged behind.
     delete_and_settle(&world, &h, &tag).await;
 }
+
+async fn wipe_octavia_status(world: &World) {
+    // What a lost status looks like (restored from a backup without status, clusterctl move).
+    let api = Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS);
+    let mut olb = api.get("cp").await.unwrap();
+    olb.status = Some(OctaviaLoadBalancerStatus::default());
+    olb.metadata.managed_fields = None;
+    api.replace_status("cp", &PostParams::default(), &olb)
+        .await
+        .unwrap();
+    assert!(octavia_status(world, "cp").await.load_balancer_id.is_none());
+}
+
+#[tokio::test]
+async fn a_restarted_controller_with_a_lost_status_adopts_by_tag_and_never_a_foreign_namesake() {
+    let h = harness();
+    // A hand-made load balancer with exactly the name capi-lb would use, and no tags.
+    let (code, foreign) = h.octavia(
+        "POST",
+        "lbaas/loadbalancers",
+        Some(json!({"loadbalancer": {"name": "capi-lb-default-cp", "vip_subnet_id": h.var("OCTAVIA_SUBNET_ID")}})),
+    );
+    assert_eq!(code, 201, "{foreign}");
+    let foreign_id = foreign["loadbalancer"]["id"].as_str().unwrap().to_string();
+    h.wait_active(&foreign_id);
+
+    let world = World::new(basic(&h)).await.unwrap();
+    let lb = settle(&world, "Ready", ready).await;
+    let tag = uid_tag(&lb);
+    let id = octavia_status(&world, "cp").await.load_balancer_id.unwrap();
+    assert_ne!(id, foreign_id, "the foreign namesake must not be adopted");
+
+    wipe_octavia_status(&world).await;
+    let restarted = world.restart();
+    restarted.openstack.clear();
+    settle(&restarted, "Ready again", ready).await;
+    let status = octavia_status(&restarted, "cp").await;
+    assert_eq!(
+        status.load_balancer_id.as_deref(),
+        Some(id.as_str()),
+        "adopted by tag"
+    );
+    assert_eq!(h.lbs_tagged(&tag).len(), 1, "no duplicate");
+    assert!(
+        !restarted
+            .openstack
+            .calls()
+            .iter()
+            .any(|(op, _)| op == "loadbalancer.create"),
+        "{:?}",
+        restarted.openstack.calls()
+    );
+    assert_eq!(members(&h, &status).len(), 2, "members kept");
+
+    delete_and_settle(&restarted, &h, &tag).await;
+    // The namesake is untouched: still there, still ACTIVE, still without listeners.
+    let (code, body) = h.octavia("GET", &format!("lbaas/loadbalancers/{foreign_id}"), None);
+    assert_eq!(code, 200);
+    assert_eq!(body["loadbalancer"]["provisioning_status"], "ACTIVE");
+    assert_eq!(body["loadbalancer"]["listeners"], json!([]));
+    let (code, _) = h.octavia(
+        "DELETE",
+        &format!("lbaas/loadbalancers/{foreign_id}?cascade=true"),
+        None,
+    );
+    assert_eq!(code, 204);
+}
+
+#[tokio::test]
+async fn writes_while_pending_are_retried_and_never_fail_the_reconcile() {
+    let h = harness();
+    let world = World::new(basic(&h)).await.unwrap();
+    let lb = settle(&world, "Ready", ready).await;
+    let tag = uid_tag(&lb);
+    let id = octavia_status(&world, "cp").await.load_balancer_id.unwrap();
+
+    // Someone else updates the load balancer: it is PENDING_UPDATE for about a second, and any
+    // write on it or its children is refused with 409 meanwhile.
+    let (code, body) = h.octavia(
+        "PUT",
+        &format!("lbaas/loadbalancers/{id}"),
+        Some(json!({"loadbalancer": {"description": "touched by an operator"}})),
+    );
+    assert_eq!(code, 200, "{body}");
+    // A listener option changes and a new target arrives at the same moment.
+    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
+        .patch(
+            "cp",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"listener": {"timeoutClientDataMs": 120000}}})),
+        )
+        .await
+        .unwrap();
+    let m3: Machine = serde_json::from_value(machine("cp-m3", "cp", "10.0.0.13").build()).unwrap();
+    Api::<Machine>::namespaced(world.client(), NS)
+        .create(&PostParams::default(), &m3)
+        .await
+        .unwrap();
+    world.reconcile(NS, "cp").await.unwrap();
+    let lb = get_lb(&world, "cp").await;
+    assert_eq!(cond(&lb, "InfrastructureReady").1, "LoadBalancerPending");
+    assert!(
+        condition(&lb, "InfrastructureReady")
+            .message
+            .contains("PENDING_UPDATE since"),
+        "{:?}",
+        condition(&lb, "InfrastructureReady")
+    );
+
+    settle(&world, "converged", |lb| {
+        ready(lb)
+            && lb
+                .status
+                .as_ref()
+                .is_some_and(|s| s.active_targets.len() == 3)
+    })
+    .await;
+    let status = octavia_status(&world, "cp").await;
+    let listener = status.listeners[0].listener_id.clone().unwrap();
+    let (_, body) = h.octavia("GET", &format!("lbaas/listeners/{listener}"), None);
+    assert_eq!(body["listener"]["timeout_client_data"], 120000);
+    assert_eq!(members(&h, &status).len(), 3);
+    // The operator's change is not reverted.
+    let (_, body) = h.octavia("GET", &format!("lbaas/loadbalancers/{id}"), None);
+    assert_eq!(
+        body["loadbalancer"]["description"],
+        "touched by an operator"
+    );
+
+    delete_and_settle(&world, &h, &tag).await;
+}
+
+#[tokio::test]
+async fn ports_added_and_removed_get_and_lose_their_listener_pool_and_monitor() {
+    let h = harness();
+    let mut objects = basic(&h);
+    objects[2] = olb(
+        "cp",
+        &h,
+        json!({"healthMonitor": {"type": "HTTPS", "urlPath": "/readyz", "expectedCodes": "200"}}),
+    );
+    let world = World::new(objects).await.unwrap();
+    let lb = settle(&world, "Ready", ready).await;
+    let tag = uid_tag(&lb);
+    let status = octavia_status(&world, "cp").await;
+    let monitor = status.listeners[0].monitor_id.clone().unwrap();
+    let (_, body) = h.octavia("GET", &format!("lbaas/healthmonitors/{monitor}"), None);
+    assert_eq!(body["healthmonitor"]["type"], "HTTPS");
+    assert_eq!(body["healthmonitor"]["url_path"], "/readyz");
+
+    Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .patch(
+            "cp",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"ports": [
+                {"name": "api", "port": 6443, "targetPort": 6443},
+                {"name": "konnectivity", "port": 8132, "targetPort": 8132},
+            ]}})),
+        )
+        .await
+        .unwrap();
+    settle(&world, "two listeners", ready).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        world.reconcile(NS, "cp").await.unwrap();
+        let status = octavia_status(&world, "cp").await;
+        if status.listeners.len() == 2 && status.ready && status.member_count == 4 {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "{status:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(status.listeners[1].monitor_id.is_some(), "{status:?}");
+    let pool = status.listeners[1].pool_id.clone().unwrap();
+    let ports: Vec<i64> = h
+        .members(&pool)
+        .iter()
+        .map(|m| m["protocol_port"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ports, vec![8132, 8132]);
+
+    Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .patch(
+            "cp",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"spec": {"ports": [{"name": "api", "port": 6443, "targetPort": 6443}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let id = status.load_balancer_id.clone().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        world.reconcile(NS, "cp").await.unwrap();
+        let (_, body) = h.octavia("GET", &format!("lbaas/loadbalancers/{id}"), None);
+        let ready = octavia_status(&world, "cp").await.ready;
+        if body["loadbalancer"]["listeners"].as_array().unwrap().len() == 1
+            && body["loadbalancer"]["pools"].as_array().unwrap().len() == 1
+            && ready
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    delete_and_settle(&world, &h, &tag).await;
+}
+
+#[tokio::test]
+async fn bad_credentials_and_a_missing_catalog_entry_are_clear_conditions() {
+    let h = harness();
+    let wrong = h
+        .clouds_yaml
+        .replace(&h.var("OS_APPLICATION_CREDENTIAL_SECRET"), "not-the-secret");
+    let world = World::new(vec![
+        Harness::secret("openstack", &wrong),
+        octavia_lb("cp").build(),
+        olb("cp", &h, json!({})),
+        machine("cp-m1", "cp", "10.0.0.11").build(),
+    ])
+    .await
+    .unwrap();
+    world.reconcile(NS, "cp").await.unwrap();
+    let lb = get_lb(&world, "cp").await;
+    let c = condition(&lb, "InfrastructureReady");
+    assert_eq!(c.reason, "AuthenticationFailed", "{c:?}");
+    assert!(c.message.contains("cloud harness"), "{c:?}");
+    assert!(
+        !c.message.contains("not-the-secret"),
+        "the secret must never appear: {c:?}"
+    );
+
+    // The cloud is not in the clouds.yaml.
+    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
+        .patch(
+            "cp",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"credentials": {"cloud": "nope"}}})),
+        )
+        .await
+        .unwrap();
+    world.reconcile(NS, "cp").await.unwrap();
+    let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
+    assert_eq!(c.reason, "CredentialsInvalid", "{c:?}");
+    assert!(c.message.contains("harness, harness-password"), "{c:?}");
+
+    // Right credentials (password auth this time), but a region without Octavia in the catalog.
+    let secrets = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(world.client(), NS);
+    let fixed: k8s_openapi::api::core::v1::Secret =
+        serde_json::from_value(Harness::secret("openstack", &h.clouds_yaml)).unwrap();
+    secrets
+        .patch(
+            "openstack",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": fixed.data})),
+        )
+        .await
+        .unwrap();
+    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
+        .patch(
+            "cp",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"credentials": {"cloud": "harness-password", "region": "RegionTwo"}}})),
+        )
+        .await
+        .unwrap();
+    world.reconcile(NS, "cp").await.unwrap();
+    let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
+    assert_eq!(c.reason, "EndpointNotInCatalog", "{c:?}");
+    assert!(c.message.contains("RegionTwo"), "{c:?}");
+
+    // No Secret at all.
+    secrets
+        .delete("openstack", &DeleteParams::default())
+        .await
+        .unwrap();
+    world.reconcile(NS, "cp").await.unwrap();
+    let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
+    assert_eq!(c.reason, "CredentialsNotFound", "{c:?}");
+
+    // Fixed: password auth in the right region works, and the LoadBalancer becomes Ready.
+    secrets
+        .create(&PostParams::default(), &fixed)
+        .await
+        .unwrap();
+    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
+        .patch(
+            "cp",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"credentials": {"region": null}}})),
+        )
+        .await
+        .unwrap();
+    let lb = settle(&world, "Ready with password auth", ready).await;
+    delete_and_settle(&world, &h, &uid_tag(&lb)).await;
+}

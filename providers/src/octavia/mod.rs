@@ -963,17 +963,19 @@ impl OctaviaProvider {
                 .find(|l| l.name.as_deref() == Some(name.as_str()))
             else {
                 if write.is_none() {
-                    let body = self.listener_body(run, listener, session.version);
-                    let body = with(
-                        match body {
-                            Value::Object(o) => o,
-                            _ => Map::new(),
-                        },
-                        json!({ "loadbalancer_id": lb_id }),
-                    );
+                    // Octavia's listener create fails on a nested default pool (HTTP 500 seen
+                    // with Octavia 19): the listener alone, then its pool, then its monitor.
+                    let mut body = self.listener_body(run, listener, session.version);
+                    if let Value::Object(o) = &mut body {
+                        o.remove("default_pool");
+                        o.insert("loadbalancer_id".into(), json!(lb_id));
+                    }
                     entry = ListenerStatus {
                         port: listener.port,
-                        applied: Some(wanted),
+                        applied: Some(AppliedSettings {
+                            listener: wanted.listener.clone(),
+                            ..Default::default()
+                        }),
                         ..Default::default()
                     };
                     write = Some((
@@ -1003,10 +1005,9 @@ impl OctaviaProvider {
                 };
                 match pool {
                     None => {
-                        let monitor = with(settings.monitor.clone(), json!({ "name": name }));
                         let body = with(
                             settings.pool.clone(),
-                            json!({ "name": name, "protocol": listener.protocol.as_str(), "listener_id": found.id, "healthmonitor": with(match monitor { Value::Object(o) => o, _ => Map::new() }, tags.clone()) }),
+                            json!({ "name": name, "protocol": listener.protocol.as_str(), "listener_id": found.id }),
                         );
                         let body = with(
                             match body {
@@ -1016,8 +1017,9 @@ impl OctaviaProvider {
                             tags.clone(),
                         );
                         entry.applied = Some(AppliedSettings {
-                            listener: applied.listener.clone(),
-                            ..wanted.clone()
+                            pool: wanted.pool.clone(),
+                            monitor: None,
+                            ..applied.clone()
                         });
                         write = Some((
                             "pool.create".into(),
@@ -1125,7 +1127,8 @@ impl OctaviaProvider {
         };
         self.forget_tree(&lb_id);
         let reply = session.send(self.observer(), &operation, request).await?;
-        if !reply.ok() && !(operation.ends_with(".delete") && reply.status == 404) {
+        let gone_already = operation.ends_with(".delete") && reply.status == 404;
+        if !(reply.ok() || gone_already) {
             run.status.listeners = previous.into_values().collect();
             return Err(session.failure(&operation, &reply));
         }

@@ -1,0 +1,109 @@
+//! Fault injection against the real Octavia API (tests/octavia/harness.sh): the API server stops in
+//! the middle of provisioning and comes back. A test binary of its own, because it stops the API that
+//! the other Octavia tests use (cargo runs test binaries one after another).
+// Integration tests: helpers panic on broken fixtures, which is the failure we want.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use capi_lb::world::World;
+use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer};
+use capi_lb_providers::provider::tags;
+use capi_lb_tests::octavia::{Harness, harness};
+use capi_lb_tests::*;
+use kube::api::{Api, DeleteParams};
+use serde_json::json;
+
+#[tokio::test]
+async fn the_api_stopping_mid_provisioning_converges_with_no_duplicate() {
+    let h = harness();
+    let world = World::new(vec![
+        Harness::secret("openstack", &h.clouds_yaml),
+        lb("cp")
+            .spec(
+                "infrastructureRef",
+                json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "OctaviaLoadBalancer", "name": "cp"}),
+            )
+            .build(),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "kind": "OctaviaLoadBalancer",
+            "metadata": {"name": "cp", "namespace": NS},
+            "spec": {
+                "credentials": {"secretName": "openstack", "cloud": "harness"},
+                "vip": {"subnetID": h.var("OCTAVIA_SUBNET_ID")},
+            },
+        }),
+        machine("cp-m1", "cp", "10.0.0.11").build(),
+    ])
+    .await
+    .unwrap();
+    // The create goes through; then the API goes away before the load balancer is ACTIVE.
+    world.reconcile(NS, "cp").await.unwrap();
+    let infra = Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS);
+    let id = infra
+        .get("cp")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .load_balancer_id
+        .unwrap();
+    h.stop_api();
+    for _ in 0..3 {
+        // Reconciles keep working: the failure is a condition and a back-off, not a crash.
+        world.reconcile(NS, "cp").await.unwrap();
+    }
+    let lb = get_lb(&world, "cp").await;
+    let c = condition(&lb, "InfrastructureReady");
+    assert_eq!(c.reason, "ProviderError", "{c:?}");
+    assert!(c.message.contains("no answer"), "{c:?}");
+    // A restart while the API is down loses nothing either.
+    let world = world.restart();
+    world.reconcile(NS, "cp").await.unwrap();
+    h.start_api();
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let lb: LoadBalancer = loop {
+        world.reconcile(NS, "cp").await.unwrap();
+        let lb = get_lb(&world, "cp").await;
+        if cond(&lb, "Ready").0 == "True" {
+            break lb;
+        }
+        assert!(Instant::now() < deadline, "{:#?}", lb.status);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let tag = format!("{}={}", tags::UID, lb.metadata.uid.clone().unwrap());
+    let found = h.lbs_tagged(&tag);
+    assert_eq!(found.len(), 1, "exactly one load balancer: {found:?}");
+    assert_eq!(found[0]["id"], id.as_str());
+
+    // And with the API down at deletion, the finalizer waits for it.
+    h.stop_api();
+    Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .delete("cp", &DeleteParams::default())
+        .await
+        .unwrap();
+    world.reconcile(NS, "cp").await.unwrap();
+    assert!(
+        Api::<LoadBalancer>::namespaced(world.client(), NS)
+            .get_opt("cp")
+            .await
+            .unwrap()
+            .is_some(),
+        "the finalizer must stay while Octavia cannot confirm the deletion"
+    );
+    h.start_api();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .get_opt("cp")
+        .await
+        .unwrap()
+        .is_some()
+    {
+        world.reconcile(NS, "cp").await.unwrap();
+        assert!(Instant::now() < deadline, "deletion did not finish");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(h.lbs_tagged(&tag).is_empty());
+}
