@@ -122,7 +122,12 @@ pub fn manager_objects(enabled: &Enabled, providers_arg: &str) -> Vec<Value> {
                             "env": [
                                 {"name": "POD_NAME", "valueFrom": field("metadata.name")["valueFrom"].clone()},
                                 {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")["valueFrom"].clone()},
+                                // The root filesystem is read-only; the Octavia provider writes CA
+                                // bundles from Secrets to the temporary folder for the OpenStack client.
+                                {"name": "TMPDIR", "value": "/tmp"},
+                                {"name": "HOME", "value": "/tmp"},
                             ],
+                            "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                             "ports": [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}],
                             "livenessProbe": probe("/livez", 10),
                             "readinessProbe": probe("/readyz", 5),
@@ -138,6 +143,7 @@ pub fn manager_objects(enabled: &Enabled, providers_arg: &str) -> Vec<Value> {
                                 "capabilities": {"drop": ["ALL"]},
                             },
                         }],
+                        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}],
                     },
                 },
             },

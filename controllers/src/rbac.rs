@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 
 use capi_lb_api::constants::{CAPI_GROUP, GROUP, INFRASTRUCTURE_GROUP};
-use capi_lb_providers::{inmemory, kubedc};
+use capi_lb_providers::{inmemory, kubedc, octavia};
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 /// One permission: an API group, a resource (with `/subresource`), a verb.
@@ -36,7 +36,11 @@ pub struct Enabled {
 impl Default for Enabled {
     fn default() -> Self {
         Self {
-            providers: vec![inmemory::NAME.into(), kubedc::NAME.into()],
+            providers: vec![
+                inmemory::NAME.into(),
+                kubedc::NAME.into(),
+                octavia::NAME.into(),
+            ],
             external_endpoints: true,
         }
     }
@@ -116,6 +120,24 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
                     (INFRASTRUCTURE_GROUP, "kubedcloadbalancers"),
                     ("kube-dc.com", "eips"),
                 ],
+            }),
+            octavia::NAME => out.push(Component {
+                name: "Octavia provider",
+                calls: vec![
+                    (
+                        INFRASTRUCTURE_GROUP,
+                        "octavialoadbalancers",
+                        &["get", "patch"],
+                    ),
+                    (
+                        INFRASTRUCTURE_GROUP,
+                        "octavialoadbalancers/status",
+                        &["patch"],
+                    ),
+                    // The clouds.yaml, from the OctaviaLoadBalancer's own namespace only.
+                    ("", "secrets", &["get"]),
+                ],
+                watches: vec![(INFRASTRUCTURE_GROUP, "octavialoadbalancers")],
             }),
             _ => {}
         }

@@ -185,6 +185,53 @@ async fn kubedc_scenario() -> BTreeSet<Permission> {
 
 use kube::ResourceExt;
 
+/// The Octavia provider against the real Octavia API (tests/octavia/harness.sh): create, then delete.
+async fn octavia_scenario() -> BTreeSet<Permission> {
+    let h = capi_lb_tests::octavia::harness();
+    let world = World::new(vec![
+        capi_lb_tests::octavia::Harness::secret("openstack", &h.clouds_yaml),
+        lb("cp")
+            .spec(
+                "infrastructureRef",
+                json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "OctaviaLoadBalancer", "name": "cp"}),
+            )
+            .build(),
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "OctaviaLoadBalancer",
+               "metadata": {"name": "cp", "namespace": NS},
+               "spec": {"credentials": {"secretName": "openstack", "cloud": "harness"},
+                        "vip": {"subnetID": h.var("OCTAVIA_SUBNET_ID")}}}),
+        machine("cp-m1", "cp", "10.0.0.11").build(),
+    ])
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        world.reconcile(NS, "cp").await.unwrap();
+        let lb = Api::<LoadBalancer>::namespaced(world.client(), NS)
+            .get("cp")
+            .await
+            .unwrap();
+        if lb.status.is_some_and(|s| s.ready) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "Octavia scenario: not Ready");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    delete::<LoadBalancer>(&world, "cp").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .get_opt("cp")
+        .await
+        .unwrap()
+        .is_some()
+    {
+        world.reconcile(NS, "cp").await.unwrap();
+        assert!(std::time::Instant::now() < deadline, "Octavia scenario: not deleted");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    observed(&world)
+}
+
 /// A Service of capi-lb's load-balancer class realised through a LoadBalancer.
 async fn class_scenario() -> BTreeSet<Permission> {
     let world = World::new(vec![
@@ -212,6 +259,7 @@ async fn the_generated_cluster_role_allows_exactly_what_the_controllers_do() {
     used.extend(class_scenario().await);
     used.extend(external_scenario().await);
     used.extend(kubedc_scenario().await);
+    used.extend(octavia_scenario().await);
     let enabled = Enabled::default();
     let granted = rbac::permissions(&enabled);
     let watches: BTreeSet<Permission> = rbac::components(&enabled)
