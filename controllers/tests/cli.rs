@@ -7,7 +7,7 @@ use std::process::Command;
 #[test]
 fn an_unknown_provider_is_refused_with_the_available_ones_before_connecting() {
     let out = Command::new(env!("CARGO_BIN_EXE_capi-lb"))
-        .args(["run", "--providers", "inmemory,octavia"])
+        .args(["run", "--providers", "inmemory,azure"])
         // Would be used if the flag were accepted; it must not get that far.
         .env("KUBECONFIG", "/nonexistent/kubeconfig")
         .env_remove("CAPI_LB_PROVIDERS")
@@ -15,9 +15,9 @@ fn an_unknown_provider_is_refused_with_the_available_ones_before_connecting() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("invalid value 'octavia'"), "{stderr}");
+    assert!(stderr.contains("invalid value 'azure'"), "{stderr}");
     assert!(
-        stderr.contains("[possible values: inmemory, kubedc]"),
+        stderr.contains("[possible values: inmemory, kubedc, octavia]"),
         "{stderr}"
     );
     assert!(!stderr.contains("Kubernetes"), "{stderr}");

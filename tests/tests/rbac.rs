@@ -214,7 +214,10 @@ async fn octavia_scenario() -> BTreeSet<Permission> {
         if lb.status.is_some_and(|s| s.ready) {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "Octavia scenario: not Ready");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Octavia scenario: not Ready"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     delete::<LoadBalancer>(&world, "cp").await;
@@ -226,7 +229,10 @@ async fn octavia_scenario() -> BTreeSet<Permission> {
         .is_some()
     {
         world.reconcile(NS, "cp").await.unwrap();
-        assert!(std::time::Instant::now() < deadline, "Octavia scenario: not deleted");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Octavia scenario: not deleted"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     observed(&world)

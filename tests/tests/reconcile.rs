@@ -808,7 +808,7 @@ async fn an_unknown_provider_kind_is_reported() {
         lb("cp")
             .spec(
                 "infrastructureRef",
-                json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "OctaviaLoadBalancer", "name": "cp"}),
+                json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "AzureLoadBalancer", "name": "cp"}),
             )
             .build(),
     ])

@@ -78,6 +78,8 @@ pub mod reason {
     pub const MEMBER_ADDRESS_NOT_IP: &str = "MemberAddressNotIP";
     /// `spec.floatingIP` is set; this build does not manage floating IPs yet.
     pub const FLOATING_IP_UNSUPPORTED: &str = "FloatingIPUnsupported";
+    /// The OctaviaLoadBalancer (and so the credentials) is gone while the LoadBalancer is deleted.
+    pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
 }
 
 /// How soon to look again while Octavia is busy with a load balancer.
@@ -1520,7 +1522,7 @@ impl Provider for OctaviaProvider {
     async fn delete(&self, request: DeleteRequest<'_>) -> Result<DeleteOutcome, ProviderError> {
         let Some(infra) = request.infra else {
             return Err(ProviderError::permanent(
-                "CredentialsUnavailable",
+                reason::CREDENTIALS_UNAVAILABLE,
                 format!(
                     "the OctaviaLoadBalancer of LoadBalancer {} is gone, so its credentials are unknown and the Octavia load balancer (tag {}) cannot be deleted. Recreate the OctaviaLoadBalancer to let capi-lb clean up, or delete the load balancer in Octavia and remove the finalizer by hand",
                     request.identity.display(),
