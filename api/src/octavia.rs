@@ -65,7 +65,11 @@ pub struct OctaviaLoadBalancerSpec {
     pub health_monitor: HealthMonitor,
 
     /// A floating IP in front of the VIP.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "floatingIP",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub floating_ip: Option<FloatingIp>,
 
     /// When Octavia reports the load balancer in ERROR (terminal), delete and recreate it. Off by
@@ -282,6 +286,9 @@ pub struct OctaviaLoadBalancerStatus {
     /// The VIP address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vip_address: Option<String>,
+    /// Neutron port of the VIP (where the floating IP is associated).
+    #[serde(default, rename = "vipPortID", skip_serializing_if = "Option::is_none")]
+    pub vip_port_id: Option<String>,
     /// The floating IP in front of the VIP.
     #[serde(
         default,
@@ -289,6 +296,13 @@ pub struct OctaviaLoadBalancerStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub floating_ip: Option<String>,
+    /// Neutron ID of the floating IP.
+    #[serde(
+        default,
+        rename = "floatingIPID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub floating_ip_id: Option<String>,
     /// True when capi-lb allocated the floating IP (and releases it on delete).
     #[serde(default)]
     pub floating_ip_allocated: bool,

@@ -497,12 +497,17 @@ fn octavia_defaults_and_rules() {
     );
     rejected(
         json!({"credentials": {"secretName": "cloud"}, "vip": {"subnetID": "s"},
-               "floatingIP": {}}),
+               "floatingIp": {"networkID": "ext"}}),
         "unknown field",
     );
     rejected(
         json!({"credentials": {"secretName": "cloud"}, "vip": {"subnetID": "s"},
-               "floatingIp": {"networkID": "ext", "address": "192.0.2.7"}}),
+               "floatingIP": {}}),
+        "exactly one of networkID (allocate) and address",
+    );
+    rejected(
+        json!({"credentials": {"secretName": "cloud"}, "vip": {"subnetID": "s"},
+               "floatingIP": {"networkID": "ext", "address": "192.0.2.7"}}),
         "exactly one of networkID (allocate) and address",
     );
     rejected(

@@ -2,7 +2,8 @@
 # The real OpenStack Octavia API and Keystone on 127.0.0.1, for the Octavia provider's tests.
 #
 #   tests/octavia/harness.sh install   # Debian packages + two Python venvs (pinned), idempotent
-#   tests/octavia/harness.sh start     # MariaDB, RabbitMQ, Keystone (:5000), octavia-api (:9876), octavia-worker
+#   tests/octavia/harness.sh start     # MariaDB, RabbitMQ, Keystone (:5000), octavia-api (:9876), octavia-worker,
+#                                      # and a Neutron floating IP simulator (:9696, neutron_floatingips.py)
 #   tests/octavia/harness.sh stop
 #
 # Octavia runs with its amphora provider and no-op compute/network/amphora drivers, so load balancers
@@ -124,15 +125,22 @@ admin_token() {
 
 json() { python3 -c "import json,sys; print(json.load(sys.stdin)$1)"; }
 
+# catalog_entry TOKEN TYPE NAME URL: a service with public/internal/admin endpoints, once.
+catalog_entry() {
+  local service
+  if ! keystone_api GET "/services?type=$2" "$1" | grep -q "\"$2\""; then
+    service="$(keystone_api POST /services "$1" "{\"service\": {\"type\": \"$2\", \"name\": \"$3\"}}" | json "['service']['id']")"
+    for iface in public internal admin; do
+      keystone_api POST /endpoints "$1" "{\"endpoint\": {\"service_id\": \"$service\", \"interface\": \"$iface\", \"region_id\": \"RegionOne\", \"url\": \"$4\"}}" >/dev/null
+    done
+  fi
+}
+
 bootstrap_identity() {
   local token service project user role secret cred
   token="$(admin_token)"
-  if ! keystone_api GET "/services?type=load-balancer" "$token" | grep -q '"load-balancer"'; then
-    service="$(keystone_api POST /services "$token" '{"service": {"type": "load-balancer", "name": "octavia"}}' | json "['service']['id']")"
-    for iface in public internal admin; do
-      keystone_api POST /endpoints "$token" "{\"endpoint\": {\"service_id\": \"$service\", \"interface\": \"$iface\", \"region_id\": \"RegionOne\", \"url\": \"http://127.0.0.1:9876\"}}" >/dev/null
-    done
-  fi
+  catalog_entry "$token" load-balancer octavia http://127.0.0.1:9876
+  catalog_entry "$token" network neutron-floatingips-simulator http://127.0.0.1:9696
   project="$(keystone_api GET "/projects?name=capi-lb" "$token" | json "['projects'][0]['id']" 2>/dev/null || true)"
   if [ -z "$project" ]; then
     project="$(keystone_api POST /projects "$token" '{"project": {"name": "capi-lb", "domain_id": "default"}}' | json "['project']['id']")"
@@ -163,6 +171,9 @@ OS_PASSWORD=capi-lb-password
 OS_REGION_NAME=RegionOne
 OCTAVIA_URL=http://127.0.0.1:9876
 OCTAVIA_SUBNET_ID=8c1b7a84-6b36-4d1b-9f3f-0d5e8a4f2b11
+NEUTRON_URL=http://127.0.0.1:9696
+FIP_NETWORK_ID=$FIP_NETWORK
+FIP_CIDR=$FIP_CIDR
 EOF
   cat >"$STATE/clouds.yaml" <<EOF
 clouds:
@@ -247,6 +258,22 @@ EOF
   wait_for http://127.0.0.1:9876/ 90
 }
 
+FIP_NETWORK=4a6e2c8e-5d3b-4f0e-9a51-7c2d1e0f3b99
+FIP_CIDR=203.0.113.0/24
+
+# Neutron's floating IP API, simulated (Octavia's no-op network driver makes VIP ports no real
+# Neutron knows): tests/octavia/neutron_floatingips.py.
+start_neutron_sim() {
+  if ! curl -fs -o /dev/null http://127.0.0.1:9696/; then
+    log "starting the Neutron floating IP simulator on 127.0.0.1:9696"
+    (python3 "$HERE/neutron_floatingips.py" 9696 >>"$STATE/neutron-sim.log" 2>&1 &
+     echo $! >"$STATE/neutron-sim.pid")
+    wait_for http://127.0.0.1:9696/ 20
+  fi
+  curl -fsS -X POST http://127.0.0.1:9696/_sim/networks -H 'Content-Type: application/json' \
+    -d "{\"id\": \"$FIP_NETWORK\", \"cidr\": \"$FIP_CIDR\"}" >/dev/null
+}
+
 start() {
   mkdir -p "$STATE"
   start_mariadb
@@ -254,11 +281,12 @@ start() {
   if ! curl -fs -o /dev/null http://127.0.0.1:5000/v3; then start_keystone; fi
   bootstrap_identity
   if ! curl -s -o /dev/null http://127.0.0.1:9876/; then start_octavia; fi
+  start_neutron_sim
   log "ready: $STATE/env"
 }
 
 stop() {
-  for pidfile in "$STATE"/octavia-api.pid "$STATE"/octavia-worker.pid "$STATE"/keystone.pid; do
+  for pidfile in "$STATE"/octavia-api.pid "$STATE"/octavia-worker.pid "$STATE"/keystone.pid "$STATE"/neutron-sim.pid; do
     [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
   done
   rabbitmqctl stop >/dev/null 2>&1 || true

@@ -154,8 +154,17 @@ impl Harness {
 
     /// An Octavia request from the outside: `(status, body)`.
     pub fn octavia(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.request(method, &format!("http://127.0.0.1:9876/v2/{path}"), body)
+    }
+
+    /// A request to the Neutron floating IP simulator: `(status, body)`.
+    pub fn neutron(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.request(method, &format!("http://127.0.0.1:9696/v2.0/{path}"), body)
+    }
+
+    fn request(&self, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
         let token = self.token();
-        let url = format!("http://127.0.0.1:9876/v2/{path}");
+        let url = url.to_string();
         let mut args = vec![
             "-s".to_string(),
             "-w".into(),

@@ -581,3 +581,139 @@ async fn bad_credentials_and_a_missing_catalog_entry_are_clear_conditions() {
     let lb = settle(&world, "Ready with password auth", ready).await;
     delete_and_settle(&world, &h, &uid_tag(&lb)).await;
 }
+
+fn fip(h: &Harness, id: &str) -> (u16, Value) {
+    let (code, body) = h.neutron("GET", &format!("floatingips/{id}"), None);
+    (code, body["floatingip"].clone())
+}
+
+#[tokio::test]
+async fn an_allocated_floating_ip_is_published_and_released_on_delete() {
+    let h = harness();
+    let mut objects = basic(&h);
+    objects[2] = olb(
+        "cp",
+        &h,
+        json!({"floatingIP": {"networkID": h.var("FIP_NETWORK_ID")}}),
+    );
+    let world = World::new(objects).await.unwrap();
+    let lb = settle(&world, "Ready", ready).await;
+    let status = octavia_status(&world, "cp").await;
+    let address = status.floating_ip.clone().expect("floating IP in status");
+    assert!(address.starts_with("203.0.113."), "{address}");
+    assert!(status.floating_ip_allocated);
+    // The -ext endpoint and the LoadBalancer's address are the floating IP, not the VIP.
+    assert_eq!(
+        slices(&world, "cp-ext")
+            .await
+            .into_values()
+            .flatten()
+            .collect::<Vec<_>>(),
+        vec![address.clone()]
+    );
+    assert_eq!(lb.status.as_ref().unwrap().addresses[0].address, address);
+    let id = status.floating_ip_id.clone().unwrap();
+    let (code, neutron) = fip(&h, &id);
+    assert_eq!(code, 200);
+    assert_eq!(
+        neutron["port_id"],
+        status.vip_port_id.clone().unwrap().as_str()
+    );
+    let uid = lb.metadata.uid.clone().unwrap();
+    assert!(
+        neutron["tags"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(format!("capi-lb-uid={uid}")))
+    );
+
+    // Steady state still costs one Octavia request and no Neutron request.
+    world.openstack.clear();
+    world.reconcile(NS, "cp").await.unwrap();
+    assert_eq!(
+        world.openstack.calls(),
+        vec![("loadbalancer.status".to_string(), Some(200))]
+    );
+
+    // A lost status: the floating IP on the VIP port is found again, not allocated twice.
+    wipe_octavia_status(&world).await;
+    let restarted = world.restart();
+    settle(&restarted, "Ready again", ready).await;
+    let again = octavia_status(&restarted, "cp").await;
+    assert_eq!(again.floating_ip_id.as_deref(), Some(id.as_str()));
+    let (_, list) = h.neutron("GET", &format!("floatingips?tags=capi-lb-uid={uid}"), None);
+    assert_eq!(list["floatingips"].as_array().unwrap().len(), 1);
+
+    delete_and_settle(&restarted, &h, &uid_tag(&lb)).await;
+    assert_eq!(fip(&h, &id).0, 404, "the allocated floating IP is released");
+}
+
+#[tokio::test]
+async fn a_given_floating_ip_is_used_never_stolen_and_kept_on_delete() {
+    let h = harness();
+    let network = h.var("FIP_NETWORK_ID");
+    let create = |port: Option<&str>| {
+        let (code, body) = h.neutron(
+            "POST",
+            "floatingips",
+            Some(json!({"floatingip": {"floating_network_id": network, "port_id": port}})),
+        );
+        assert_eq!(code, 201, "{body}");
+        (
+            body["floatingip"]["id"].as_str().unwrap().to_string(),
+            body["floatingip"]["floating_ip_address"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        )
+    };
+    // One in use by someone else's port: capi-lb must not take it.
+    let (busy_id, busy) = create(Some("someone-elses-port"));
+    let mut objects = basic(&h);
+    objects[2] = olb("cp", &h, json!({"floatingIP": {"address": busy}}));
+    let world = World::new(objects).await.unwrap();
+    settle(&world, "FloatingIPInUse", |lb| {
+        cond(lb, "InfrastructureReady").1 == "FloatingIPInUse"
+    })
+    .await;
+    assert_eq!(fip(&h, &busy_id).1["port_id"], "someone-elses-port");
+
+    // A free one: associated with the VIP, published, and kept (disassociated) on delete.
+    let (free_id, free) = create(None);
+    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
+        .patch(
+            "cp",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"floatingIP": {"address": free}}})),
+        )
+        .await
+        .unwrap();
+    let lb = settle(&world, "Ready", ready).await;
+    let status = octavia_status(&world, "cp").await;
+    assert_eq!(status.floating_ip.as_deref(), Some(free.as_str()));
+    assert!(!status.floating_ip_allocated);
+    assert_eq!(
+        fip(&h, &free_id).1["port_id"],
+        status.vip_port_id.clone().unwrap().as_str()
+    );
+    assert_eq!(
+        slices(&world, "cp-ext")
+            .await
+            .into_values()
+            .flatten()
+            .collect::<Vec<_>>(),
+        vec![free.clone()]
+    );
+
+    delete_and_settle(&world, &h, &uid_tag(&lb)).await;
+    let (code, kept) = fip(&h, &free_id);
+    assert_eq!(code, 200, "a given floating IP is never deleted");
+    assert!(kept["port_id"].is_null(), "{kept}");
+    assert_eq!(fip(&h, &busy_id).1["port_id"], "someone-elses-port");
+    for id in [free_id, busy_id] {
+        assert_eq!(
+            h.neutron("DELETE", &format!("floatingips/{id}"), None).0,
+            204
+        );
+    }
+}

@@ -102,6 +102,7 @@ struct SessionKey {
 /// An authenticated session with a cloud's Octavia.
 pub struct Session {
     os: AsyncOpenStack,
+    network: tokio::sync::OnceCell<()>,
     _renew: openstack_sdk::RenewHandle,
     /// The cloud name, for messages.
     pub cloud: String,
@@ -124,13 +125,25 @@ impl Reply {
         (200..300).contains(&self.status)
     }
 
-    /// Octavia's error text (`faultstring`, or `description`/`message`).
+    /// The error text (Octavia's `faultstring`, Neutron's `NeutronError.message`, ...).
     pub fn fault(&self) -> String {
         ["faultstring", "description", "message"]
             .iter()
             .find_map(|k| self.body.get(k).and_then(Value::as_str))
+            .or_else(|| {
+                self.body
+                    .pointer("/NeutronError/message")
+                    .and_then(Value::as_str)
+            })
             .map(str::to_string)
             .unwrap_or_else(|| format!("HTTP {}", self.status))
+    }
+
+    /// Neutron's error type (`IpAddressGenerationFailure`, `ExternalNetworkNotFound`, ...).
+    pub fn neutron_error(&self) -> Option<&str> {
+        self.body
+            .pointer("/NeutronError/type")
+            .and_then(Value::as_str)
     }
 }
 
@@ -375,6 +388,7 @@ async fn connect(
     let renew = os.enable_auto_renew(chrono::TimeDelta::minutes(5));
     let mut session = Session {
         os,
+        network: tokio::sync::OnceCell::new(),
         _renew: renew,
         cloud,
         version: ApiVersion(2, 0),
@@ -395,6 +409,7 @@ async fn connect(
 /// `raw(..)` so that every status code reaches the provider.
 #[derive(Clone, Debug)]
 pub struct Request {
+    service: ServiceType,
     method: Method,
     path: String,
     query: BTreeMap<&'static str, String>,
@@ -405,6 +420,7 @@ impl Request {
     /// `GET path`.
     pub fn get(path: impl Into<String>) -> Self {
         Self {
+            service: ServiceType::LoadBalancer,
             method: Method::GET,
             path: path.into(),
             query: BTreeMap::new(),
@@ -438,6 +454,12 @@ impl Request {
         }
     }
 
+    /// Send it to Neutron (`network`) instead of Octavia.
+    pub fn network(mut self) -> Self {
+        self.service = ServiceType::Network;
+        self
+    }
+
     /// Add a query parameter.
     pub fn query(mut self, key: &'static str, value: impl Into<String>) -> Self {
         self.query.insert(key, value.into());
@@ -455,7 +477,7 @@ impl RestEndpoint for Request {
     }
 
     fn service_type(&self) -> ServiceType {
-        ServiceType::LoadBalancer
+        self.service.clone()
     }
 
     fn parameters(&self) -> QueryParams<'_> {
@@ -482,6 +504,38 @@ impl RestEndpoint for Request {
 }
 
 impl Session {
+    /// Find Neutron (`network`) in the catalog, once; needed only for floating IPs.
+    pub async fn network(&self) -> Result<(), Stop> {
+        self.network
+            .get_or_try_init(|| async {
+                let in_catalog = self.os.get_token_catalog().is_some_and(|catalog| {
+                    catalog
+                        .iter()
+                        .any(|s| s.service_type == "network" && !s.endpoints.is_empty())
+                });
+                if !in_catalog {
+                    return Err(wait(
+                        reason::ENDPOINT_NOT_IN_CATALOG,
+                        format!(
+                            "cloud {}: the Keystone catalog has no `network` endpoint, needed for the floating IP",
+                            self.cloud
+                        ),
+                    ));
+                }
+                self.os
+                    .discover_service_endpoint(&ServiceType::Network)
+                    .await
+                    .map_err(|e| {
+                        Stop::Error(ProviderError::transient(format!(
+                            "cloud {}: discovering the Neutron endpoint: {e}",
+                            self.cloud
+                        )))
+                    })
+            })
+            .await
+            .map(|_| ())
+    }
+
     /// Send `request`; record it; an answer of any status is `Ok`. No answer is a transient error.
     pub async fn send(
         &self,
@@ -497,7 +551,11 @@ impl Session {
         let status = answer.as_ref().ok().map(|r| r.status().as_u16());
         if let Some(observer) = observer {
             observer.observe(&ApiCall {
-                service: "load-balancer",
+                service: if operation.starts_with("floatingip") {
+                    "network"
+                } else {
+                    "load-balancer"
+                },
                 operation,
                 status,
                 duration: started.elapsed(),
@@ -537,6 +595,18 @@ impl Session {
             self.cloud, reply.status
         );
         let lower = fault.to_lowercase();
+        match reply.neutron_error() {
+            Some("ExternalNetworkNotFound" | "NetworkNotFound") => {
+                return wait(reason::FLOATING_NETWORK_NOT_FOUND, what);
+            }
+            Some("IpAddressGenerationFailure" | "OverQuota") => {
+                return wait(reason::QUOTA_EXCEEDED, what);
+            }
+            Some("FloatingIPPortAlreadyAssociated" | "IpAddressInUse") => {
+                return wait(reason::FLOATING_IP_IN_USE, what);
+            }
+            _ => {}
+        }
         match reply.status {
             409 => Stop::Wait(crate::provider::Progress::pending_because(
                 reason::LOAD_BALANCER_PENDING,

@@ -76,8 +76,12 @@ pub mod reason {
     pub const API_VERSION_UNSUPPORTED: &str = "APIVersionUnsupported";
     /// A member address is not an IP address (Octavia members need one).
     pub const MEMBER_ADDRESS_NOT_IP: &str = "MemberAddressNotIP";
-    /// `spec.floatingIP` is set; this build does not manage floating IPs yet.
-    pub const FLOATING_IP_UNSUPPORTED: &str = "FloatingIPUnsupported";
+    /// The floating IP named in `spec.floatingIP.address` does not exist (in this project).
+    pub const FLOATING_IP_NOT_FOUND: &str = "FloatingIPNotFound";
+    /// The given floating IP is associated with another port; capi-lb never takes it over.
+    pub const FLOATING_IP_IN_USE: &str = "FloatingIPInUse";
+    /// The external network of `spec.floatingIP.networkID` does not exist.
+    pub const FLOATING_NETWORK_NOT_FOUND: &str = "FloatingNetworkNotFound";
     /// The OctaviaLoadBalancer (and so the credentials) is gone while the LoadBalancer is deleted.
     pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
 }
@@ -88,6 +92,8 @@ pub const POLL: Duration = Duration::from_secs(2);
 const TREE_FRESH: Duration = Duration::from_secs(5);
 /// How long what the provider knows of member weights is trusted without reading them back.
 const MEMBERS_FRESH: Duration = Duration::from_secs(600);
+/// How long a floating IP seen in place is trusted without asking Neutron.
+const FIP_FRESH: Duration = Duration::from_secs(600);
 /// Octavia's longest name.
 const NAME_MAX: usize = 255;
 /// A tag value that marks everything capi-lb creates.
@@ -121,6 +127,8 @@ pub struct OctaviaProvider {
     trees: Mutex<HashMap<String, (Instant, Tree)>>,
     /// Members per pool as last written or read, with when.
     members: Mutex<HashMap<String, (Instant, Vec<PoolMember>)>>,
+    /// When the floating IP of a load balancer was last checked against Neutron.
+    fip_checked: Mutex<HashMap<String, Instant>>,
 }
 
 impl std::fmt::Debug for OctaviaProvider {
@@ -194,11 +202,26 @@ struct LbRecord {
     #[serde(default)]
     vip_address: Option<String>,
     #[serde(default)]
+    vip_port_id: Option<String>,
+    #[serde(default)]
     tags: Vec<String>,
     #[serde(default)]
     description: Option<String>,
     #[serde(default)]
     created_at: Option<String>,
+}
+
+/// A Neutron floating IP.
+#[derive(Clone, Debug, Deserialize)]
+struct FloatingIp {
+    id: String,
+    floating_ip_address: String,
+    #[serde(default)]
+    port_id: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    tags: Vec<String>,
 }
 
 /// A pool member as written (or read back): what the batch update matches and sets.
@@ -249,6 +272,30 @@ fn child_name(lb: &str, listener: &Listener) -> String {
 /// The ownership tag (the one adoption looks for).
 fn uid_tag(identity: &LoadBalancerIdentity) -> String {
     format!("{}={}", tags::UID, identity.uid)
+}
+
+/// Neutron's tags of an allocated floating IP: without `/` (Neutron addresses single tags in URL
+/// paths), the UID one decides ownership.
+fn fip_tags(identity: &LoadBalancerIdentity) -> Vec<String> {
+    let mut tags = vec![
+        CAPI_LB_TAG.to_string(),
+        fip_uid_tag(identity),
+        cut(
+            &format!(
+                "capi-lb-loadbalancer={}.{}",
+                identity.namespace, identity.name
+            ),
+            NAME_MAX,
+        ),
+    ];
+    if let Some(cluster) = &identity.cluster_name {
+        tags.push(cut(&format!("capi-lb-cluster={cluster}"), NAME_MAX));
+    }
+    tags
+}
+
+fn fip_uid_tag(identity: &LoadBalancerIdentity) -> String {
+    format!("capi-lb-uid={}", identity.uid)
 }
 
 fn infra_tag(uid: &str) -> String {
@@ -561,7 +608,9 @@ impl<'a> Run<'a> {
         for key in [
             "loadBalancerID",
             "vipAddress",
+            "vipPortID",
             "floatingIP",
+            "floatingIPID",
             "provisioningStatus",
             "operatingStatus",
             "apiVersion",
@@ -621,6 +670,7 @@ impl OctaviaProvider {
             locks: Mutex::new(HashMap::new()),
             trees: Mutex::new(HashMap::new()),
             members: Mutex::new(HashMap::new()),
+            fip_checked: Mutex::new(HashMap::new()),
         }
     }
 
@@ -736,6 +786,7 @@ impl OctaviaProvider {
         };
         run.status.load_balancer_id = Some(record.id.clone());
         run.status.vip_address = record.vip_address.clone();
+        run.status.vip_port_id = record.vip_port_id.clone();
         run.changes.push(format!(
             "adopted Octavia load balancer {} (found by its ownership tags)",
             record.id
@@ -824,6 +875,7 @@ impl OctaviaProvider {
         run.created = true;
         run.status.load_balancer_id = Some(record.id.clone());
         run.status.vip_address = record.vip_address.clone();
+        run.status.vip_port_id = record.vip_port_id.clone();
         run.status.provisioning_status = Some(record.provisioning_status.clone());
         run.status.ready = false;
         run.status.listeners = listeners
@@ -847,13 +899,6 @@ impl OctaviaProvider {
         run: &mut Run<'_>,
         listeners: &[Listener],
     ) -> Result<Progress, Stop> {
-        if run.infra.spec.floating_ip.is_some() {
-            return Err(Stop::Wait(Progress::pending_because(
-                reason::FLOATING_IP_UNSUPPORTED,
-                "spec.floatingIP is set, but this capi-lb build does not manage floating IPs yet; remove it and put the floating IP on the VIP port yourself",
-                Duration::from_secs(300),
-            )));
-        }
         let session = self.session(&run.infra).await?;
         run.status.api_version = Some(session.version.to_string());
         run.infra.check_version(session.version)?;
@@ -874,9 +919,12 @@ impl OctaviaProvider {
                 return Ok(run.pending(state));
             }
         }
-        let progress = self
+        let mut progress = self
             .converge_children(&session, run, &tree, listeners)
             .await?;
+        if progress.is_done() {
+            progress = self.converge_floating_ip(&session, run).await?;
+        }
         run.status.ready = progress.is_done();
         Ok(progress)
     }
@@ -911,6 +959,304 @@ impl OctaviaProvider {
             ),
             POLL,
         ))
+    }
+
+    /// Floating IPs of this project matching `query` (Neutron list filters).
+    async fn floating_ips(
+        &self,
+        session: &Session,
+        query: &[(&'static str, String)],
+    ) -> Result<Vec<FloatingIp>, Stop> {
+        let mut request = Request::get("floatingips").network();
+        for (k, v) in query {
+            request = request.query(k, v.clone());
+        }
+        let body = session
+            .expect(self.observer(), "floatingip.list", request)
+            .await?;
+        decode(
+            body.get("floatingips").cloned().unwrap_or(json!([])),
+            "floatingip.list",
+        )
+    }
+
+    async fn associate(
+        &self,
+        session: &Session,
+        fip: &FloatingIp,
+        port: Option<&str>,
+    ) -> Result<(), Stop> {
+        session
+            .expect(
+                self.observer(),
+                "floatingip.update",
+                Request::put(
+                    format!("floatingips/{}", fip.id),
+                    json!({ "floatingip": { "port_id": port } }),
+                )
+                .network(),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// The floating IP in front of the VIP: the given one associated (never taken from another
+    /// port), or one allocated, tagged and associated; a previous one released when the spec
+    /// changed. Checked against Neutron when the status does not already show it in place, and
+    /// every ten minutes.
+    async fn converge_floating_ip(
+        &self,
+        session: &Session,
+        run: &mut Run<'_>,
+    ) -> Result<Progress, Stop> {
+        let wanted = run.infra.spec.floating_ip.clone();
+        let in_place = match &wanted {
+            None => run.status.floating_ip_id.is_none(),
+            Some(w) => {
+                run.status.floating_ip_id.is_some()
+                    && w.address
+                        .as_ref()
+                        .is_none_or(|a| run.status.floating_ip.as_ref() == Some(a))
+                    && (w.network_id.is_some() == run.status.floating_ip_allocated)
+            }
+        };
+        let key = run.status.load_balancer_id.clone().unwrap_or_default();
+        let recently = self
+            .fip_checked
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&key).copied());
+        if in_place && recently.is_some_and(|at| at.elapsed() < FIP_FRESH) {
+            return Ok(Progress::Done);
+        }
+        session.network().await?;
+        let Some(port) = run.status.vip_port_id.clone() else {
+            // Adopted by an older capi-lb, or the port was not reported yet: read it.
+            let body = session
+                .expect(
+                    self.observer(),
+                    "loadbalancer.get",
+                    Request::get(format!("lbaas/loadbalancers/{key}")),
+                )
+                .await?;
+            let record: LbRecord = decode(
+                body.get("loadbalancer").cloned().unwrap_or(Value::Null),
+                "loadbalancer.get",
+            )?;
+            run.status.vip_port_id = record.vip_port_id;
+            return Ok(Progress::pending("reading the VIP port", POLL));
+        };
+        // What is on our VIP port now (only ever ours, or something someone put there by hand).
+        let on_port = self
+            .floating_ips(session, &[("port_id", port.clone())])
+            .await?;
+        let ours = |f: &FloatingIp| {
+            f.tags.contains(&fip_uid_tag(run.identity))
+                || f.description
+                    .as_deref()
+                    .is_some_and(|d| d.ends_with(&format!("uid={}", run.identity.uid)))
+        };
+        // Release a previous floating IP the spec no longer asks for.
+        let previous = self.release_candidates(session, run, &wanted).await?;
+        if let Some(progress) = previous {
+            return Ok(progress);
+        }
+        let Some(wanted) = wanted else {
+            run.status.floating_ip = None;
+            run.status.floating_ip_id = None;
+            run.status.floating_ip_allocated = false;
+            self.mark_fip_checked(&key);
+            return Ok(Progress::Done);
+        };
+        let fip = if let Some(address) = &wanted.address {
+            let found = self
+                .floating_ips(session, &[("floating_ip_address", address.clone())])
+                .await?;
+            let Some(fip) = found.into_iter().next() else {
+                return Err(Stop::Wait(Progress::pending_because(
+                    reason::FLOATING_IP_NOT_FOUND,
+                    format!("floating IP {address} does not exist in this project"),
+                    Duration::from_secs(60),
+                )));
+            };
+            match fip.port_id.as_deref() {
+                Some(p) if p == port => {}
+                Some(other) => {
+                    return Err(Stop::Wait(Progress::pending_because(
+                        reason::FLOATING_IP_IN_USE,
+                        format!(
+                            "floating IP {address} is associated with port {other}; capi-lb never takes a floating IP from another port. Disassociate it, or name another one"
+                        ),
+                        Duration::from_secs(60),
+                    )));
+                }
+                None => {
+                    self.associate(session, &fip, Some(&port)).await?;
+                    run.changes
+                        .push(format!("associated floating IP {address} with the VIP"));
+                }
+            }
+            run.status.floating_ip_allocated = false;
+            fip
+        } else {
+            let network = wanted.network_id.clone().unwrap_or_default();
+            let mine = on_port.iter().find(|f| ours(f)).cloned();
+            let fip = match mine {
+                Some(fip) => fip,
+                None => {
+                    // One allocated earlier but left unassociated (a crash between the calls).
+                    let tagged = self
+                        .floating_ips(session, &[("tags", fip_uid_tag(run.identity))])
+                        .await?;
+                    match tagged.into_iter().next() {
+                        Some(fip) => {
+                            self.associate(session, &fip, Some(&port)).await?;
+                            run.changes.push(format!(
+                                "associated floating IP {} (found by its tags) with the VIP",
+                                fip.floating_ip_address
+                            ));
+                            fip
+                        }
+                        None => self.allocate(session, run, &network, &port).await?,
+                    }
+                }
+            };
+            if !fip.tags.contains(&fip_uid_tag(run.identity)) {
+                self.tag_fip(session, run, &fip).await?;
+            }
+            run.status.floating_ip_allocated = true;
+            fip
+        };
+        run.status.floating_ip = Some(fip.floating_ip_address.clone());
+        run.status.floating_ip_id = Some(fip.id.clone());
+        self.mark_fip_checked(&key);
+        Ok(Progress::Done)
+    }
+
+    fn mark_fip_checked(&self, key: &str) {
+        if let Ok(mut c) = self.fip_checked.lock() {
+            c.insert(key.to_string(), Instant::now());
+        }
+    }
+
+    async fn allocate(
+        &self,
+        session: &Session,
+        run: &mut Run<'_>,
+        network: &str,
+        port: &str,
+    ) -> Result<FloatingIp, Stop> {
+        let body = session
+            .expect(
+                self.observer(),
+                "floatingip.create",
+                Request::post(
+                    "floatingips",
+                    json!({ "floatingip": {
+                        "floating_network_id": network,
+                        "port_id": port,
+                        "description": description(run.identity),
+                    }}),
+                )
+                .network(),
+            )
+            .await?;
+        let fip: FloatingIp = decode(
+            body.get("floatingip").cloned().unwrap_or(Value::Null),
+            "floatingip.create",
+        )?;
+        run.changes.push(format!(
+            "allocated floating IP {} from network {network} for the VIP",
+            fip.floating_ip_address
+        ));
+        Ok(fip)
+    }
+
+    async fn tag_fip(
+        &self,
+        session: &Session,
+        run: &Run<'_>,
+        fip: &FloatingIp,
+    ) -> Result<(), Stop> {
+        session
+            .expect(
+                self.observer(),
+                "floatingip.tags",
+                Request::put(
+                    format!("floatingips/{}/tags", fip.id),
+                    json!({ "tags": fip_tags(run.identity) }),
+                )
+                .network(),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Release the floating IP recorded in the status when the spec no longer wants it: delete
+    /// one capi-lb allocated, disassociate one it was given.
+    async fn release_candidates(
+        &self,
+        session: &Session,
+        run: &mut Run<'_>,
+        wanted: &Option<capi_lb_api::octavia::FloatingIp>,
+    ) -> Result<Option<Progress>, Stop> {
+        let Some(id) = run.status.floating_ip_id.clone() else {
+            return Ok(None);
+        };
+        let still_wanted = match wanted {
+            None => false,
+            Some(w) => match &w.address {
+                Some(a) => {
+                    !run.status.floating_ip_allocated && run.status.floating_ip.as_ref() == Some(a)
+                }
+                None => run.status.floating_ip_allocated,
+            },
+        };
+        if still_wanted {
+            return Ok(None);
+        }
+        let allocated = run.status.floating_ip_allocated;
+        let address = run.status.floating_ip.clone().unwrap_or_default();
+        self.release(session, &id, allocated).await?;
+        run.changes.push(if allocated {
+            format!("released floating IP {address} (no longer in the spec)")
+        } else {
+            format!("disassociated floating IP {address} (no longer in the spec; kept)")
+        });
+        run.status.floating_ip = None;
+        run.status.floating_ip_id = None;
+        run.status.floating_ip_allocated = false;
+        Ok(Some(Progress::pending("floating IP released", POLL)))
+    }
+
+    /// Delete an allocated floating IP, or disassociate a given one (404: already gone).
+    async fn release(&self, session: &Session, id: &str, allocated: bool) -> Result<(), Stop> {
+        let reply = if allocated {
+            session
+                .send(
+                    self.observer(),
+                    "floatingip.delete",
+                    Request::delete(format!("floatingips/{id}")).network(),
+                )
+                .await?
+        } else {
+            session
+                .send(
+                    self.observer(),
+                    "floatingip.update",
+                    Request::put(
+                        format!("floatingips/{id}"),
+                        json!({ "floatingip": { "port_id": null } }),
+                    )
+                    .network(),
+                )
+                .await?
+        };
+        if reply.ok() || reply.status == 404 {
+            Ok(())
+        } else {
+            Err(session.failure("floatingip.release", &reply))
+        }
     }
 
     async fn delete_lb(&self, session: &Session, id: &str) -> Result<(), Stop> {
@@ -1359,6 +1705,34 @@ impl OctaviaProvider {
                 }
             }
         }
+        // The floating IP first: a given one is disassociated (kept), an allocated one released.
+        if infra.spec.floating_ip.is_some() || infra.status.floating_ip_id.is_some() {
+            session.network().await?;
+            if let Some(id) = &infra.status.floating_ip_id
+                && !infra.status.floating_ip_allocated
+            {
+                self.release(session, id, false).await?;
+            }
+            let mut allocated = self
+                .floating_ips(session, &[("tags", fip_uid_tag(identity))])
+                .await?;
+            if let Some(id) = &infra.status.floating_ip_id
+                && infra.status.floating_ip_allocated
+                && !allocated.iter().any(|f| &f.id == id)
+            {
+                allocated.push(FloatingIp {
+                    id: id.clone(),
+                    floating_ip_address: infra.status.floating_ip.clone().unwrap_or_default(),
+                    port_id: None,
+                    description: None,
+                    tags: Vec::new(),
+                });
+            }
+            for fip in allocated {
+                self.release(session, &fip.id, true).await?;
+                changes.push(format!("released floating IP {}", fip.floating_ip_address));
+            }
+        }
         if found.is_empty() {
             return Ok(Progress::Done);
         }
@@ -1617,6 +1991,7 @@ mod tests {
             id: "x".into(),
             provisioning_status: "ACTIVE".into(),
             vip_address: None,
+            vip_port_id: None,
             tags: tags.iter().map(|t| t.to_string()).collect(),
             description: description.map(str::to_string),
             created_at: None,
