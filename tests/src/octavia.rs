@@ -227,6 +227,21 @@ impl Harness {
         panic!("load balancer {id} did not become ACTIVE");
     }
 
+    /// Put load balancer `id` into provisioning status `state` in Octavia's database: how a
+    /// failed provisioning (ERROR) looks to the API, without a cloud to fail.
+    pub fn set_provisioning_status(&self, id: &str, state: &str) {
+        let status = Command::new("mysql")
+            .args([
+                "-uroot",
+                "octavia",
+                "-e",
+                &format!("UPDATE load_balancer SET provisioning_status='{state}' WHERE id='{id}'"),
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
     /// Stop the Octavia API server (Keystone and the worker keep running).
     pub fn stop_api(&self) {
         let pid = std::fs::read_to_string(self.state.join("octavia-api.pid")).unwrap();

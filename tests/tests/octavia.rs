@@ -717,3 +717,56 @@ async fn a_given_floating_ip_is_used_never_stolen_and_kept_on_delete() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_load_balancer_in_error_is_reported_and_recreated_when_configured() {
+    let h = harness();
+    let world = World::new(basic(&h)).await.unwrap();
+    let lb = settle(&world, "Ready", ready).await;
+    let tag = uid_tag(&lb);
+    let id = octavia_status(&world, "cp").await.load_balancer_id.unwrap();
+    // Let the worker finish the member update's flow first (it marks the load balancer ACTIVE
+    // at its end), so that the ERROR stays.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    h.wait_active(&id);
+    h.set_provisioning_status(&id, "ERROR");
+
+    let lb = settle(&world, "LoadBalancerError", |lb| {
+        cond(lb, "InfrastructureReady").1 == "LoadBalancerError"
+    })
+    .await;
+    let c = condition(&lb, "InfrastructureReady");
+    assert!(
+        c.message.contains(&id) && c.message.contains("recreateOnError"),
+        "{c:?}"
+    );
+    // Reported, not acted on: still the same one.
+    assert_eq!(h.lbs_tagged(&tag).len(), 1);
+
+    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
+        .patch(
+            "cp",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"recreateOnError": true}})),
+        )
+        .await
+        .unwrap();
+    settle(&world, "recreated and Ready", |lb| {
+        ready(lb)
+            && lb
+                .status
+                .as_ref()
+                .is_some_and(|s| s.active_targets.len() == 2)
+    })
+    .await;
+    let status = octavia_status(&world, "cp").await;
+    assert_ne!(status.load_balancer_id.as_deref(), Some(id.as_str()));
+    let found = h.lbs_tagged(&tag);
+    assert_eq!(
+        found.len(),
+        1,
+        "the one in ERROR is gone, one new: {found:?}"
+    );
+    assert_eq!(members(&h, &status).len(), 2);
+    delete_and_settle(&world, &h, &tag).await;
+}

@@ -2031,6 +2031,78 @@ mod tests {
     }
 
     #[test]
+    fn features_are_gated_by_the_api_version() {
+        let spec: OctaviaLoadBalancerSpec = serde_json::from_value(json!({
+            "credentials": {"secretName": "s"},
+            "vip": {"subnetID": "x"},
+            "availabilityZone": "az1",
+            "listener": {"allowedCIDRs": ["10.0.0.0/8"]},
+        }))
+        .unwrap();
+        let infra = Infra {
+            uid: None,
+            namespace: "ns".into(),
+            spec,
+            status: OctaviaLoadBalancerStatus::default(),
+        };
+        assert!(infra.check_version(ApiVersion(2, 14)).is_ok());
+        let Err(Stop::Wait(Progress::Pending {
+            message, reason, ..
+        })) = infra.check_version(ApiVersion(2, 11))
+        else {
+            panic!("2.11 must be refused")
+        };
+        assert_eq!(reason, Some(reason::API_VERSION_UNSUPPORTED));
+        assert!(
+            message.contains("allowedCIDRs needs 2.12")
+                && message.contains("availabilityZone needs 2.14"),
+            "{message}"
+        );
+        let Err(Stop::Wait(Progress::Pending { message, .. })) =
+            infra.check_version(ApiVersion(2, 13))
+        else {
+            panic!("2.13 must be refused")
+        };
+        assert!(!message.contains("allowedCIDRs") && message.contains("availabilityZone"));
+        // Without tags (< 2.5) nothing is tagged and the description carries the UID instead;
+        // allowed_cidrs are only sent where the API knows them.
+        let listener = Listener {
+            name: "api".into(),
+            port: 6443,
+            target_port: 6443,
+            protocol: Protocol::Tcp,
+        };
+        assert!(
+            !Settings::new(&infra, &listener, ApiVersion(2, 11))
+                .listener
+                .contains_key("allowed_cidrs")
+        );
+        assert!(
+            Settings::new(&infra, &listener, ApiVersion(2, 12))
+                .listener
+                .contains_key("allowed_cidrs")
+        );
+    }
+
+    #[test]
+    fn ovn_forces_source_ip_port() {
+        let spec: OctaviaLoadBalancerSpec = serde_json::from_value(json!({
+            "credentials": {"secretName": "s"},
+            "vip": {"subnetID": "x"},
+            "provider": "ovn",
+            "algorithm": "ROUND_ROBIN",
+        }))
+        .unwrap();
+        let infra = Infra {
+            uid: None,
+            namespace: "ns".into(),
+            spec,
+            status: OctaviaLoadBalancerStatus::default(),
+        };
+        assert_eq!(infra.algorithm(), "SOURCE_IP_PORT");
+    }
+
+    #[test]
     fn names_fit_octavia() {
         let mut id = identity();
         id.name = "x".repeat(253);
