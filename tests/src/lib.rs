@@ -220,3 +220,36 @@ pub fn event_reasons(world: &World) -> Vec<String> {
         .map(|e| e.reason)
         .collect()
 }
+
+/// Substitute `${VAR}` and `${VAR:=default}` like clusterctl (envsubst) does, with `values` for the
+/// standard ones and the defaults for the rest. Returns the text and the variables seen.
+pub fn substitute(
+    text: &str,
+    values: &BTreeMap<&str, &str>,
+) -> (String, Vec<(String, Option<String>)>) {
+    let mut out = String::new();
+    let mut seen = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let end = rest[start..]
+            .find('}')
+            .map(|e| start + e)
+            .expect("unclosed ${");
+        let inner = &rest[start + 2..end];
+        let (name, default) = match inner.split_once(":=") {
+            Some((n, d)) => (n.to_string(), Some(d.to_string())),
+            None => (inner.to_string(), None),
+        };
+        let value = values
+            .get(name.as_str())
+            .map(|v| v.to_string())
+            .or_else(|| default.clone())
+            .unwrap_or_else(|| panic!("${{{name}}} has no value and no default"));
+        out.push_str(&value);
+        seen.push((name, default));
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    (out, seen)
+}

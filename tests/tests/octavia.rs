@@ -770,3 +770,116 @@ async fn a_load_balancer_in_error_is_reported_and_recreated_when_configured() {
     assert_eq!(members(&h, &status).len(), 2);
     delete_and_settle(&world, &h, &tag).await;
 }
+
+/// The `kamaji-octavia` clusterctl flavor, deployed for real: its LoadBalancer and
+/// OctaviaLoadBalancer on the real Octavia API with a floating IP, realising the Service Kamaji
+/// creates for the tenant control plane (emulated here: Kamaji itself is not running).
+#[tokio::test]
+async fn the_kamaji_octavia_flavor_realises_kamajis_service_with_a_floating_ip() {
+    let h = harness();
+    let subnet = h.var("OCTAVIA_SUBNET_ID");
+    let network = h.var("FIP_NETWORK_ID");
+    let values = std::collections::BTreeMap::from([
+        ("CLUSTER_NAME", "tenant"),
+        ("NAMESPACE", NS),
+        ("KUBERNETES_VERSION", "v1.32.0"),
+        ("CAPI_LB_OCTAVIA_SUBNET_ID", subnet.as_str()),
+        ("CAPI_LB_OCTAVIA_FIP_NETWORK", network.as_str()),
+        ("CAPI_LB_OCTAVIA_SECRET", "openstack"),
+        ("CAPI_LB_OCTAVIA_CLOUD", "harness"),
+    ]);
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../templates/cluster-template-kamaji-octavia.yaml"),
+    )
+    .unwrap();
+    let (text, _) = substitute(&text, &values);
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let mut objects: Vec<Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "LoadBalancer" || d["kind"] == "OctaviaLoadBalancer")
+        .cloned()
+        .collect();
+    assert_eq!(objects.len(), 2, "{text}");
+    let kamaji = docs
+        .iter()
+        .find(|d| d["kind"] == "KamajiControlPlane")
+        .unwrap();
+    let lb_name = objects[0]["metadata"]["name"].as_str().unwrap().to_string();
+    // What Kamaji creates from the KamajiControlPlane: its Service (class and annotations from
+    // spec.network) and, once its pods run, the Service's EndpointSlice.
+    let network_spec = &kamaji["spec"]["network"];
+    objects.push(Harness::secret("openstack", &h.clouds_yaml));
+    objects.push(json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "tenant", "namespace": NS, "annotations": network_spec["serviceAnnotations"].clone()},
+        "spec": {"type": "LoadBalancer",
+                 "loadBalancerClass": network_spec["loadBalancerConfig"]["loadBalancerClass"].clone(),
+                 "ports": [{"name": "kube-apiserver", "port": 6443, "targetPort": 6443}]}}));
+    objects.push(json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "tenant-abcde", "namespace": NS, "labels": {"kubernetes.io/service-name": "tenant"}},
+        "addressType": "IPv4", "ports": [{"name": "kube-apiserver", "port": 6443}],
+        "endpoints": [{"addresses": ["10.244.1.7"], "conditions": {"ready": true}},
+                      {"addresses": ["10.244.2.9"], "conditions": {"ready": true}}]}));
+    let world = World::new(objects).await.unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ingress = loop {
+        world.settle_services(5).await.unwrap();
+        world.reconcile(NS, &lb_name).await.unwrap();
+        let svc = service(&world, "tenant").await.unwrap();
+        let ingress: Vec<String> = svc
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|l| l.ingress)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|i| i.ip)
+            .collect();
+        let lb = Api::<LoadBalancer>::namespaced(world.client(), NS)
+            .get(&lb_name)
+            .await
+            .unwrap();
+        if !ingress.is_empty() && ready(&lb) {
+            break ingress;
+        }
+        assert!(Instant::now() < deadline, "{:#?}", lb.status);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let status = Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
+        .get(&lb_name)
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    // Kamaji gets an IP (it rejects hostname-only ingress): the floating IP.
+    assert_eq!(ingress, vec![status.floating_ip.clone().unwrap()]);
+    let mut members = members(&h, &status);
+    members.sort();
+    assert_eq!(
+        members.iter().map(|m| m.1.as_str()).collect::<Vec<_>>(),
+        vec!["10.244.1.7", "10.244.2.9"]
+    );
+    let lb = Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .get(&lb_name)
+        .await
+        .unwrap();
+    let tag = uid_tag(&lb);
+    Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .delete(&lb_name, &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .get_opt(&lb_name)
+        .await
+        .unwrap()
+        .is_some()
+    {
+        world.reconcile(NS, &lb_name).await.unwrap();
+        assert!(Instant::now() < deadline, "deletion did not finish");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(h.lbs_tagged(&tag).is_empty());
+    let id = status.floating_ip_id.unwrap();
+    assert_eq!(fip(&h, &id).0, 404);
+}

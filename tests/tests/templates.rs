@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use capi_lb::simulate::{Options, Source, simulate};
 use capi_lb_api::validation::parse;
 use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer};
+use capi_lb_tests::substitute;
 use serde_json::{Value, json};
 
 fn repo(path: &str) -> PathBuf {
@@ -24,39 +25,6 @@ fn repo(path: &str) -> PathBuf {
 const STANDARD: &[&str] = &["CLUSTER_NAME", "NAMESPACE", "KUBERNETES_VERSION"];
 /// Provider variables a template may require (documented in templates/README.md).
 const REQUIRED_PROVIDER: &[&str] = &["CAPI_LB_OCTAVIA_SUBNET_ID", "CAPI_LB_OCTAVIA_FIP_NETWORK"];
-
-/// Substitute `${VAR}` and `${VAR:=default}` like clusterctl (envsubst) does, with `values` for the
-/// standard ones and the defaults for the rest. Returns the text and the variables seen.
-fn substitute(
-    text: &str,
-    values: &BTreeMap<&str, &str>,
-) -> (String, Vec<(String, Option<String>)>) {
-    let mut out = String::new();
-    let mut seen = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let end = rest[start..]
-            .find('}')
-            .map(|e| start + e)
-            .expect("unclosed ${");
-        let inner = &rest[start + 2..end];
-        let (name, default) = match inner.split_once(":=") {
-            Some((n, d)) => (n.to_string(), Some(d.to_string())),
-            None => (inner.to_string(), None),
-        };
-        let value = values
-            .get(name.as_str())
-            .map(|v| v.to_string())
-            .or_else(|| default.clone())
-            .unwrap_or_else(|| panic!("${{{name}}} has no value and no default"));
-        out.push_str(&value);
-        seen.push((name, default));
-        rest = &rest[end + 1..];
-    }
-    out.push_str(rest);
-    (out, seen)
-}
 
 #[tokio::test]
 async fn every_template_substitutes_parses_and_simulates_to_a_ready_control_plane_endpoint() {
