@@ -22,11 +22,16 @@ OC="$PREFIX/octavia/bin"
 log() { printf '[octavia-harness] %s\n' "$*" >&2; }
 
 install() {
-  if ! command -v mariadbd >/dev/null 2>&1 || ! command -v rabbitmq-server >/dev/null 2>&1; then
-    log "installing mariadb-server and rabbitmq-server"
+  if ! command -v mariadbd >/dev/null 2>&1 || ! command -v rabbitmq-server >/dev/null 2>&1 \
+     || ! command -v curl >/dev/null 2>&1 || ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+    log "installing mariadb-server, rabbitmq-server, python3-venv"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      mariadb-server rabbitmq-server openssl curl >/dev/null
+      mariadb-server mariadb-client rabbitmq-server openssl curl python3-venv >/dev/null
+  fi
+  if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    log "Octavia 19 needs Python 3.11 or newer; $(python3 --version) found"
+    return 1
   fi
   for venv in keystone octavia; do
     if [ ! -x "$PREFIX/$venv/bin/python" ] || ! "$PREFIX/$venv/bin/pip" freeze 2>/dev/null | grep -qi "^$venv=="; then

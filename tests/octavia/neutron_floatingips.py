@@ -15,7 +15,10 @@ subset capi-lb uses, with Neutron's status codes and error bodies:
   PUT    /v2.0/floatingips/{id}/tags       {"tags": [...]}
 
 Requests need an X-Auth-Token that Keystone accepts (checked against Keystone with an admin token).
-External networks: any UUID registered with POST /_sim/networks {"id": ..., "cidr": "203.0.113.0/28"}.
+External networks: any UUID registered with POST /_sim/networks {"id": ..., "cidr": "203.0.113.0/24"}.
+Like a Neutron subnet whose allocation pool is narrower than its CIDR, automatic allocation uses the
+first 199 host addresses (oldest free first); a floating_ip_address asked for explicitly may be any free
+host address of the CIDR.
 """
 import ipaddress
 import json
@@ -29,6 +32,7 @@ from urllib.parse import parse_qs, urlparse
 KEYSTONE = "http://127.0.0.1:5000/v3"
 LOCK = threading.Lock()
 NETWORKS = {}  # id -> list of free addresses
+POOLS = {}  # id -> addresses automatic allocation may use
 FIPS = {}  # id -> floating ip dict
 TOKENS = {}  # token -> project id
 
@@ -88,6 +92,7 @@ class Handler(BaseHTTPRequestHandler):
         if parts[:2] == ["_sim", "networks"] and method == "POST":
             net = self.body()
             hosts = [str(h) for h in ipaddress.ip_network(net["cidr"]).hosts()]
+            POOLS[net["id"]] = set(hosts[:199])
             with LOCK:
                 NETWORKS[net["id"]] = hosts
             return self.reply(201, {"network": net})
@@ -121,10 +126,11 @@ class Handler(BaseHTTPRequestHandler):
                 if address:
                     if address not in free:
                         return self.error(409, "IpAddressInUse", f"Unable to complete operation for network {net}. The IP address {address} is in use.")
-                elif not free:
-                    return self.error(409, "IpAddressGenerationFailure", f"No more IP addresses available on network {net}.")
                 else:
-                    address = free[0]
+                    pool = [a for a in free if a in POOLS[net]]
+                    if not pool:
+                        return self.error(409, "IpAddressGenerationFailure", f"No more IP addresses available on network {net}.")
+                    address = pool[0]
                 free.remove(address)
                 fip = {"id": str(uuid.uuid4()), "floating_network_id": net, "floating_ip_address": address,
                        "port_id": spec.get("port_id"), "fixed_ip_address": None,
@@ -155,7 +161,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(200, {"floatingip": fip})
             if len(parts) == 2 and method == "DELETE":
                 del FIPS[fip["id"]]
-                NETWORKS[fip["floating_network_id"]].insert(0, fip["floating_ip_address"])
+                NETWORKS[fip["floating_network_id"]].append(fip["floating_ip_address"])
                 return self.reply(204)
         return self.error(405, "HTTPMethodNotAllowed", "Method not allowed.")
 

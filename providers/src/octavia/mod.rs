@@ -1010,6 +1010,10 @@ impl OctaviaProvider {
         run: &mut Run<'_>,
     ) -> Result<Progress, Stop> {
         let wanted = run.infra.spec.floating_ip.clone();
+        if wanted.is_none() && run.status.floating_ip_id.is_none() {
+            // No floating IP wanted or held: Neutron is not involved at all.
+            return Ok(Progress::Done);
+        }
         let in_place = match &wanted {
             None => run.status.floating_ip_id.is_none(),
             Some(w) => {
@@ -1499,6 +1503,10 @@ impl OctaviaProvider {
             .iter()
             .map(|m| (m.address.clone(), m.protocol_port))
             .collect();
+        if in_tree.is_empty() {
+            // The tree is authoritative about which members exist: none, nothing to read.
+            return Ok(Vec::new());
+        }
         if let Ok(known) = self.members.lock()
             && let Some((at, members)) = known.get(&pool.id)
             && at.elapsed() < MEMBERS_FRESH
