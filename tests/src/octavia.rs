@@ -271,3 +271,51 @@ pub fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+/// Reconcile LoadBalancer `namespace/name` in real time (Octavia's timing is real; the world's clock
+/// advances as much) until `done` holds for it; panics after a minute, showing its status.
+pub async fn reconcile_until(
+    world: &capi_lb::world::World,
+    namespace: &str,
+    name: &str,
+    what: &str,
+    done: impl Fn(&capi_lb_api::LoadBalancer) -> bool,
+) -> capi_lb_api::LoadBalancer {
+    let api = kube::Api::<capi_lb_api::LoadBalancer>::namespaced(world.client(), namespace);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        world.reconcile(namespace, name).await.unwrap();
+        let lb = api.get(name).await.unwrap();
+        if done(&lb) {
+            return lb;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: {what}: not reached; status {:#?}",
+            lb.status
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        world.clock.advance(Duration::from_millis(250));
+    }
+}
+
+/// Delete LoadBalancer `namespace/name` and reconcile until it is gone (its finalizer released).
+pub async fn delete_until_gone(world: &capi_lb::world::World, namespace: &str, name: &str) {
+    let api = kube::Api::<capi_lb_api::LoadBalancer>::namespaced(world.client(), namespace);
+    api.delete(name, &Default::default()).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while api.get_opt(name).await.unwrap().is_some() {
+        world.reconcile(namespace, name).await.unwrap();
+        assert!(Instant::now() < deadline, "{name}: deletion did not finish");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The addresses in the EndpointSlices of the `-ext` Service `service`.
+pub async fn ext_addresses(world: &capi_lb::world::World, service: &str) -> Vec<String> {
+    crate::slices(world, service)
+        .await
+        .into_values()
+        .flatten()
+        .collect()
+}

@@ -11,7 +11,7 @@ use capi_lb::world::World;
 use capi_lb_api::capi::Machine;
 use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer, OctaviaLoadBalancerStatus};
 use capi_lb_providers::provider::tags;
-use capi_lb_tests::octavia::{Harness, harness};
+use capi_lb_tests::octavia::{Harness, delete_until_gone, ext_addresses, harness, reconcile_until};
 use capi_lb_tests::*;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -60,32 +60,9 @@ async fn octavia_status(world: &World, name: &str) -> OctaviaLoadBalancerStatus 
         .unwrap_or_default()
 }
 
-/// Reconcile `cp` in real time (advancing the world's clock as much) until `done` holds.
+/// Reconcile `cp` until `done` holds.
 async fn settle(world: &World, what: &str, done: impl Fn(&LoadBalancer) -> bool) -> LoadBalancer {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        world.reconcile(NS, "cp").await.unwrap();
-        let lb = get_lb(world, "cp").await;
-        if std::env::var("DEBUG_OCTAVIA").is_ok() {
-            let s = octavia_status(world, "cp").await;
-            eprintln!(
-                "{:?} {:?} {:?}",
-                s.provisioning_status,
-                s.listeners,
-                cond(&lb, "InfrastructureReady")
-            );
-        }
-        if done(&lb) {
-            return lb;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not reached; status {:#?}",
-            lb.status
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-        world.clock.advance(Duration::from_millis(250));
-    }
+    reconcile_until(world, NS, "cp", what, done).await
 }
 
 fn ready(lb: &LoadBalancer) -> bool {
@@ -115,27 +92,7 @@ fn members(h: &Harness, status: &OctaviaLoadBalancerStatus) -> Vec<(String, Stri
 }
 
 async fn delete_and_settle(world: &World, h: &Harness, tag: &str) {
-    Api::<LoadBalancer>::namespaced(world.client(), NS)
-        .delete("cp", &DeleteParams::default())
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let gone = Api::<LoadBalancer>::namespaced(world.client(), NS)
-            .get_opt("cp")
-            .await
-            .unwrap()
-            .is_none();
-        if gone {
-            break;
-        }
-        world.reconcile(NS, "cp").await.unwrap();
-        assert!(
-            Instant::now() < deadline,
-            "LoadBalancer deletion did not finish"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    delete_until_gone(world, NS, "cp").await;
     assert!(
         h.lbs_tagged(tag).is_empty(),
         "load balancers left behind: {:?}",
@@ -174,14 +131,7 @@ async fn create_ready_publish_members_drain_and_cascade_delete() {
     let l = &status.listeners[0];
     assert!(l.listener_id.is_some() && l.pool_id.is_some() && l.monitor_id.is_some());
     // The -ext Service points at the VIP.
-    assert_eq!(
-        slices(&world, "cp-ext")
-            .await
-            .into_values()
-            .flatten()
-            .collect::<Vec<_>>(),
-        vec![VIP.to_string()]
-    );
+    assert_eq!(ext_addresses(&world, "cp-ext").await, vec![VIP.to_string()]);
     assert_eq!(lb.status.as_ref().unwrap().addresses[0].address, VIP);
     // Every object carries the ownership tags.
     let tag = uid_tag(&lb);
@@ -622,14 +572,7 @@ async fn an_allocated_floating_ip_is_published_and_released_on_delete() {
     assert!(address.starts_with("203.0.113."), "{address}");
     assert!(status.floating_ip_allocated);
     // The -ext endpoint and the LoadBalancer's address are the floating IP, not the VIP.
-    assert_eq!(
-        slices(&world, "cp-ext")
-            .await
-            .into_values()
-            .flatten()
-            .collect::<Vec<_>>(),
-        vec![address.clone()]
-    );
+    assert_eq!(ext_addresses(&world, "cp-ext").await, vec![address.clone()]);
     assert_eq!(lb.status.as_ref().unwrap().addresses[0].address, address);
     let id = status.floating_ip_id.clone().unwrap();
     let (code, neutron) = fip(&h, &id);
@@ -715,14 +658,7 @@ async fn a_given_floating_ip_is_used_never_stolen_and_kept_on_delete() {
         fip(&h, &free_id).1["port_id"],
         status.vip_port_id.clone().unwrap().as_str()
     );
-    assert_eq!(
-        slices(&world, "cp-ext")
-            .await
-            .into_values()
-            .flatten()
-            .collect::<Vec<_>>(),
-        vec![free.clone()]
-    );
+    assert_eq!(ext_addresses(&world, "cp-ext").await, vec![free.clone()]);
 
     delete_and_settle(&world, &h, &uid_tag(&lb)).await;
     let (code, kept) = fip(&h, &free_id);
@@ -883,21 +819,7 @@ async fn the_kamaji_octavia_flavor_realises_kamajis_service_with_a_floating_ip()
         .await
         .unwrap();
     let tag = uid_tag(&lb);
-    Api::<LoadBalancer>::namespaced(world.client(), NS)
-        .delete(&lb_name, &DeleteParams::default())
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Api::<LoadBalancer>::namespaced(world.client(), NS)
-        .get_opt(&lb_name)
-        .await
-        .unwrap()
-        .is_some()
-    {
-        world.reconcile(NS, &lb_name).await.unwrap();
-        assert!(Instant::now() < deadline, "deletion did not finish");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    delete_until_gone(&world, NS, &lb_name).await;
     assert!(h.lbs_tagged(&tag).is_empty());
     let id = status.floating_ip_id.unwrap();
     assert_eq!(fip(&h, &id).0, 404);
@@ -961,26 +883,15 @@ async fn the_octavia_examples_become_ready() {
         objects.push(m);
     }
     let world = World::new(objects).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
     let mut tags = Vec::new();
     for name in &names {
-        loop {
-            world.reconcile(ns, name).await.unwrap();
-            let lb = Api::<LoadBalancer>::namespaced(world.client(), ns)
-                .get(name)
-                .await
-                .unwrap();
-            if lb
-                .status
+        let lb = reconcile_until(&world, ns, name, "Ready", |lb| {
+            lb.status
                 .as_ref()
                 .is_some_and(|s| s.ready && s.active_targets.len() == 1)
-            {
-                tags.push(uid_tag(&lb));
-                break;
-            }
-            assert!(Instant::now() < deadline, "{name}: {:#?}", lb.status);
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        })
+        .await;
+        tags.push(uid_tag(&lb));
     }
     let b = Api::<OctaviaLoadBalancer>::namespaced(world.client(), ns)
         .get("tenant-b-cp")
@@ -1002,21 +913,7 @@ async fn the_octavia_examples_become_ready() {
         json!(["192.0.2.0/24", "198.51.100.0/24"])
     );
     for name in &names {
-        Api::<LoadBalancer>::namespaced(world.client(), ns)
-            .delete(name, &DeleteParams::default())
-            .await
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Api::<LoadBalancer>::namespaced(world.client(), ns)
-            .get_opt(name)
-            .await
-            .unwrap()
-            .is_some()
-        {
-            world.reconcile(ns, name).await.unwrap();
-            assert!(Instant::now() < deadline, "{name}: deletion did not finish");
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        delete_until_gone(&world, ns, name).await;
     }
     for tag in tags {
         assert!(h.lbs_tagged(&tag).is_empty());

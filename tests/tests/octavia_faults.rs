@@ -4,12 +4,10 @@
 // Integration tests: helpers panic on broken fixtures, which is the failure we want.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::{Duration, Instant};
-
 use capi_lb::world::World;
 use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer};
 use capi_lb_providers::provider::tags;
-use capi_lb_tests::octavia::{Harness, harness};
+use capi_lb_tests::octavia::{Harness, delete_until_gone, harness, reconcile_until};
 use capi_lb_tests::*;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
@@ -63,16 +61,10 @@ async fn the_api_stopping_mid_provisioning_converges_with_no_duplicate() {
     world.reconcile(NS, "cp").await.unwrap();
     h.start_api();
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let lb: LoadBalancer = loop {
-        world.reconcile(NS, "cp").await.unwrap();
-        let lb = get_lb(&world, "cp").await;
-        if cond(&lb, "Ready").0 == "True" {
-            break lb;
-        }
-        assert!(Instant::now() < deadline, "{:#?}", lb.status);
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    let lb = reconcile_until(&world, NS, "cp", "Ready after the API is back", |lb| {
+        cond(lb, "Ready").0 == "True"
+    })
+    .await;
     let tag = format!("{}={}", tags::UID, lb.metadata.uid.clone().unwrap());
     let found = h.lbs_tagged(&tag);
     assert_eq!(found.len(), 1, "exactly one load balancer: {found:?}");
@@ -94,16 +86,7 @@ async fn the_api_stopping_mid_provisioning_converges_with_no_duplicate() {
         "the finalizer must stay while Octavia cannot confirm the deletion"
     );
     h.start_api();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Api::<LoadBalancer>::namespaced(world.client(), NS)
-        .get_opt("cp")
-        .await
-        .unwrap()
-        .is_some()
-    {
-        world.reconcile(NS, "cp").await.unwrap();
-        assert!(Instant::now() < deadline, "deletion did not finish");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    // The deletion started above; finish it (delete_until_gone's delete is a no-op by now).
+    delete_until_gone(&world, NS, "cp").await;
     assert!(h.lbs_tagged(&tag).is_empty());
 }

@@ -204,37 +204,11 @@ async fn octavia_scenario() -> BTreeSet<Permission> {
     ])
     .await
     .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        world.reconcile(NS, "cp").await.unwrap();
-        let lb = Api::<LoadBalancer>::namespaced(world.client(), NS)
-            .get("cp")
-            .await
-            .unwrap();
-        if lb.status.is_some_and(|s| s.ready) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "Octavia scenario: not Ready"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    delete::<LoadBalancer>(&world, "cp").await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while Api::<LoadBalancer>::namespaced(world.client(), NS)
-        .get_opt("cp")
-        .await
-        .unwrap()
-        .is_some()
-    {
-        world.reconcile(NS, "cp").await.unwrap();
-        assert!(
-            std::time::Instant::now() < deadline,
-            "Octavia scenario: not deleted"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    capi_lb_tests::octavia::reconcile_until(&world, NS, "cp", "Ready", |lb| {
+        lb.status.as_ref().is_some_and(|s| s.ready)
+    })
+    .await;
+    capi_lb_tests::octavia::delete_until_gone(&world, NS, "cp").await;
     observed(&world)
 }
 
