@@ -448,6 +448,28 @@ mod tests {
         assert_eq!(get(r(), "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
     }
 
+    #[test]
+    fn openstack_requests_are_counted_by_operation_and_status() {
+        let metrics = Metrics::new();
+        for status in [Some(202), Some(409), Some(409), None] {
+            metrics.observe(&ApiCall {
+                service: "load-balancer",
+                operation: "member.batch-update",
+                status,
+                duration: std::time::Duration::from_millis(30),
+            });
+        }
+        let text = metrics.encode();
+        for line in [
+            "capi_lb_openstack_requests_total{service=\"load-balancer\",operation=\"member.batch-update\",status=\"202\"} 1",
+            "capi_lb_openstack_requests_total{service=\"load-balancer\",operation=\"member.batch-update\",status=\"409\"} 2",
+            "capi_lb_openstack_requests_total{service=\"load-balancer\",operation=\"member.batch-update\",status=\"none\"} 1",
+            "capi_lb_openstack_request_duration_seconds_count{service=\"load-balancer\",operation=\"member.batch-update\"} 4",
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+
     #[tokio::test]
     async fn reconciles_and_provider_calls_are_counted() {
         let metrics = Arc::new(Metrics::new());
