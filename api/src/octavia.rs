@@ -43,7 +43,7 @@ pub struct OctaviaLoadBalancerSpec {
     pub provider: Option<OctaviaProvider>,
 
     /// Octavia flavor ID.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "flavorID", skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 255))]
     pub flavor_id: Option<String>,
 

@@ -925,3 +925,48 @@ async fn the_octavia_examples_become_ready() {
         204
     );
 }
+
+#[tokio::test]
+async fn an_unknown_provider_driver_or_flavor_is_a_clear_condition() {
+    let h = harness();
+    let mut objects = basic(&h);
+    // The harness's Octavia enables only the amphora driver.
+    objects[2] = olb("cp", &h, json!({"provider": "ovn"}));
+    let world = World::new(objects).await.unwrap();
+    world.reconcile(NS, "cp").await.unwrap();
+    let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
+    assert_eq!(c.reason, "ProviderOrFlavorNotFound", "{c:?}");
+    assert!(c.message.contains("Provider 'ovn' is not enabled"), "{c:?}");
+
+    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
+        .patch(
+            "cp",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"spec": {"provider": null, "flavorID": "0b9e7c3e-1111-4222-8333-444455556666"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    world.reconcile(NS, "cp").await.unwrap();
+    let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
+    assert_eq!(c.reason, "ProviderOrFlavorNotFound", "{c:?}");
+    assert!(c.message.contains("flavor"), "{c:?}");
+    let lb = get_lb(&world, "cp").await;
+    assert!(
+        h.lbs_tagged(&uid_tag(&lb)).is_empty(),
+        "nothing was created"
+    );
+
+    // Fixed: it goes ahead.
+    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
+        .patch(
+            "cp",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"flavorID": null}})),
+        )
+        .await
+        .unwrap();
+    let lb = settle(&world, "Ready", ready).await;
+    delete_and_settle(&world, &h, &uid_tag(&lb)).await;
+}

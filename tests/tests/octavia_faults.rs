@@ -1,6 +1,7 @@
 //! Fault injection against the real Octavia API (tests/octavia/harness.sh): the API server stops in
-//! the middle of provisioning and comes back. A test binary of its own, because it stops the API that
-//! the other Octavia tests use (cargo runs test binaries one after another).
+//! the middle of provisioning and comes back; the project's load-balancer quota runs out. A test
+//! binary of its own, because these change the API the other Octavia tests use (cargo runs test
+//! binaries one after another), and its tests take turns.
 // Integration tests: helpers panic on broken fixtures, which is the failure we want.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -12,8 +13,12 @@ use capi_lb_tests::*;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
 
+/// The tests of this binary change the whole API (stop it, set the project's quota): one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn the_api_stopping_mid_provisioning_converges_with_no_duplicate() {
+    let _serial = SERIAL.lock().await;
     let h = harness();
     let world = World::new(vec![
         Harness::secret("openstack", &h.clouds_yaml),
@@ -87,6 +92,64 @@ async fn the_api_stopping_mid_provisioning_converges_with_no_duplicate() {
     );
     h.start_api();
     // The deletion started above; finish it (delete_until_gone's delete is a no-op by now).
+    delete_until_gone(&world, NS, "cp").await;
+    assert!(h.lbs_tagged(&tag).is_empty());
+}
+
+/// Octavia's quota, set to zero load balancers for the project (a test of its own binary: the quota is
+/// project-wide), refuses the create: reported as QuotaExceeded and retried, it goes ahead once the
+/// quota allows.
+#[tokio::test]
+async fn an_exhausted_quota_is_reported_and_retried() {
+    let _serial = SERIAL.lock().await;
+    let h = harness();
+    let project = h.var("OS_PROJECT_ID");
+    let set_quota = |n: i64| {
+        let (code, body) = h.octavia(
+            "PUT",
+            &format!("lbaas/quotas/{project}"),
+            Some(json!({"quota": {"loadbalancer": n}})),
+        );
+        assert!(code == 200 || code == 202, "{code} {body}");
+    };
+    set_quota(0);
+    let world = World::new(vec![
+        Harness::secret("openstack", &h.clouds_yaml),
+        lb("cp")
+            .spec(
+                "infrastructureRef",
+                json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "OctaviaLoadBalancer", "name": "cp"}),
+            )
+            .build(),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "kind": "OctaviaLoadBalancer",
+            "metadata": {"name": "cp", "namespace": NS},
+            "spec": {
+                "credentials": {"secretName": "openstack", "cloud": "harness"},
+                "vip": {"subnetID": h.var("OCTAVIA_SUBNET_ID")},
+            },
+        }),
+        machine("cp-m1", "cp", "10.0.0.11").build(),
+    ])
+    .await
+    .unwrap();
+    let outcome = world.reconcile(NS, "cp").await;
+    set_quota(-1);
+    let outcome = outcome.unwrap();
+    let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
+    assert_eq!(c.reason, "QuotaExceeded", "{c:?}");
+    assert!(c.message.contains("Quota has been met"), "{c:?}");
+    assert_eq!(
+        outcome.requeue_after,
+        Some(std::time::Duration::from_secs(60)),
+        "retried on its own, without a spec change"
+    );
+    let lb = reconcile_until(&world, NS, "cp", "Ready once the quota allows", |lb| {
+        cond(lb, "Ready").0 == "True"
+    })
+    .await;
+    let tag = format!("{}={}", tags::UID, lb.metadata.uid.clone().unwrap());
     delete_until_gone(&world, NS, "cp").await;
     assert!(h.lbs_tagged(&tag).is_empty());
 }
