@@ -1923,6 +1923,31 @@ impl Provider for OctaviaProvider {
             Err(stop) => Err(stop),
         };
         let progress = done_or_wait(result)?;
+        if progress.is_done() {
+            // Nothing of this LoadBalancer is left in the cloud: forget what was cached for it.
+            if let Some(id) = &infra.status.load_balancer_id {
+                self.forget_tree(id);
+                if let Ok(mut checked) = self.fip_checked.lock() {
+                    checked.remove(id);
+                }
+            }
+            if let Ok(mut members) = self.members.lock() {
+                for listener in &infra.status.listeners {
+                    if let Some(pool) = &listener.pool_id {
+                        members.remove(pool);
+                    }
+                }
+            }
+            // The lock goes too unless another call waits on it (the map and this call's guard
+            // hold the only two references otherwise).
+            if let Ok(mut locks) = self.locks.lock()
+                && locks
+                    .get(&request.identity.uid)
+                    .is_some_and(|l| Arc::strong_count(l) <= 2)
+            {
+                locks.remove(&request.identity.uid);
+            }
+        }
         Ok(DeleteOutcome { progress, changes })
     }
 }
