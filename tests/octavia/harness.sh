@@ -229,6 +229,8 @@ user_domain_name = Default
 project_name = admin
 username = admin
 password = admin
+# Validate every token with Keystone (no 5-minute cache), so a revoked credential is refused at once.
+token_cache_time = -1
 [controller_worker]
 amphora_driver = amphora_noop_driver
 compute_driver = compute_noop_driver

@@ -152,6 +152,82 @@ impl Harness {
             .expect("Keystone gave no token")
     }
 
+    /// A new application credential of the test user: `(user id, credential id, secret, a
+    /// clouds.yaml with cloud `own` for it)`.
+    pub fn new_application_credential(&self, name: &str) -> (String, String, String, String) {
+        let (token, user) = self.password_token();
+        let secret = format!("{name}-secret");
+        let (code, created) = self.keystone(
+            "POST",
+            &format!("users/{user}/application_credentials"),
+            &token,
+            Some(json!({"application_credential": {"name": name, "secret": secret}})),
+        );
+        assert_eq!(code, 201, "{created}");
+        let id = created["application_credential"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let clouds = format!(
+            "clouds:\n  own:\n    auth_type: v3applicationcredential\n    auth:\n      auth_url: http://127.0.0.1:5000/v3\n      application_credential_id: {id}\n      application_credential_secret: {secret}\n    region_name: RegionOne\n"
+        );
+        (user, id, secret, clouds)
+    }
+
+    /// Delete (revoke) an application credential; its tokens stop working.
+    pub fn revoke_application_credential(&self, user: &str, id: &str) {
+        let (token, _) = self.password_token();
+        let (code, body) = self.keystone(
+            "DELETE",
+            &format!("users/{user}/application_credentials/{id}"),
+            &token,
+            None,
+        );
+        assert_eq!(code, 204, "{body}");
+    }
+
+    /// A project-scoped token of the test user by password, and the user's ID.
+    fn password_token(&self) -> (String, String) {
+        let auth = json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+            "name": self.var("OS_USERNAME"), "domain": {"id": "default"}, "password": self.var("OS_PASSWORD")}}},
+            "scope": {"project": {"id": self.var("OS_PROJECT_ID")}}}});
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-i",
+                "-X",
+                "POST",
+                "http://127.0.0.1:5000/v3/auth/tokens",
+                "-H",
+                "Content-Type: application/json",
+                "-d",
+                &auth.to_string(),
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let token = text
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("x-subject-token")
+                    .then(|| v.trim().to_string())
+            })
+            .expect("password token");
+        let body: Value = serde_json::from_str(text.rsplit("\r\n\r\n").next().unwrap()).unwrap();
+        let user = body["token"]["user"]["id"].as_str().unwrap().to_string();
+        (token, user)
+    }
+
+    fn keystone(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> (u16, Value) {
+        self.request_with(
+            method,
+            &format!("http://127.0.0.1:5000/v3/{path}"),
+            token,
+            body,
+        )
+    }
+
     /// An Octavia request from the outside: `(status, body)`.
     pub fn octavia(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         self.request(method, &format!("http://127.0.0.1:9876/v2/{path}"), body)
@@ -163,7 +239,16 @@ impl Harness {
     }
 
     fn request(&self, method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
-        let token = self.token();
+        self.request_with(method, url, &self.token(), body)
+    }
+
+    fn request_with(
+        &self,
+        method: &str,
+        url: &str,
+        token: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let url = url.to_string();
         let mut args = vec![
             "-s".to_string(),

@@ -970,3 +970,51 @@ async fn an_unknown_provider_driver_or_flavor_is_a_clear_condition() {
     let lb = settle(&world, "Ready", ready).await;
     delete_and_settle(&world, &h, &uid_tag(&lb)).await;
 }
+
+/// An application credential revoked while the controller runs (rotation gone wrong): the running
+/// session's token stops working, re-authentication fails, and that is reported as
+/// AuthenticationFailed — then a Secret with a working credential takes effect at once.
+#[tokio::test]
+async fn a_credential_revoked_while_running_is_reported_and_a_new_secret_recovers() {
+    let h = harness();
+    let (user, cred, secret, clouds) = h.new_application_credential("capi-lb-revoked-test");
+    let mut objects = basic(&h);
+    objects[0] = Harness::secret("openstack", &clouds);
+    objects[2] = olb(
+        "cp",
+        &h,
+        json!({"credentials": {"secretName": "openstack", "cloud": "own"}}),
+    );
+    let world = World::new(objects).await.unwrap();
+    let lb = settle(&world, "Ready", ready).await;
+    h.revoke_application_credential(&user, &cred);
+
+    let lb_after = settle(&world, "AuthenticationFailed", |lb| {
+        cond(lb, "InfrastructureReady").1 == "AuthenticationFailed"
+    })
+    .await;
+    let c = condition(&lb_after, "InfrastructureReady");
+    assert!(c.message.contains("cloud own"), "{c:?}");
+    assert!(
+        !c.message.contains(&secret),
+        "the secret must never appear: {c:?}"
+    );
+
+    // A working credential in the Secret: a new session at once, the same load balancer.
+    let fixed: k8s_openapi::api::core::v1::Secret = serde_json::from_value(Harness::secret(
+        "openstack",
+        &h.clouds_yaml.replace("  harness:\n", "  own:\n"),
+    ))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(world.client(), NS)
+        .patch(
+            "openstack",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"data": fixed.data})),
+        )
+        .await
+        .unwrap();
+    settle(&world, "Ready again", ready).await;
+    assert_eq!(h.lbs_tagged(&uid_tag(&lb)).len(), 1);
+    delete_and_settle(&world, &h, &uid_tag(&lb)).await;
+}
