@@ -1112,7 +1112,19 @@ impl<'a> Reconciliation<'a> {
                             self.outcome = self.outcome.min(Some(retry));
                         }
                         infra_status.extend(out.status);
-                        (MembersState::Converged, Some(out.members))
+                        // A problem the provider names (e.g. a member it cannot create) goes
+                        // into TargetsReady; the members it reported are still known.
+                        let state = match out.progress {
+                            Progress::Pending {
+                                reason: Some(reason),
+                                message,
+                                ..
+                            } if capi_lb_providers::is_problem_reason(reason) => {
+                                MembersState::Problem { reason, message }
+                            }
+                            _ => MembersState::Converged,
+                        };
+                        (state, Some(out.members))
                     }
                     Err(error) => {
                         match self.provider_problem(provider.name(), "member update", error) {

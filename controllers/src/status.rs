@@ -350,7 +350,7 @@ pub fn is_warning(reason: &str) -> bool {
             | r::NAME_CONFLICT
             | r::CLUSTER_ENDPOINT_MISMATCH
             | r::CLUSTER_NOT_FOUND
-    )
+    ) || capi_lb_providers::is_problem_reason(reason)
 }
 
 #[cfg(test)]

@@ -76,6 +76,9 @@ pub mod reason {
     pub const SERVICE_WITHOUT_INGRESS: &str = "ServiceWithoutIngress";
     /// kube-dc's CRDs are not installed in this cluster.
     pub const KUBEDC_NOT_INSTALLED: &str = "KubeDCNotInstalled";
+
+    /// The reasons that report something wrong (Warning Events), as opposed to a normal wait.
+    pub const PROBLEMS: &[&str] = &[EIP_STUCK, EIP_NOT_FOUND, KUBEDC_NOT_INSTALLED];
 }
 
 /// After this long a not-ready EIp is reported as stuck.

@@ -17,3 +17,9 @@ pub use provider::{
     Progress, Provider,
 };
 pub use registry::ProviderRegistry;
+
+/// True when a provider's condition reason (from [`Progress::Pending`]) reports a problem someone
+/// has to act on (a Warning Event), rather than a normal wait such as a load balancer provisioning.
+pub fn is_problem_reason(reason: &str) -> bool {
+    kubedc::reason::PROBLEMS.contains(&reason) || octavia::reason::PROBLEMS.contains(&reason)
+}

@@ -485,6 +485,17 @@ async fn bad_credentials_and_a_missing_catalog_entry_are_clear_conditions() {
         !c.message.contains("not-the-secret"),
         "the secret must never appear: {c:?}"
     );
+    // ... and a Warning Event says so.
+    assert!(
+        world
+            .ctx
+            .events
+            .timeline()
+            .iter()
+            .any(|e| e.warning && e.reason == "AuthenticationFailed"),
+        "{:?}",
+        world.ctx.events.timeline()
+    );
 
     // The cloud is not in the clouds.yaml.
     Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
@@ -1016,5 +1027,44 @@ async fn a_credential_revoked_while_running_is_reported_and_a_new_secret_recover
         .unwrap();
     settle(&world, "Ready again", ready).await;
     assert_eq!(h.lbs_tagged(&uid_tag(&lb)).len(), 1);
+    delete_and_settle(&world, &h, &uid_tag(&lb)).await;
+}
+
+/// Octavia members need IP addresses: a target that has only a DNS name (address types that allow
+/// one) is reported on TargetsReady with a Warning Event, while the other targets serve.
+#[tokio::test]
+async fn a_target_with_only_a_dns_name_is_reported_and_the_others_serve() {
+    let h = harness();
+    let mut objects = basic(&h);
+    objects[1] = octavia_lb("cp")
+        .spec("targetAddressTypes", json!(["InternalIP", "InternalDNS"]))
+        .build();
+    objects[4] = machine("cp-m2", "cp", "unused")
+        .addresses(json!([{"type": "InternalDNS", "address": "cp-m2.nodes.example"}]))
+        .build();
+    let world = World::new(objects).await.unwrap();
+    let lb = settle(&world, "MemberAddressNotIP", |lb| {
+        lb.status
+            .as_ref()
+            .is_some_and(|s| s.active_targets.len() == 1)
+            && cond(lb, "TargetsReady").1 == "MemberAddressNotIP"
+    })
+    .await;
+    let c = condition(&lb, "TargetsReady");
+    assert!(c.message.contains("cp-m2"), "{c:?}");
+    assert_eq!(cond(&lb, "InfrastructureReady").0, "True");
+    assert!(
+        world
+            .ctx
+            .events
+            .timeline()
+            .iter()
+            .any(|e| e.warning && e.reason == "MemberAddressNotIP")
+    );
+    let status = octavia_status(&world, "cp").await;
+    assert_eq!(
+        members(&h, &status),
+        vec![("cp-m1".to_string(), "10.0.0.11".to_string(), 1)]
+    );
     delete_and_settle(&world, &h, &uid_tag(&lb)).await;
 }

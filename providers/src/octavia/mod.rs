@@ -84,6 +84,24 @@ pub mod reason {
     pub const FLOATING_NETWORK_NOT_FOUND: &str = "FloatingNetworkNotFound";
     /// The OctaviaLoadBalancer (and so the credentials) is gone while the LoadBalancer is deleted.
     pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
+
+    /// The reasons that report something wrong (Warning Events), as opposed to a normal wait.
+    pub const PROBLEMS: &[&str] = &[
+        CREDENTIALS_NOT_FOUND,
+        CREDENTIALS_INVALID,
+        AUTHENTICATION_FAILED,
+        ENDPOINT_NOT_IN_CATALOG,
+        QUOTA_EXCEEDED,
+        PROVIDER_OR_FLAVOR_NOT_FOUND,
+        REQUEST_REJECTED,
+        LOAD_BALANCER_ERROR,
+        API_VERSION_UNSUPPORTED,
+        MEMBER_ADDRESS_NOT_IP,
+        FLOATING_IP_NOT_FOUND,
+        FLOATING_IP_IN_USE,
+        FLOATING_NETWORK_NOT_FOUND,
+        CREDENTIALS_UNAVAILABLE,
+    ];
 }
 
 /// How soon to look again while Octavia is busy with a load balancer.
