@@ -998,24 +998,24 @@ impl OctaviaProvider {
         )
     }
 
-    async fn associate(
-        &self,
-        session: &Session,
-        fip: &FloatingIp,
-        port: Option<&str>,
-    ) -> Result<(), Stop> {
-        session
-            .expect(
+    /// Point floating IP `id` at `port` (`None`: disassociate; one already gone counts as that).
+    async fn set_port(&self, session: &Session, id: &str, port: Option<&str>) -> Result<(), Stop> {
+        let reply = session
+            .send(
                 self.observer(),
                 "floatingip.update",
                 Request::put(
-                    format!("floatingips/{}", fip.id),
+                    format!("floatingips/{id}"),
                     json!({ "floatingip": { "port_id": port } }),
                 )
                 .network(),
             )
-            .await
-            .map(|_| ())
+            .await?;
+        if reply.ok() || (port.is_none() && reply.status == 404) {
+            Ok(())
+        } else {
+            Err(session.failure("floatingip.update", &reply))
+        }
     }
 
     /// The floating IP in front of the VIP: the given one associated (never taken from another
@@ -1113,7 +1113,7 @@ impl OctaviaProvider {
                     )));
                 }
                 None => {
-                    self.associate(session, &fip, Some(&port)).await?;
+                    self.set_port(session, &fip.id, Some(&port)).await?;
                     run.changes
                         .push(format!("associated floating IP {address} with the VIP"));
                 }
@@ -1132,7 +1132,7 @@ impl OctaviaProvider {
                         .await?;
                     match tagged.into_iter().next() {
                         Some(fip) => {
-                            self.associate(session, &fip, Some(&port)).await?;
+                            self.set_port(session, &fip.id, Some(&port)).await?;
                             run.changes.push(format!(
                                 "associated floating IP {} (found by its tags) with the VIP",
                                 fip.floating_ip_address
@@ -1253,31 +1253,20 @@ impl OctaviaProvider {
 
     /// Delete an allocated floating IP, or disassociate a given one (404: already gone).
     async fn release(&self, session: &Session, id: &str, allocated: bool) -> Result<(), Stop> {
-        let reply = if allocated {
-            session
-                .send(
-                    self.observer(),
-                    "floatingip.delete",
-                    Request::delete(format!("floatingips/{id}")).network(),
-                )
-                .await?
-        } else {
-            session
-                .send(
-                    self.observer(),
-                    "floatingip.update",
-                    Request::put(
-                        format!("floatingips/{id}"),
-                        json!({ "floatingip": { "port_id": null } }),
-                    )
-                    .network(),
-                )
-                .await?
-        };
+        if !allocated {
+            return self.set_port(session, id, None).await;
+        }
+        let reply = session
+            .send(
+                self.observer(),
+                "floatingip.delete",
+                Request::delete(format!("floatingips/{id}")).network(),
+            )
+            .await?;
         if reply.ok() || reply.status == 404 {
             Ok(())
         } else {
-            Err(session.failure("floatingip.release", &reply))
+            Err(session.failure("floatingip.delete", &reply))
         }
     }
 
@@ -1732,31 +1721,35 @@ impl OctaviaProvider {
             }
         }
         // The floating IP first: a given one is disassociated (kept), an allocated one released.
-        if infra.spec.floating_ip.is_some() || infra.status.floating_ip_id.is_some() {
+        // Done before the delete was sent; not again while Octavia is deleting.
+        let deleting = !found.is_empty()
+            && found
+                .iter()
+                .all(|r| r.provisioning_status == "PENDING_DELETE");
+        if !deleting && (infra.spec.floating_ip.is_some() || infra.status.floating_ip_id.is_some())
+        {
             session.network().await?;
             if let Some(id) = &infra.status.floating_ip_id
                 && !infra.status.floating_ip_allocated
             {
                 self.release(session, id, false).await?;
             }
-            let mut allocated = self
+            let mut allocated: Vec<(String, String)> = self
                 .floating_ips(session, &[("tags", fip_uid_tag(identity))])
-                .await?;
+                .await?
+                .into_iter()
+                .map(|f| (f.id, f.floating_ip_address))
+                .collect();
             if let Some(id) = &infra.status.floating_ip_id
                 && infra.status.floating_ip_allocated
-                && !allocated.iter().any(|f| &f.id == id)
+                && !allocated.iter().any(|(f, _)| f == id)
             {
-                allocated.push(FloatingIp {
-                    id: id.clone(),
-                    floating_ip_address: infra.status.floating_ip.clone().unwrap_or_default(),
-                    port_id: None,
-                    description: None,
-                    tags: Vec::new(),
-                });
+                let address = infra.status.floating_ip.clone().unwrap_or_default();
+                allocated.push((id.clone(), address));
             }
-            for fip in allocated {
-                self.release(session, &fip.id, true).await?;
-                changes.push(format!("released floating IP {}", fip.floating_ip_address));
+            for (id, address) in allocated {
+                self.release(session, &id, true).await?;
+                changes.push(format!("released floating IP {address}"));
             }
         }
         if found.is_empty() {
