@@ -14,33 +14,26 @@ use std::time::{Duration, Instant};
 
 use capi_lb::world::World;
 use capi_lb_api::LoadBalancer;
-use capi_lb_tests::octavia::{Harness, harness};
+use capi_lb_tests::octavia::{Harness, harness, octavia_objects};
 use capi_lb_tests::*;
 use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 
 fn objects(h: &Harness, floating_ip: bool) -> Vec<Value> {
-    let mut spec = json!({
-        "credentials": {"secretName": "openstack", "cloud": "harness"},
-        "vip": {"subnetID": h.var("OCTAVIA_SUBNET_ID")},
-    });
-    if floating_ip {
-        spec["floatingIP"] = json!({"networkID": h.var("FIP_NETWORK_ID")});
+    let extra = if floating_ip {
+        json!({"floatingIP": {"networkID": h.var("FIP_NETWORK_ID")}})
+    } else {
+        json!({})
+    };
+    let mut objects = octavia_objects(h, "cp", extra);
+    for (name, ip) in [
+        ("cp-m1", "10.0.0.11"),
+        ("cp-m2", "10.0.0.12"),
+        ("cp-m3", "10.0.0.13"),
+    ] {
+        objects.push(machine(name, "cp", ip).build());
     }
-    vec![
-        Harness::secret("openstack", &h.clouds_yaml),
-        lb("cp")
-            .spec(
-                "infrastructureRef",
-                json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "OctaviaLoadBalancer", "name": "cp"}),
-            )
-            .build(),
-        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "OctaviaLoadBalancer",
-               "metadata": {"name": "cp", "namespace": NS}, "spec": spec}),
-        machine("cp-m1", "cp", "10.0.0.11").build(),
-        machine("cp-m2", "cp", "10.0.0.12").build(),
-        machine("cp-m3", "cp", "10.0.0.13").build(),
-    ]
+    objects
 }
 
 /// Reconcile as the controller would until `done`; (elapsed, reconciles).

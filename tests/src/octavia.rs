@@ -125,9 +125,16 @@ impl Harness {
 
     /// A Keystone token of the test project (application credential).
     pub fn token(&self) -> String {
-        let body = json!({"auth": {"identity": {"methods": ["application_credential"],
+        self.authenticate(
+            json!({"auth": {"identity": {"methods": ["application_credential"],
             "application_credential": {"id": self.var("OS_APPLICATION_CREDENTIAL_ID"),
-                                       "secret": self.var("OS_APPLICATION_CREDENTIAL_SECRET")}}}});
+                                       "secret": self.var("OS_APPLICATION_CREDENTIAL_SECRET")}}}}),
+        )
+        .0
+    }
+
+    /// `POST /v3/auth/tokens` with `auth`: the token and the response body.
+    fn authenticate(&self, auth: Value) -> (String, Value) {
         let out = Command::new("curl")
             .args([
                 "-s",
@@ -138,18 +145,24 @@ impl Harness {
                 "-H",
                 "Content-Type: application/json",
                 "-d",
-                &body.to_string(),
+                &auth.to_string(),
             ])
             .output()
             .unwrap();
-        String::from_utf8_lossy(&out.stdout)
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let token = text
             .lines()
             .find_map(|l| {
                 let (k, v) = l.split_once(':')?;
                 k.eq_ignore_ascii_case("x-subject-token")
                     .then(|| v.trim().to_string())
             })
-            .expect("Keystone gave no token")
+            .expect("Keystone gave no token");
+        let body = text
+            .split_once("\r\n\r\n")
+            .and_then(|(_, b)| serde_json::from_str(b).ok())
+            .unwrap_or(Value::Null);
+        (token, body)
     }
 
     /// A new application credential of the test user: `(user id, credential id, secret, a
@@ -188,33 +201,11 @@ impl Harness {
 
     /// A project-scoped token of the test user by password, and the user's ID.
     fn password_token(&self) -> (String, String) {
-        let auth = json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
-            "name": self.var("OS_USERNAME"), "domain": {"id": "default"}, "password": self.var("OS_PASSWORD")}}},
-            "scope": {"project": {"id": self.var("OS_PROJECT_ID")}}}});
-        let out = Command::new("curl")
-            .args([
-                "-s",
-                "-i",
-                "-X",
-                "POST",
-                "http://127.0.0.1:5000/v3/auth/tokens",
-                "-H",
-                "Content-Type: application/json",
-                "-d",
-                &auth.to_string(),
-            ])
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let token = text
-            .lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.eq_ignore_ascii_case("x-subject-token")
-                    .then(|| v.trim().to_string())
-            })
-            .expect("password token");
-        let body: Value = serde_json::from_str(text.rsplit("\r\n\r\n").next().unwrap()).unwrap();
+        let (token, body) =
+            self.authenticate(json!({"auth": {"identity": {"methods": ["password"],
+            "password": {"user": {"name": self.var("OS_USERNAME"), "domain": {"id": "default"},
+                                  "password": self.var("OS_PASSWORD")}}},
+            "scope": {"project": {"id": self.var("OS_PROJECT_ID")}}}}));
         let user = body["token"]["user"]["id"].as_str().unwrap().to_string();
         (token, user)
     }
@@ -343,6 +334,41 @@ impl Harness {
         script("start").unwrap();
         assert!(api_up());
     }
+}
+
+/// A LoadBalancer `name` whose infrastructure is the OctaviaLoadBalancer of the same name.
+pub fn octavia_lb(name: &str) -> crate::LbFixture {
+    crate::lb(name).spec(
+        "infrastructureRef",
+        json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "OctaviaLoadBalancer", "name": name}),
+    )
+}
+
+/// An OctaviaLoadBalancer `name` on the harness (Secret `openstack`, cloud `harness`, the harness's
+/// VIP subnet), with `extra` merged into its spec.
+pub fn olb(name: &str, h: &Harness, extra: Value) -> Value {
+    let mut spec = json!({
+        "credentials": {"secretName": "openstack", "cloud": "harness"},
+        "vip": {"subnetID": h.var("OCTAVIA_SUBNET_ID")},
+    });
+    if let (Value::Object(spec), Value::Object(extra)) = (&mut spec, extra) {
+        spec.extend(extra);
+    }
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "OctaviaLoadBalancer",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    })
+}
+
+/// The Secret, the LoadBalancer and its OctaviaLoadBalancer `name` (spec `extra`), on the harness.
+pub fn octavia_objects(h: &Harness, name: &str, extra: Value) -> Vec<Value> {
+    vec![
+        Harness::secret("openstack", &h.clouds_yaml),
+        octavia_lb(name).build(),
+        olb(name, h, extra),
+    ]
 }
 
 /// Percent-encode a query value.

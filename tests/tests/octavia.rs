@@ -11,35 +11,14 @@ use capi_lb::world::World;
 use capi_lb_api::capi::Machine;
 use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer, OctaviaLoadBalancerStatus};
 use capi_lb_providers::provider::tags;
-use capi_lb_tests::octavia::{Harness, delete_until_gone, ext_addresses, harness, reconcile_until};
+use capi_lb_tests::octavia::{
+    Harness, delete_until_gone, ext_addresses, harness, octavia_lb, olb, reconcile_until,
+};
 use capi_lb_tests::*;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 const VIP: &str = "198.51.100.1";
-
-fn octavia_lb(name: &str) -> LbFixture {
-    lb(name).spec(
-        "infrastructureRef",
-        json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "OctaviaLoadBalancer", "name": name}),
-    )
-}
-
-fn olb(name: &str, h: &Harness, extra: Value) -> Value {
-    let mut spec = json!({
-        "credentials": {"secretName": "openstack", "cloud": "harness"},
-        "vip": {"subnetID": h.var("OCTAVIA_SUBNET_ID")},
-    });
-    if let (Value::Object(spec), Value::Object(extra)) = (&mut spec, extra) {
-        spec.extend(extra);
-    }
-    json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
-        "kind": "OctaviaLoadBalancer",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    })
-}
 
 fn basic(h: &Harness) -> Vec<Value> {
     vec![
@@ -63,6 +42,29 @@ async fn octavia_status(world: &World, name: &str) -> OctaviaLoadBalancerStatus 
 /// Reconcile `cp` until `done` holds.
 async fn settle(world: &World, what: &str, done: impl Fn(&LoadBalancer) -> bool) -> LoadBalancer {
     reconcile_until(world, NS, "cp", what, done).await
+}
+
+/// Merge `spec` into the OctaviaLoadBalancer `cp`.
+async fn patch_olb(world: &World, spec: Value) {
+    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
+        .patch(
+            "cp",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": spec })),
+        )
+        .await
+        .unwrap();
+}
+
+/// Ready with `n` active targets.
+fn ready_with(n: usize) -> impl Fn(&LoadBalancer) -> bool {
+    move |lb| {
+        ready(lb)
+            && lb
+                .status
+                .as_ref()
+                .is_some_and(|s| s.active_targets.len() == n)
+    }
 }
 
 fn ready(lb: &LoadBalancer) -> bool {
@@ -338,14 +340,7 @@ async fn writes_while_pending_are_retried_and_never_fail_the_reconcile() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     // A listener option changes and a new target arrives at the same moment.
-    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
-        .patch(
-            "cp",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"listener": {"timeoutClientDataMs": 120000}}})),
-        )
-        .await
-        .unwrap();
+    patch_olb(&world, json!({"listener": {"timeoutClientDataMs": 120000}})).await;
     let m3: Machine = serde_json::from_value(machine("cp-m3", "cp", "10.0.0.13").build()).unwrap();
     Api::<Machine>::namespaced(world.client(), NS)
         .create(&PostParams::default(), &m3)
@@ -362,14 +357,7 @@ async fn writes_while_pending_are_retried_and_never_fail_the_reconcile() {
         condition(&lb, "InfrastructureReady")
     );
 
-    settle(&world, "converged", |lb| {
-        ready(lb)
-            && lb
-                .status
-                .as_ref()
-                .is_some_and(|s| s.active_targets.len() == 3)
-    })
-    .await;
+    settle(&world, "converged", ready_with(3)).await;
     let status = octavia_status(&world, "cp").await;
     let listener = status.listeners[0].listener_id.clone().unwrap();
     let (_, body) = h.octavia("GET", &format!("lbaas/listeners/{listener}"), None);
@@ -498,14 +486,7 @@ async fn bad_credentials_and_a_missing_catalog_entry_are_clear_conditions() {
     );
 
     // The cloud is not in the clouds.yaml.
-    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
-        .patch(
-            "cp",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"credentials": {"cloud": "nope"}}})),
-        )
-        .await
-        .unwrap();
+    patch_olb(&world, json!({"credentials": {"cloud": "nope"}})).await;
     world.reconcile(NS, "cp").await.unwrap();
     let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
     assert_eq!(c.reason, "CredentialsInvalid", "{c:?}");
@@ -523,14 +504,11 @@ async fn bad_credentials_and_a_missing_catalog_entry_are_clear_conditions() {
         )
         .await
         .unwrap();
-    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
-        .patch(
-            "cp",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"credentials": {"cloud": "harness-password", "region": "RegionTwo"}}})),
-        )
-        .await
-        .unwrap();
+    patch_olb(
+        &world,
+        json!({"credentials": {"cloud": "harness-password", "region": "RegionTwo"}}),
+    )
+    .await;
     world.reconcile(NS, "cp").await.unwrap();
     let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
     assert_eq!(c.reason, "EndpointNotInCatalog", "{c:?}");
@@ -550,14 +528,7 @@ async fn bad_credentials_and_a_missing_catalog_entry_are_clear_conditions() {
         .create(&PostParams::default(), &fixed)
         .await
         .unwrap();
-    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
-        .patch(
-            "cp",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"credentials": {"region": null}}})),
-        )
-        .await
-        .unwrap();
+    patch_olb(&world, json!({"credentials": {"region": null}})).await;
     let lb = settle(&world, "Ready with password auth", ready).await;
     delete_and_settle(&world, &h, &uid_tag(&lb)).await;
 }
@@ -653,14 +624,7 @@ async fn a_given_floating_ip_is_used_never_stolen_and_kept_on_delete() {
 
     // A free one: associated with the VIP, published, and kept (disassociated) on delete.
     let (free_id, free) = create(None);
-    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
-        .patch(
-            "cp",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"floatingIP": {"address": free}}})),
-        )
-        .await
-        .unwrap();
+    patch_olb(&world, json!({"floatingIP": {"address": free}})).await;
     let lb = settle(&world, "Ready", ready).await;
     let status = octavia_status(&world, "cp").await;
     assert_eq!(status.floating_ip.as_deref(), Some(free.as_str()));
@@ -709,22 +673,8 @@ async fn a_load_balancer_in_error_is_reported_and_recreated_when_configured() {
     // Reported, not acted on: still the same one.
     assert_eq!(h.lbs_tagged(&tag).len(), 1);
 
-    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
-        .patch(
-            "cp",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"recreateOnError": true}})),
-        )
-        .await
-        .unwrap();
-    settle(&world, "recreated and Ready", |lb| {
-        ready(lb)
-            && lb
-                .status
-                .as_ref()
-                .is_some_and(|s| s.active_targets.len() == 2)
-    })
-    .await;
+    patch_olb(&world, json!({"recreateOnError": true})).await;
+    settle(&world, "recreated and Ready", ready_with(2)).await;
     let status = octavia_status(&world, "cp").await;
     assert_ne!(status.load_balancer_id.as_deref(), Some(id.as_str()));
     let found = h.lbs_tagged(&tag);
@@ -949,16 +899,11 @@ async fn an_unknown_provider_driver_or_flavor_is_a_clear_condition() {
     assert_eq!(c.reason, "ProviderOrFlavorNotFound", "{c:?}");
     assert!(c.message.contains("Provider 'ovn' is not enabled"), "{c:?}");
 
-    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
-        .patch(
-            "cp",
-            &PatchParams::default(),
-            &Patch::Merge(
-                &json!({"spec": {"provider": null, "flavorID": "0b9e7c3e-1111-4222-8333-444455556666"}}),
-            ),
-        )
-        .await
-        .unwrap();
+    patch_olb(
+        &world,
+        json!({"provider": null, "flavorID": "0b9e7c3e-1111-4222-8333-444455556666"}),
+    )
+    .await;
     world.reconcile(NS, "cp").await.unwrap();
     let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
     assert_eq!(c.reason, "ProviderOrFlavorNotFound", "{c:?}");
@@ -970,14 +915,7 @@ async fn an_unknown_provider_driver_or_flavor_is_a_clear_condition() {
     );
 
     // Fixed: it goes ahead.
-    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
-        .patch(
-            "cp",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"flavorID": null}})),
-        )
-        .await
-        .unwrap();
+    patch_olb(&world, json!({"flavorID": null})).await;
     let lb = settle(&world, "Ready", ready).await;
     delete_and_settle(&world, &h, &uid_tag(&lb)).await;
 }

@@ -8,7 +8,7 @@
 use capi_lb::world::World;
 use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer};
 use capi_lb_providers::provider::tags;
-use capi_lb_tests::octavia::{Harness, delete_until_gone, harness, reconcile_until};
+use capi_lb_tests::octavia::{delete_until_gone, harness, octavia_objects, reconcile_until};
 use capi_lb_tests::*;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
@@ -20,27 +20,9 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 async fn the_api_stopping_mid_provisioning_converges_with_no_duplicate() {
     let _serial = SERIAL.lock().await;
     let h = harness();
-    let world = World::new(vec![
-        Harness::secret("openstack", &h.clouds_yaml),
-        lb("cp")
-            .spec(
-                "infrastructureRef",
-                json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "OctaviaLoadBalancer", "name": "cp"}),
-            )
-            .build(),
-        json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
-            "kind": "OctaviaLoadBalancer",
-            "metadata": {"name": "cp", "namespace": NS},
-            "spec": {
-                "credentials": {"secretName": "openstack", "cloud": "harness"},
-                "vip": {"subnetID": h.var("OCTAVIA_SUBNET_ID")},
-            },
-        }),
-        machine("cp-m1", "cp", "10.0.0.11").build(),
-    ])
-    .await
-    .unwrap();
+    let mut objects = octavia_objects(&h, "cp", json!({}));
+    objects.push(machine("cp-m1", "cp", "10.0.0.11").build());
+    let world = World::new(objects).await.unwrap();
     // The create goes through; then the API goes away before the load balancer is ACTIVE.
     world.reconcile(NS, "cp").await.unwrap();
     let infra = Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS);
@@ -113,27 +95,9 @@ async fn an_exhausted_quota_is_reported_and_retried() {
         assert!(code == 200 || code == 202, "{code} {body}");
     };
     set_quota(0);
-    let world = World::new(vec![
-        Harness::secret("openstack", &h.clouds_yaml),
-        lb("cp")
-            .spec(
-                "infrastructureRef",
-                json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "OctaviaLoadBalancer", "name": "cp"}),
-            )
-            .build(),
-        json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
-            "kind": "OctaviaLoadBalancer",
-            "metadata": {"name": "cp", "namespace": NS},
-            "spec": {
-                "credentials": {"secretName": "openstack", "cloud": "harness"},
-                "vip": {"subnetID": h.var("OCTAVIA_SUBNET_ID")},
-            },
-        }),
-        machine("cp-m1", "cp", "10.0.0.11").build(),
-    ])
-    .await
-    .unwrap();
+    let mut objects = octavia_objects(&h, "cp", json!({}));
+    objects.push(machine("cp-m1", "cp", "10.0.0.11").build());
+    let world = World::new(objects).await.unwrap();
     let outcome = world.reconcile(NS, "cp").await;
     set_quota(-1);
     let outcome = outcome.unwrap();

@@ -188,22 +188,9 @@ use kube::ResourceExt;
 /// The Octavia provider against the real Octavia API (tests/octavia/harness.sh): create, then delete.
 async fn octavia_scenario() -> BTreeSet<Permission> {
     let h = capi_lb_tests::octavia::harness();
-    let world = World::new(vec![
-        capi_lb_tests::octavia::Harness::secret("openstack", &h.clouds_yaml),
-        lb("cp")
-            .spec(
-                "infrastructureRef",
-                json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "OctaviaLoadBalancer", "name": "cp"}),
-            )
-            .build(),
-        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "OctaviaLoadBalancer",
-               "metadata": {"name": "cp", "namespace": NS},
-               "spec": {"credentials": {"secretName": "openstack", "cloud": "harness"},
-                        "vip": {"subnetID": h.var("OCTAVIA_SUBNET_ID")}}}),
-        machine("cp-m1", "cp", "10.0.0.11").build(),
-    ])
-    .await
-    .unwrap();
+    let mut objects = capi_lb_tests::octavia::octavia_objects(&h, "cp", json!({}));
+    objects.push(machine("cp-m1", "cp", "10.0.0.11").build());
+    let world = World::new(objects).await.unwrap();
     capi_lb_tests::octavia::reconcile_until(&world, NS, "cp", "Ready", |lb| {
         lb.status.as_ref().is_some_and(|s| s.ready)
     })
