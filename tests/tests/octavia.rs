@@ -300,6 +300,23 @@ async fn a_restarted_controller_with_a_lost_status_adopts_by_tag_and_never_a_for
     );
     assert_eq!(members(&h, &status).len(), 2, "members kept");
 
+    // A status naming the foreign load balancer (restored from elsewhere, edited by hand): its
+    // tags are checked before anything is done to it; capi-lb finds its own again by tag.
+    let api = Api::<OctaviaLoadBalancer>::namespaced(restarted.client(), NS);
+    let mut olb = api.get("cp").await.unwrap();
+    olb.status = Some(OctaviaLoadBalancerStatus {
+        load_balancer_id: Some(foreign_id.clone()),
+        ..Default::default()
+    });
+    olb.metadata.managed_fields = None;
+    api.replace_status("cp", &PostParams::default(), &olb)
+        .await
+        .unwrap();
+    let restarted = restarted.restart();
+    settle(&restarted, "Ready with its own again", ready).await;
+    let status = octavia_status(&restarted, "cp").await;
+    assert_eq!(status.load_balancer_id.as_deref(), Some(id.as_str()));
+
     delete_and_settle(&restarted, &h, &tag).await;
     // The namesake is untouched: still there, still ACTIVE, still without listeners.
     let (code, body) = h.octavia("GET", &format!("lbaas/loadbalancers/{foreign_id}"), None);
@@ -1003,6 +1020,54 @@ async fn a_target_with_only_a_dns_name_is_reported_and_the_others_serve() {
     assert_eq!(
         members(&h, &status),
         vec![("cp-m1".to_string(), "10.0.0.11".to_string(), 1)]
+    );
+    delete_and_settle(&world, &h, &uid_tag(&lb)).await;
+}
+
+/// A floating IP someone else put on the VIP port is never taken over or deleted: allocation waits
+/// with FloatingIPInUse until it is gone.
+#[tokio::test]
+async fn a_foreign_floating_ip_on_the_vip_port_is_left_alone() {
+    let h = harness();
+    let world = World::new(basic(&h)).await.unwrap();
+    let lb = settle(&world, "Ready", ready).await;
+    let port = octavia_status(&world, "cp").await.vip_port_id.unwrap();
+    let (code, body) = h.neutron(
+        "POST",
+        "floatingips",
+        Some(json!({"floatingip": {"floating_network_id": h.var("FIP_NETWORK_ID"), "port_id": port}})),
+    );
+    assert_eq!(code, 201, "{body}");
+    let foreign = body["floatingip"]["id"].as_str().unwrap().to_string();
+    patch_olb(
+        &world,
+        json!({"floatingIP": {"networkID": h.var("FIP_NETWORK_ID")}}),
+    )
+    .await;
+    let lb_now = settle(&world, "FloatingIPInUse", |lb| {
+        cond(lb, "InfrastructureReady").1 == "FloatingIPInUse"
+    })
+    .await;
+    let c = condition(&lb_now, "InfrastructureReady");
+    assert!(c.message.contains("did not allocate"), "{c:?}");
+    let (code, still) = fip(&h, &foreign);
+    assert_eq!(code, 200);
+    assert_eq!(still["port_id"], port.as_str());
+    assert!(
+        still["tags"].as_array().unwrap().is_empty(),
+        "not tagged as ours"
+    );
+
+    // Once it is gone, capi-lb allocates its own.
+    assert_eq!(
+        h.neutron("DELETE", &format!("floatingips/{foreign}"), None)
+            .0,
+        204
+    );
+    settle(&world, "Ready with an allocated floating IP", ready).await;
+    let status = octavia_status(&world, "cp").await;
+    assert!(
+        status.floating_ip_allocated && status.floating_ip_id.as_deref() != Some(foreign.as_str())
     );
     delete_and_settle(&world, &h, &uid_tag(&lb)).await;
 }

@@ -19,7 +19,7 @@
 
 pub mod api;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -78,7 +78,8 @@ pub mod reason {
     pub const MEMBER_ADDRESS_NOT_IP: &str = "MemberAddressNotIP";
     /// The floating IP named in `spec.floatingIP.address` does not exist (in this project).
     pub const FLOATING_IP_NOT_FOUND: &str = "FloatingIPNotFound";
-    /// The given floating IP is associated with another port; capi-lb never takes it over.
+    /// The given floating IP is on another port, or the VIP port has a floating IP capi-lb did not
+    /// allocate; capi-lb never takes one over.
     pub const FLOATING_IP_IN_USE: &str = "FloatingIPInUse";
     /// The external network of `spec.floatingIP.networkID` does not exist.
     pub const FLOATING_NETWORK_NOT_FOUND: &str = "FloatingNetworkNotFound";
@@ -147,6 +148,8 @@ pub struct OctaviaProvider {
     members: Mutex<HashMap<String, (Instant, Vec<PoolMember>)>>,
     /// When the floating IP of a load balancer was last checked against Neutron.
     fip_checked: Mutex<HashMap<String, Instant>>,
+    /// Load balancers whose ownership tags this process has seen.
+    verified: Mutex<HashSet<String>>,
 }
 
 impl std::fmt::Debug for OctaviaProvider {
@@ -689,6 +692,7 @@ impl OctaviaProvider {
             trees: Mutex::new(HashMap::new()),
             members: Mutex::new(HashMap::new()),
             fip_checked: Mutex::new(HashMap::new()),
+            verified: Mutex::new(HashSet::new()),
         }
     }
 
@@ -786,11 +790,17 @@ impl OctaviaProvider {
     /// Find the load balancer: the one in the status, else adopt one found by its tags.
     async fn locate(&self, session: &Session, run: &mut Run<'_>) -> Result<Option<Tree>, Stop> {
         if let Some(id) = run.status.load_balancer_id.clone() {
-            if let Some(tree) = self.tree(session, &id, false).await? {
-                return Ok(Some(tree));
+            // An ID from the status is trusted once this process has seen its tags (it created,
+            // adopted or checked it); a status naming a load balancer that is not ours is ignored.
+            let trusted = self.verified.lock().is_ok_and(|v| v.contains(&id))
+                || self.verify(session, run, &id).await?;
+            if trusted {
+                if let Some(tree) = self.tree(session, &id, false).await? {
+                    return Ok(Some(tree));
+                }
+                run.changes
+                    .push(format!("Octavia load balancer {id} is gone; looking again"));
             }
-            run.changes
-                .push(format!("Octavia load balancer {id} is gone; looking again"));
             run.forget_lb();
         }
         let found = self
@@ -809,7 +819,48 @@ impl OctaviaProvider {
             "adopted Octavia load balancer {} (found by its ownership tags)",
             record.id
         ));
+        self.mark_verified(&record.id);
         self.tree(session, &record.id, false).await
+    }
+
+    fn mark_verified(&self, id: &str) {
+        if let Ok(mut verified) = self.verified.lock() {
+            verified.insert(id.to_string());
+        }
+    }
+
+    /// Whether load balancer `id` (from the status) carries this LoadBalancer's ownership tags.
+    /// Gone counts as ours (nothing to protect); not ours is reported in the changes.
+    async fn verify(&self, session: &Session, run: &mut Run<'_>, id: &str) -> Result<bool, Stop> {
+        let reply = session
+            .send(
+                self.observer(),
+                "loadbalancer.get",
+                Request::get(format!("lbaas/loadbalancers/{id}")),
+            )
+            .await?;
+        if reply.status == 404 {
+            return Ok(true);
+        }
+        if !reply.ok() {
+            return Err(session.failure("loadbalancer.get", &reply));
+        }
+        let record: LbRecord = decode(
+            reply
+                .body
+                .get("loadbalancer")
+                .cloned()
+                .unwrap_or(Value::Null),
+            "loadbalancer.get",
+        )?;
+        if owned(&record, run.identity, run.infra.uid.as_deref()) {
+            self.mark_verified(id);
+            return Ok(true);
+        }
+        run.changes.push(format!(
+            "the status names Octavia load balancer {id}, which does not carry this LoadBalancer's ownership tags; it is left alone"
+        ));
+        Ok(false)
     }
 
     /// Body of a listener with its default pool and health monitor (single-call create).
@@ -891,6 +942,7 @@ impl OctaviaProvider {
             "loadbalancer.create",
         )?;
         run.created = true;
+        self.mark_verified(&record.id);
         run.status.load_balancer_id = Some(record.id.clone());
         run.status.vip_address = record.vip_address.clone();
         run.status.vip_port_id = record.vip_port_id.clone();
@@ -1123,6 +1175,18 @@ impl OctaviaProvider {
         } else {
             let network = wanted.network_id.clone().unwrap_or_default();
             let mine = on_port.iter().find(|f| ours(f)).cloned();
+            if mine.is_none()
+                && let Some(other) = on_port.first()
+            {
+                return Err(Stop::Wait(Progress::pending_because(
+                    reason::FLOATING_IP_IN_USE,
+                    format!(
+                        "the VIP port already has floating IP {}, which capi-lb did not allocate; it is left alone. Remove it, or set floatingIP.address: {} to use it",
+                        other.floating_ip_address, other.floating_ip_address
+                    ),
+                    Duration::from_secs(60),
+                )));
+            }
             let fip = match mine {
                 Some(fip) => fip,
                 None => {
@@ -1938,6 +2002,9 @@ impl Provider for OctaviaProvider {
             // Nothing of this LoadBalancer is left in the cloud: forget what was cached for it.
             if let Some(id) = &infra.status.load_balancer_id {
                 self.forget_tree(id);
+                if let Ok(mut verified) = self.verified.lock() {
+                    verified.remove(id);
+                }
                 if let Ok(mut checked) = self.fip_checked.lock() {
                     checked.remove(id);
                 }
