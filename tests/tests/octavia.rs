@@ -187,11 +187,23 @@ async fn create_ready_publish_members_drain_and_cascade_delete() {
         "{:?}",
         world.openstack.calls()
     );
-    // A steady-state reconcile costs one Octavia request (the status tree) and writes nothing.
+    // A steady-state reconcile costs one Octavia request (the status tree) and writes nothing;
+    // ensure and converge_members share one read of the credentials Secret.
     world.openstack.clear();
+    let secret_reads = |world: &World| {
+        world
+            .api
+            .stats
+            .requests()
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.contains("/secrets/"))
+            .count()
+    };
+    let before = secret_reads(&world);
     world.reconcile(NS, "cp").await.unwrap();
     let calls = world.openstack.calls();
     assert_eq!(calls, vec![("loadbalancer.status".to_string(), Some(200))]);
+    assert!(secret_reads(&world) - before <= 1);
 
     // A new target becomes a member.
     let m3: Machine = serde_json::from_value(machine("cp-m3", "cp", "10.0.0.13").build()).unwrap();

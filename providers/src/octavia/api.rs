@@ -151,7 +151,13 @@ impl Reply {
 #[derive(Default)]
 pub struct Sessions {
     sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
+    /// The session each set of credentials resolved to, and when its Secret was last read: the
+    /// calls of one reconcile (`ensure`, then `converge_members`) read the Secret once.
+    recent: Mutex<HashMap<CredentialsRef, (Instant, Arc<Session>)>>,
 }
+
+/// How long a Secret read serves further calls.
+const SECRET_FRESH: Duration = Duration::from_secs(5);
 
 /// How often to look again after a problem only the user or the cloud's operator can fix.
 const SLOW: Duration = Duration::from_secs(60);
@@ -164,8 +170,28 @@ fn wait(reason: &'static str, message: String) -> Stop {
 
 impl Sessions {
     /// A session for `credentials`: reads the Secret (its resourceVersion decides whether a cached
-    /// session is still valid), then authenticates with Keystone and finds Octavia in the catalog.
+    /// session is still valid; a read serves the calls of the next 5 s), then authenticates with
+    /// Keystone and finds Octavia in the catalog.
     pub async fn get(
+        &self,
+        client: &kube::Client,
+        credentials: &CredentialsRef,
+        observer: Option<&dyn ApiObserver>,
+    ) -> Result<Arc<Session>, Stop> {
+        if let Ok(recent) = self.recent.lock()
+            && let Some((at, session)) = recent.get(credentials)
+            && at.elapsed() < SECRET_FRESH
+        {
+            return Ok(session.clone());
+        }
+        let session = self.read_and_connect(client, credentials, observer).await?;
+        if let Ok(mut recent) = self.recent.lock() {
+            recent.insert(credentials.clone(), (Instant::now(), session.clone()));
+        }
+        Ok(session)
+    }
+
+    async fn read_and_connect(
         &self,
         client: &kube::Client,
         credentials: &CredentialsRef,
