@@ -34,10 +34,10 @@ use crate::constants::{
     printcolumn = r#"{"name":"Targets","type":"string","jsonPath":".status.readyTargets","description":"Active targets / selected targets"}"#,
     printcolumn = r#"{"name":"Provider","type":"string","jsonPath":".spec.infrastructureRef.kind","description":"Infrastructure provider kind"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    validation = Rule::new("!self.spec.publication.enabled || (size(self.metadata.name + self.spec.publication.suffix) <= 63 && (self.metadata.name + self.spec.publication.suffix).matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))").message(Message::Expression("'the published Service name ' + self.metadata.name + self.spec.publication.suffix + ' must be a DNS label (lowercase letters, digits and -, starting with a letter) of at most 63 characters: shorten the LoadBalancer name or spec.publication.suffix, or disable publication'".into())).field_path("spec.publication.suffix"),
+    validation = Rule::new("!self.spec.publication.enabled || (size(self.metadata.name + self.spec.publication.suffix) <= 63 && (self.metadata.name + self.spec.publication.suffix).matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))").message(Message::Expression("'the published Service name ' + self.metadata.name + self.spec.publication.suffix + ' must be a DNS label (lowercase letters, digits and -, starting with a letter) of at most 63 characters: shorten the LoadBalancer name or spec.publication.suffix, or disable publication'".into())).field_path(".spec.publication.suffix"),
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("!has(self.controlPlane) || has(self.clusterName)").message("spec.controlPlane needs spec.clusterName").field_path("spec.controlPlane").reason(Reason::FieldValueRequired))]
+#[x_kube(validation = Rule::new("!has(self.controlPlane) || has(self.clusterName)").message("spec.controlPlane needs spec.clusterName").field_path(".controlPlane").reason(Reason::FieldValueRequired))]
 pub struct LoadBalancerSpec {
     /// Name of the Cluster API Cluster this load balancer belongs to. When set, the Cluster's
     /// `spec.paused` pauses this load balancer too, and the default selector includes

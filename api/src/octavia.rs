@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("!has(self.provider) || self.provider != 'ovn' || !has(self.listener) || size(self.listener.allowedCIDRs) == 0").message("allowedCIDRs are not supported by the ovn provider").field_path("spec.listener.allowedCIDRs"))]
+#[x_kube(validation = Rule::new("!has(self.provider) || self.provider != 'ovn' || !has(self.listener) || size(self.listener.allowedCIDRs) == 0").message("allowedCIDRs are not supported by the ovn provider").field_path(".listener.allowedCIDRs"))]
 pub struct OctaviaLoadBalancerSpec {
     /// Where the OpenStack credentials are: a Secret in this namespace holding a `clouds.yaml`.
     pub credentials: Credentials,

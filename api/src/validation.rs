@@ -88,7 +88,12 @@ impl SchemaValidator {
             .with_draft(jsonschema::Draft::Draft4)
             .build(&as_json_schema(&schema))
             .map_err(|e| format!("CRD schema of {} is invalid: {e}", crd.spec.names.kind))?;
-        let cel = compile_schema(&schema);
+        // The CEL engine gets a copy whose rule `fieldPath`s are checked as the apiserver checks
+        // them and rewritten to the path the apiserver reports (see `apiserver_field_paths`).
+        let mut cel_schema = schema.clone();
+        apiserver_field_paths(&mut cel_schema, "")
+            .map_err(|e| format!("CRD {} is invalid: {e}", crd.spec.names.kind))?;
+        let cel = compile_schema(&cel_schema);
         if cel.has_errors() {
             let errors: Vec<String> = cel
                 .compilation_errors()
@@ -134,7 +139,12 @@ impl SchemaValidator {
             && let Err(cel_errors) = Validator::new().validate_compiled(&self.cel, &defaulted, None)
         {
             for e in cel_errors.iter() {
-                errors.push(FieldError::new(e.field_path.clone(), e.message.clone()));
+                // kube-cel reports `<path of the rule's node><fieldPath>`. With the fieldPaths
+                // rewritten to `.<path>` (see `for_crd`) that is the apiserver's field
+                // (`spec.controlPlane`), except for a rule on the root: `.spec.publication.suffix`
+                // there, which the apiserver reports as `spec.publication.suffix`.
+                let field = e.field_path.strip_prefix('.').unwrap_or(&e.field_path);
+                errors.push(FieldError::new(field, e.message.clone()));
             }
         }
         if errors.is_empty() {
@@ -189,6 +199,195 @@ pub fn check<K: Validated + serde::Serialize>(object: &K) -> Result<(), FieldErr
         .map_err(|e| FieldError::new("", format!("cannot serialize: {e}")))?;
     let validator = K::validator().map_err(|e| FieldError::new("", e))?;
     validator.validate(&value).map(|_| ())
+}
+
+/// Check every CEL rule's `fieldPath` in `schema` (whose node is at `path`, for messages) the way
+/// the apiserver checks it when the CRD is created, and rewrite each to `.` followed by the path the
+/// apiserver appends to the rule's node when it reports a failed rule (see [`resolve_field_path`]).
+/// kube-cel then reports `<node path>.<that path>`, the apiserver's field. An empty `fieldPath` is
+/// dropped (the apiserver treats it as unset).
+fn apiserver_field_paths(schema: &mut Value, path: &str) -> Result<(), String> {
+    let mut resolved = Vec::new();
+    if let Some(rules) = schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    {
+        for (i, rule) in rules.iter().enumerate() {
+            if let Some(field_path) = rule.get("fieldPath").and_then(Value::as_str) {
+                let normalized = if field_path.is_empty() {
+                    None
+                } else {
+                    Some(resolve_field_path(schema, field_path).map_err(|e| {
+                        format!(
+                            "x-kubernetes-validations fieldPath {field_path:?} of the rule on {}: {e}",
+                            if path.is_empty() { "the object" } else { path }
+                        )
+                    })?)
+                };
+                resolved.push((i, normalized));
+            }
+        }
+    }
+    if let Some(rules) = schema
+        .get_mut("x-kubernetes-validations")
+        .and_then(Value::as_array_mut)
+    {
+        for (i, normalized) in resolved {
+            if let Some(rule) = rules.get_mut(i).and_then(Value::as_object_mut) {
+                match normalized {
+                    Some(p) => rule.insert("fieldPath".into(), Value::String(format!(".{p}"))),
+                    None => rule.remove("fieldPath"),
+                };
+            }
+        }
+    }
+    if let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+        for (name, child) in props.iter_mut() {
+            apiserver_field_paths(child, &join(path, name))?;
+        }
+    }
+    for key in ["items", "additionalProperties", "not"] {
+        if let Some(child) = schema.get_mut(key)
+            && child.is_object()
+        {
+            apiserver_field_paths(child, &format!("{path}[*]"))?;
+        }
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        if let Some(children) = schema.get_mut(key).and_then(Value::as_array_mut) {
+            for child in children {
+                apiserver_field_paths(child, path)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Resolve the `fieldPath` of a CEL rule (`x-kubernetes-validations[].fieldPath`) against the schema
+/// node carrying the rule, as the apiserver does (`ValidFieldPath` in k8s.io/apiextensions-apiserver
+/// pkg/apiserver/schema/cel): a path relative to that node, made of `.name` and `['name']` steps, each
+/// naming a property of an object with `properties` or, on a map (`additionalProperties`), any key;
+/// list indices are not allowed. Returns the path in the apiserver's `field.Path` notation
+/// (`listener.allowedCIDRs`, `labels[key]`), which the apiserver appends to the node's path when it
+/// reports a failed rule; or why the apiserver would refuse the CRD.
+pub fn resolve_field_path(schema: &Value, json_path: &str) -> Result<String, String> {
+    enum Step {
+        Child(String),
+        Key(String),
+    }
+    if json_path.contains(['\n', '\r']) {
+        return Err("fieldPath must not contain line breaks".into());
+    }
+    let tokens = field_path_tokens(json_path);
+    let mut tokens = tokens.iter().map(String::as_str);
+    let mut node = schema;
+    let mut steps = Vec::new();
+    while let Some(token) = tokens.next() {
+        let name = match token {
+            "[" => {
+                let quoted = tokens.next().ok_or("unexpected end of JSON path")?;
+                let inner = quoted
+                    .strip_prefix('\'')
+                    .and_then(|q| q.strip_suffix('\''))
+                    .ok_or_else(|| format!("expected single quoted string but got {quoted}"))?;
+                let name = unescape_single_quoted(inner)?;
+                match tokens.next() {
+                    Some("]") => {}
+                    Some(other) => return Err(format!("expected ] but got {other}")),
+                    None => return Err("unexpected end of JSON path".into()),
+                }
+                name
+            }
+            "." => tokens
+                .next()
+                .ok_or("unexpected end of JSON path")?
+                .to_string(),
+            other => return Err(format!("expected [ or . but got: {other}")),
+        };
+        if let Some(props) = node.get("properties").and_then(Value::as_object) {
+            node = props.get(&name).ok_or("does not refer to a valid field")?;
+            steps.push(Step::Child(name));
+        } else if let Some(additional) = node.get("additionalProperties") {
+            node = additional;
+            steps.push(Step::Key(name));
+        } else {
+            return Err("does not refer to a valid field".into());
+        }
+    }
+    // `field.Path.String()`: children joined by `.`, map keys as `[key]`.
+    let mut out = String::new();
+    for step in steps {
+        match step {
+            Step::Child(name) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(&name);
+            }
+            Step::Key(key) => {
+                out.push('[');
+                out.push_str(&key);
+                out.push(']');
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The apiserver's tokens of a field path: `.`, `[` and `]` alone, a single-quoted string (up to the
+/// first `'` not preceded by `\`) when a token starts with `'`, otherwise the text up to the next
+/// delimiter.
+fn field_path_tokens(path: &str) -> Vec<String> {
+    let chars: Vec<char> = path.chars().collect();
+    let mut tokens = Vec::new();
+    let mut start = 0;
+    while start < chars.len() {
+        let rest = &chars[start..];
+        let len = if rest[0] == '\'' {
+            (1..rest.len())
+                .find(|&i| rest[i] == '\'' && rest[i - 1] != '\\')
+                .map_or(rest.len(), |i| i + 1)
+        } else if matches!(rest[0], '.' | '[' | ']') {
+            1
+        } else {
+            rest.iter()
+                .position(|c| matches!(c, '.' | '[' | ']'))
+                .unwrap_or(rest.len())
+        };
+        tokens.push(rest[..len].iter().collect());
+        start += len;
+    }
+    tokens
+}
+
+/// The escapes the apiserver accepts in a single-quoted field path step.
+fn unescape_single_quoted(s: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('a') => out.push('\u{7}'),
+            Some('b') => out.push('\u{8}'),
+            Some('f') => out.push('\u{c}'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('t') => out.push('\t'),
+            Some('v') => out.push('\u{b}'),
+            Some('\'') => out.push('\''),
+            Some('\\') => out.push('\\'),
+            Some(other) => {
+                return Err(format!(
+                    "invalid string literal: invalid escape char \\{other}"
+                ));
+            }
+            None => out.push('\\'),
+        }
+    }
+    Ok(out)
 }
 
 /// `/spec/ports/0/port` -> `spec.ports[0].port`.
@@ -311,6 +510,91 @@ mod tests {
         assert_eq!(
             pointer_to_path("/metadata/labels/a~1b"),
             "metadata.labels.a/b"
+        );
+    }
+
+    fn schema() -> Value {
+        serde_json::json!({
+            "type": "object",
+            "properties": {
+                "a.c": {"type": "number"},
+                "foo": {"type": "object", "properties": {
+                    "b.c": {"type": "object", "properties": {"c": {"type": "number"}}},
+                }},
+                "list": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "number"}}}},
+                "labels": {"type": "object", "additionalProperties": {"type": "object", "properties": {"x": {"type": "string"}}}},
+                "n": {"type": "number"},
+            },
+        })
+    }
+
+    /// The accepted and refused paths, and the refusals' wording, of the apiserver's own tests of
+    /// `ValidFieldPath`.
+    #[test]
+    fn field_paths_resolve_as_the_apiserver_resolves_them() {
+        let s = schema();
+        for (path, want) in [
+            (".n", "n"),
+            ("['n']", "n"),
+            (".foo['b.c'].c", "foo.b.c.c"),
+            ("['a.c']", "a.c"),
+            (".labels.k", "labels[k]"),
+            (".labels['k.l'].x", "labels[k.l].x"),
+            (".labels['it\\'s']", "labels[it's]"),
+        ] {
+            assert_eq!(resolve_field_path(&s, path).as_deref(), Ok(want), "{path}");
+        }
+        for (path, why) in [
+            (".a.c", "does not refer to a valid field"),
+            (".list[0]", "expected single quoted string but got 0"),
+            (".list.a", "does not refer to a valid field"),
+            ("   ", "expected [ or . but got:    "),
+            (".", "unexpected end of JSON path"),
+            ("..", "does not refer to a valid field"),
+            ("n", "expected [ or . but got: n"),
+            ("spec.n", "expected [ or . but got: spec"),
+            (".n.m", "does not refer to a valid field"),
+            ("['n'", "unexpected end of JSON path"),
+            ("['n'.", "expected ] but got ."),
+            (
+                ".labels['a\\q']",
+                "invalid string literal: invalid escape char \\q",
+            ),
+            (".n\n", "fieldPath must not contain line breaks"),
+        ] {
+            assert_eq!(resolve_field_path(&s, path), Err(why.to_string()), "{path}");
+        }
+    }
+
+    #[test]
+    fn field_paths_are_rewritten_to_the_reported_path_or_refused() {
+        let mut s = schema();
+        s["x-kubernetes-validations"] = serde_json::json!([
+            {"rule": "true", "fieldPath": "['foo'].b\\.c"},
+            {"rule": "true", "fieldPath": ".labels['k']"},
+            {"rule": "true", "fieldPath": ""},
+            {"rule": "true"},
+        ]);
+        // `['foo'].b\.c` does not resolve (`\.` is not an escape outside quotes): refused.
+        assert!(apiserver_field_paths(&mut s.clone(), "").is_err());
+        s["x-kubernetes-validations"][0]["fieldPath"] = ".foo['b.c'].c".into();
+        apiserver_field_paths(&mut s, "").unwrap();
+        assert_eq!(
+            s["x-kubernetes-validations"],
+            serde_json::json!([
+                {"rule": "true", "fieldPath": ".foo.b.c.c"},
+                {"rule": "true", "fieldPath": ".labels[k]"},
+                {"rule": "true"},
+                {"rule": "true"},
+            ])
+        );
+        let mut nested = schema();
+        nested["properties"]["foo"]["x-kubernetes-validations"] =
+            serde_json::json!([{"rule": "true", "fieldPath": "foo.b"}]);
+        let err = apiserver_field_paths(&mut nested, "").unwrap_err();
+        assert!(
+            err.contains("\"foo.b\" of the rule on foo: expected [ or . but got: foo"),
+            "{err}"
         );
     }
 }
