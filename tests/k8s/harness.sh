@@ -1,0 +1,418 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on 127.0.0.1 for capi-lb's end-to-end tests, without containers:
+# etcd, kube-apiserver, kube-controller-manager (garbage collector, namespace controller, ...) and
+# CoreDNS serving cluster.local from that apiserver.
+#
+#   tests/k8s/harness.sh install   # build/fetch the pinned binaries into $PREFIX (idempotent, cached)
+#   tests/k8s/harness.sh start     # start everything (idempotent), write $STATE/env, print it
+#   tests/k8s/harness.sh env       # print what tests need as KEY=VALUE lines
+#   tests/k8s/harness.sh stop      # stop everything; no process is left behind
+#   tests/k8s/harness.sh clean     # stop and forget the cluster's data (the next start is a new cluster)
+#
+# Binaries: kube-apiserver, kube-controller-manager and kubectl are built with Go from the
+# k8s.io/kubernetes module at $K8S_VERSION (through the Go module proxy, in a small wrapper module:
+# k8s.io/kubernetes cannot be `go install`ed because of its replace directives), CoreDNS with
+# `go install`, etcd is Debian's etcd-server. They are cached in $PREFIX keyed by version, outside the
+# checkout; the first install takes about 8 minutes on 2 cores, later runs reuse the cache.
+#
+# The cluster: TLS everywhere, RBAC authorization, service-account tokens, the controller manager with
+# all its default controllers. `start` creates:
+#   $STATE/admin.kubeconfig       system:masters, for the tests' own set-up and assertions
+#   $STATE/controller.kubeconfig  ServiceAccount capi-lb-system/capi-lb-manager, bound only to capi-lb's
+#                                 generated ClusterRole and leader-election Role (config/rbac), so the
+#                                 real authorizer checks every request the controller makes
+#   CoreDNS on 127.0.0.1:$DNS_PORT (UDP and TCP), zone cluster.local, with its own least-privilege user.
+# Facts behind the flags: ../shared/FACTS.md section 8.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+REPO="$(cd "$HERE/../.." && pwd)"
+
+K8S_VERSION="v1.32.5"        # the minimum Kubernetes the README promises is 1.31; 1.32 is what we test
+COREDNS_VERSION="v1.12.4"
+ETCD_DEB_VERSION="3.4.23-4+b4" # Debian bookworm's etcd-server
+
+PREFIX="${CAPI_LB_K8S_PREFIX:-/opt/capi-lb-k8s}"
+STATE="${CAPI_LB_K8S_STATE:-/tmp/capi-lb-k8s}"
+ETCD_PORT="${CAPI_LB_K8S_ETCD_PORT:-23790}"
+APISERVER_PORT="${CAPI_LB_K8S_APISERVER_PORT:-36443}"
+KCM_PORT="${CAPI_LB_K8S_KCM_PORT:-30257}"
+DNS_PORT="${CAPI_LB_K8S_DNS_PORT:-10053}"
+DNS_READY_PORT="${CAPI_LB_K8S_DNS_READY_PORT:-10181}"
+
+K8S_BIN="$PREFIX/kubernetes-$K8S_VERSION/bin"
+COREDNS_BIN="$PREFIX/coredns-$COREDNS_VERSION/bin"
+ETCD_BIN="$PREFIX/etcd-${ETCD_DEB_VERSION%%-*}/bin"
+KUBECTL="$K8S_BIN/kubectl"
+SERVER="https://127.0.0.1:$APISERVER_PORT"
+
+log() { printf '[k8s-harness] %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+
+# One install or start at a time (several test binaries may ask at once).
+with_lock() {
+  mkdir -p "$(dirname "$STATE")"
+  exec 9>"$STATE.lock"
+  flock 9
+  "$@"
+}
+
+# --- install -----------------------------------------------------------------------------------
+
+# The staging modules k8s.io/kubernetes requires at v0.0.0 with replace directives to ./staging; a
+# wrapper module has to replace each with its published version.
+STAGING="api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
+cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api cri-client
+csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms kube-aggregator
+kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics mount-utils
+pod-security-admission sample-apiserver sample-cli-plugin sample-controller"
+
+install_packages() {
+  local missing=()
+  command -v openssl >/dev/null || missing+=(openssl)
+  command -v curl >/dev/null || missing+=(curl)
+  command -v flock >/dev/null || missing+=(util-linux)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  command -v go >/dev/null || die "Go is needed to build kube-apiserver and CoreDNS (https://go.dev/dl, or Debian's golang-go >= 1.23)"
+}
+
+install_etcd() {
+  [ -x "$ETCD_BIN/etcd" ] && return
+  log "fetching etcd-server $ETCD_DEB_VERSION from Debian"
+  local tmp; tmp="$(mktemp -d)"
+  (cd "$tmp" && apt-get download -qq "etcd-server=$ETCD_DEB_VERSION" 2>/dev/null) || {
+    apt-get update -qq
+    (cd "$tmp" && apt-get download -qq "etcd-server=$ETCD_DEB_VERSION")
+  }
+  dpkg -x "$tmp"/etcd-server_*.deb "$tmp/x"
+  mkdir -p "$ETCD_BIN"
+  install -m 0755 "$tmp/x/usr/bin/etcd" "$ETCD_BIN/etcd.tmp"
+  mv "$ETCD_BIN/etcd.tmp" "$ETCD_BIN/etcd"
+  rm -rf "$tmp"
+}
+
+install_kubernetes() {
+  [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] && [ -x "$KUBECTL" ] && return
+  local src="$PREFIX/src/kubernetes-$K8S_VERSION" staging="v0.${K8S_VERSION#v1.}"
+  log "building Kubernetes $K8S_VERSION (kube-apiserver, kube-controller-manager, kubectl) in $src; about 8 minutes the first time"
+  mkdir -p "$src"
+  {
+    printf 'module capi-lb.local/k8s-harness\n\ngo 1.23.0\n\ngodebug default=go1.23\n\n'
+    printf 'require k8s.io/kubernetes %s\n\nreplace (\n' "$K8S_VERSION"
+    for m in $STAGING; do printf '\tk8s.io/%s => k8s.io/%s %s\n' "$m" "$m" "$staging"; done
+    printf ')\n'
+  } >"$src/go.mod"
+  cat >"$src/tools.go" <<'EOF'
+//go:build tools
+
+// Package tools keeps the commands the harness builds in the module graph.
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+EOF
+  local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
+  local ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags="$ldflags -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  done
+  (
+    cd "$src"
+    export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
+    go mod tidy
+    go build -trimpath -ldflags "$ldflags" -o "$src/bin/" \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+  )
+  mkdir -p "$K8S_BIN"
+  for b in kube-apiserver kube-controller-manager kubectl; do mv "$src/bin/$b" "$K8S_BIN/$b"; done
+}
+
+install_coredns() {
+  [ -x "$COREDNS_BIN/coredns" ] && return
+  log "building CoreDNS $COREDNS_VERSION"
+  local tmp; tmp="$(mktemp -d)"
+  GOTOOLCHAIN=local GOFLAGS= CGO_ENABLED=0 GOBIN="$tmp" \
+    go install -trimpath -ldflags '-s -w' "github.com/coredns/coredns@$COREDNS_VERSION"
+  mkdir -p "$COREDNS_BIN"
+  mv "$tmp/coredns" "$COREDNS_BIN/coredns"
+  rm -rf "$tmp"
+}
+
+cmd_install() {
+  install_packages
+  install_etcd
+  install_coredns
+  install_kubernetes
+  log "installed: $("$K8S_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION"
+}
+
+installed() {
+  [ -x "$ETCD_BIN/etcd" ] && [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] \
+    && [ -x "$KUBECTL" ] && [ -x "$COREDNS_BIN/coredns" ]
+}
+
+# --- start -------------------------------------------------------------------------------------
+
+PKI="$STATE/pki"
+
+# cert NAME SUBJECT [SAN]: a key and a certificate signed by the harness CA.
+cert() {
+  local name="$1" subject="$2" san="${3:-}"
+  [ -s "$PKI/$name.crt" ] && return
+  openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/$name.key" 2>/dev/null
+  openssl req -new -key "$PKI/$name.key" -subj "$subject" -out "$PKI/$name.csr" 2>/dev/null
+  local ext="$PKI/$name.ext"
+  if [ -n "$san" ]; then
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=%s\n' "$san" >"$ext"
+  else
+    printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$ext"
+  fi
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -days 3650 -sha256 -extfile "$ext" -out "$PKI/$name.crt" 2>/dev/null
+  rm -f "$PKI/$name.csr" "$ext"
+}
+
+pki() {
+  mkdir -p "$PKI"
+  if [ ! -s "$PKI/ca.crt" ]; then
+    openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/ca.key" 2>/dev/null
+    openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=capi-lb-harness-ca" -days 3650 -sha256 \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+      -out "$PKI/ca.crt" 2>/dev/null
+  fi
+  cert apiserver "/CN=kube-apiserver" \
+    "IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  cert admin "/O=system:masters/CN=capi-lb-harness-admin"
+  cert controller-manager "/CN=system:kube-controller-manager"
+  cert controller-manager-serving "/CN=kube-controller-manager" "IP:127.0.0.1,DNS:localhost"
+  cert coredns "/CN=capi-lb-harness:coredns"
+  if [ ! -s "$PKI/sa.key" ]; then
+    openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/sa.key" 2>/dev/null
+    openssl ec -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+  fi
+}
+
+# kubeconfig FILE USER (client certificate) | kubeconfig FILE USER token TOKEN
+kubeconfig() {
+  local file="$1" user="$2"
+  local auth
+  if [ "${3:-}" = token ]; then
+    auth="    token: $4"
+  else
+    auth="    client-certificate: $PKI/$user.crt
+    client-key: $PKI/$user.key"
+  fi
+  cat >"$file.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: capi-lb-harness
+  cluster:
+    server: $SERVER
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $user
+  user:
+$auth
+contexts:
+- name: capi-lb-harness
+  context: {cluster: capi-lb-harness, user: $user}
+current-context: capi-lb-harness
+EOF
+  mv "$file.tmp" "$file"
+}
+
+alive() { [ -s "$STATE/$1.pid" ] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null; }
+
+# launch NAME COMMAND...: run in the background (own session), log to $STATE/NAME.log.
+launch() {
+  local name="$1"; shift
+  alive "$name" && return
+  setsid "$@" >"$STATE/$name.log" 2>&1 </dev/null 9>&- &
+  echo $! >"$STATE/$name.pid"
+}
+
+# wait_until WHAT SECONDS COMMAND...
+wait_until() {
+  local what="$1" deadline=$((SECONDS + $2)); shift 2
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      log "timed out waiting for $what; the last lines of its log:"
+      tail -n 20 "$STATE/$what.log" >&2 || true
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+ready() { # URL with the admin client certificate
+  [ "$(curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$1")" = ok ]
+}
+
+kubectl_admin() { "$KUBECTL" --kubeconfig "$STATE/admin.kubeconfig" "$@"; }
+
+start_etcd() {
+  launch etcd "$ETCD_BIN/etcd" --name capi-lb-harness --data-dir "$STATE/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((ETCD_PORT + 1))" \
+    --initial-cluster "capi-lb-harness=http://127.0.0.1:$((ETCD_PORT + 1))" --initial-cluster-state new \
+    --quota-backend-bytes 4294967296 --unsafe-no-fsync
+  wait_until etcd 20 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
+}
+
+start_apiserver() {
+  launch kube-apiserver "$K8S_BIN/kube-apiserver" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" --authorization-mode=RBAC \
+    --service-cluster-ip-range=10.96.0.0/12 \
+    --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local --api-audiences=https://kubernetes.default.svc.cluster.local \
+    --endpoint-reconciler-type=none --cert-dir="$STATE/apiserver-certs" --profiling=false
+  wait_until kube-apiserver 60 ready "$SERVER/readyz"
+}
+
+start_controller_manager() {
+  mkdir -p "$STATE/flexvolume"
+  launch kube-controller-manager "$K8S_BIN/kube-controller-manager" \
+    --kubeconfig="$STATE/controller-manager.kubeconfig" \
+    --authentication-kubeconfig="$STATE/controller-manager.kubeconfig" \
+    --authorization-kubeconfig="$STATE/controller-manager.kubeconfig" \
+    --authentication-skip-lookup=true --client-ca-file="$PKI/ca.crt" \
+    --tls-cert-file="$PKI/controller-manager-serving.crt" --tls-private-key-file="$PKI/controller-manager-serving.key" \
+    --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --leader-elect=false --controllers='*' \
+    --use-service-account-credentials=true --service-account-private-key-file="$PKI/sa.key" \
+    --root-ca-file="$PKI/ca.crt" --flex-volume-plugin-dir="$STATE/flexvolume" \
+    --kube-api-qps=100 --kube-api-burst=200 --concurrent-gc-syncs=20 --profiling=false
+  wait_until kube-controller-manager 30 ready "https://127.0.0.1:$KCM_PORT/healthz"
+}
+
+# What exists in every harness cluster: capi-lb's namespace, its ServiceAccount with the generated
+# RBAC (the tests re-apply the RBAC the code under test generates), and CoreDNS's read access.
+bootstrap_objects() {
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata: {name: capi-lb-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: capi-lb-harness:coredns}
+rules:
+- {apiGroups: [""], resources: [services, namespaces], verbs: [list, watch]}
+- {apiGroups: [discovery.k8s.io], resources: [endpointslices], verbs: [list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: capi-lb-harness:coredns}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "capi-lb-harness:coredns"}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "capi-lb-harness:coredns"}
+EOF
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness \
+    -f "$REPO/config/rbac/rbac.yaml" >/dev/null
+  if [ ! -s "$STATE/controller.kubeconfig" ]; then
+    local token
+    token="$(kubectl_admin -n capi-lb-system create token capi-lb-manager --duration=8760h)"
+    kubeconfig "$STATE/controller.kubeconfig" capi-lb-manager token "$token"
+  fi
+}
+
+start_coredns() {
+  cat >"$STATE/Corefile" <<EOF
+cluster.local:$DNS_PORT {
+    bind 127.0.0.1
+    errors
+    ready 127.0.0.1:$DNS_READY_PORT
+    kubernetes cluster.local {
+        kubeconfig $STATE/coredns.kubeconfig
+    }
+}
+EOF
+  launch coredns "$COREDNS_BIN/coredns" -conf "$STATE/Corefile"
+  wait_until coredns 20 curl -fsS "http://127.0.0.1:$DNS_READY_PORT/ready"
+}
+
+write_env() {
+  cat >"$STATE/env.tmp" <<EOF
+KUBECONFIG=$STATE/admin.kubeconfig
+CAPI_LB_E2E_CONTROLLER_KUBECONFIG=$STATE/controller.kubeconfig
+CAPI_LB_E2E_DNS=127.0.0.1:$DNS_PORT
+CAPI_LB_E2E_KUBECTL=$KUBECTL
+CAPI_LB_E2E_KUBERNETES_VERSION=$K8S_VERSION
+EOF
+  mv "$STATE/env.tmp" "$STATE/env"
+}
+
+running() {
+  alive etcd && alive kube-apiserver && alive kube-controller-manager && alive coredns \
+    && [ -s "$STATE/env" ] && ready "$SERVER/readyz"
+}
+
+cmd_start() {
+  if running; then
+    cat "$STATE/env"
+    return
+  fi
+  installed || die "not installed: run $0 install first"
+  local began=$SECONDS
+  mkdir -p "$STATE"
+  rm -f "$STATE/env"
+  pki
+  kubeconfig "$STATE/admin.kubeconfig" admin
+  kubeconfig "$STATE/controller-manager.kubeconfig" controller-manager
+  kubeconfig "$STATE/coredns.kubeconfig" coredns
+  start_etcd
+  start_apiserver
+  start_controller_manager
+  bootstrap_objects
+  start_coredns
+  write_env
+  log "Kubernetes $K8S_VERSION up at $SERVER in $((SECONDS - began)) s (state in $STATE)"
+  cat "$STATE/env"
+}
+
+# --- stop --------------------------------------------------------------------------------------
+
+stop_one() {
+  local name="$1" pid
+  [ -s "$STATE/$name.pid" ] || return 0
+  pid="$(cat "$STATE/$name.pid")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$STATE/$name.pid"
+}
+
+cmd_stop() {
+  rm -f "$STATE/env"
+  for name in coredns kube-controller-manager kube-apiserver etcd; do stop_one "$name"; done
+  # Anything still running from this state folder (a pid file lost by hand) goes too.
+  pkill -KILL -f -- "$STATE/" 2>/dev/null || true
+  log "stopped"
+}
+
+cmd_clean() {
+  cmd_stop
+  rm -rf "$STATE"
+}
+
+case "${1:-}" in
+  install) with_lock cmd_install ;;
+  start) with_lock cmd_start ;;
+  stop) with_lock cmd_stop ;;
+  clean) with_lock cmd_clean ;;
+  env) [ -s "$STATE/env" ] && running || die "not running: run $0 start"; cat "$STATE/env" ;;
+  *) echo "usage: $0 install|start|stop|clean|env" >&2; exit 2 ;;
+esac
