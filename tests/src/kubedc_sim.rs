@@ -10,6 +10,9 @@
 //!   (`<eip>:<port>` -> backends) are programmed from the Service's v1 **Endpoints** (not slices),
 //!   matched to the Service's ports by port name.
 //!
+//! It writes only what kube-dc's real EIp CRD accepts (`status.ovnEIpRef` is required whenever a
+//! status is written), so the same simulator runs against a real apiserver in the e2e tests.
+//!
 //! Each [`KubeDcSim::step`] does one round of that, like one pass of kube-dc's controller.
 // Test support: panicking on a broken fixture is the right failure mode here.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -26,6 +29,11 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::NS;
+
+/// The OVN external IP kube-dc's controller creates for an EIp (what `status.ovnEIpRef` names).
+fn ovn_eip_ref(namespace: &str, name: &str) -> String {
+    format!("{namespace}-{name}")
+}
 
 /// The simulated kube-dc controller.
 #[derive(Clone, Debug, Default)]
@@ -92,7 +100,9 @@ impl KubeDcSim {
                 .unwrap_or_else(|| "cloud".into());
             let uid = eip.uid().unwrap();
             if network == "public" && self.public_quota.is_some_and(|q| public_ready >= q) {
-                let status = json!({"status": {"ready": false, "conditions": [{
+                // kube-dc's CRD requires status.ovnEIpRef whenever a status is written; nothing
+                // is allocated in OVN yet.
+                let status = json!({"status": {"ready": false, "ovnEIpRef": "", "conditions": [{
                     "type": "Ready", "status": "False", "reason": "QuotaExceeded",
                     "lastTransitionTime": now.to_string(),
                     "message": format!("public IP quota exceeded ({public_ready} of {} in use)", self.public_quota.unwrap_or(0)),
@@ -127,7 +137,8 @@ impl KubeDcSim {
             if network == "public" {
                 public_ready += 1;
             }
-            let status = json!({"status": {"ready": true, "ipAddress": ip, "conditions": [
+            let status = json!({"status": {"ready": true, "ipAddress": ip,
+                "ovnEIpRef": ovn_eip_ref(namespace, &eip.name_any()), "conditions": [
                 {"type": "Ready", "status": "True", "reason": "Allocated",
                  "message": format!("allocated {ip}"), "lastTransitionTime": now.to_string()}]}});
             eips.patch_status(

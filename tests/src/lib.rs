@@ -15,6 +15,7 @@ use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
 /// Namespace every fixture lives in.
+pub mod k8s;
 pub mod kubedc_sim;
 pub mod octavia;
 

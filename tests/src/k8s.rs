@@ -1,0 +1,740 @@
+//! A real Kubernetes control plane for the end-to-end tests: the project's harness
+//! (`tests/k8s/harness.sh`: etcd, kube-apiserver, kube-controller-manager and CoreDNS on 127.0.0.1),
+//! started on first use, or another cluster named by `CAPI_LB_E2E_KUBECONFIG` (kind, k3d).
+//!
+//! Every test gets its own namespace ([`TestNs`]), so the suite runs in parallel and repeatedly on
+//! one apiserver. The controller runs in the test process with the credentials of capi-lb's
+//! ServiceAccount, bound only to the generated ClusterRole and leader-election Role; every request
+//! the real authorizer refuses is recorded and fails the test ([`TestNs::finish`]).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use capi_lb::run::{RunOptions, run_with_client};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{DynamicObject, GroupVersionKind};
+use kube::discovery::Scope;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+
+/// How long a test waits for something the controller or the cluster should do.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+/// Field manager of the tests' own writes.
+pub const TEST_MANAGER: &str = "capi-lb-e2e";
+/// Label on every test namespace (`kubectl delete ns -l capi-lb-e2e` clears leftovers).
+pub const TEST_NAMESPACE_LABEL: &str = "capi-lb-e2e";
+
+/// The cluster the end-to-end tests run against.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    /// Admin kubeconfig: the tests' own set-up and assertions.
+    pub kubeconfig: PathBuf,
+    /// Kubeconfig of capi-lb's ServiceAccount; `None` on another cluster without
+    /// `CAPI_LB_E2E_CONTROLLER_KUBECONFIG`, where a token is requested for the ServiceAccount.
+    pub controller_kubeconfig: Option<PathBuf>,
+    /// CoreDNS serving the cluster domain, reachable from the tests.
+    pub dns: Option<SocketAddr>,
+    /// kubectl for this cluster's version.
+    pub kubectl: PathBuf,
+    /// Where the cluster came from, for messages.
+    pub source: String,
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn harness_script(action: &str) -> Result<String, String> {
+    let out = Command::new(repo().join("tests/k8s/harness.sh"))
+        .arg(action)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running tests/k8s/harness.sh {action}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "tests/k8s/harness.sh {action} failed ({}): the end-to-end tests need a real apiserver; \
+             run `tests/k8s/harness.sh install && tests/k8s/harness.sh start`, or point \
+             CAPI_LB_E2E_KUBECONFIG at a disposable cluster",
+            out.status
+        ))
+    }
+}
+
+fn parse_env(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+fn resolve_cluster() -> Result<Cluster, String> {
+    if let Some(kubeconfig) = std::env::var_os("CAPI_LB_E2E_KUBECONFIG") {
+        return Ok(Cluster {
+            kubeconfig: kubeconfig.into(),
+            controller_kubeconfig: std::env::var_os("CAPI_LB_E2E_CONTROLLER_KUBECONFIG")
+                .map(PathBuf::from),
+            dns: std::env::var("CAPI_LB_E2E_DNS")
+                .ok()
+                .map(|d| {
+                    d.parse()
+                        .map_err(|e| format!("CAPI_LB_E2E_DNS={d}: {e} (want IP:port)"))
+                })
+                .transpose()?,
+            kubectl: std::env::var_os("CAPI_LB_E2E_KUBECTL")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| "kubectl".into()),
+            source: "CAPI_LB_E2E_KUBECONFIG".into(),
+        });
+    }
+    // The harness: already running, or installed (cached) and started now.
+    let env = match harness_script("env") {
+        Ok(env) => env,
+        Err(_) => {
+            harness_script("install")?;
+            harness_script("start")?
+        }
+    };
+    let env = parse_env(&env);
+    let get = |key: &str| {
+        env.get(key)
+            .cloned()
+            .ok_or_else(|| format!("tests/k8s/harness.sh env printed no {key}"))
+    };
+    Ok(Cluster {
+        kubeconfig: get("KUBECONFIG")?.into(),
+        controller_kubeconfig: Some(get("CAPI_LB_E2E_CONTROLLER_KUBECONFIG")?.into()),
+        dns: Some(
+            get("CAPI_LB_E2E_DNS")?
+                .parse()
+                .map_err(|e| format!("CAPI_LB_E2E_DNS: {e}"))?,
+        ),
+        kubectl: get("CAPI_LB_E2E_KUBECTL")?.into(),
+        source: "tests/k8s/harness.sh".into(),
+    })
+}
+
+/// The cluster, resolved once per test process. Panics when there is none: these tests never pass
+/// (or skip) without a real apiserver.
+pub fn cluster() -> &'static Cluster {
+    static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+    match CLUSTER.get_or_init(resolve_cluster) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+async fn config_of(kubeconfig: &Path) -> kube::Config {
+    let file = Kubeconfig::read_from(kubeconfig)
+        .unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()));
+    kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()))
+}
+
+/// A client with the admin kubeconfig.
+pub async fn admin_client() -> Client {
+    capi_lb::install_crypto_provider();
+    Client::try_from(config_of(&cluster().kubeconfig).await).unwrap()
+}
+
+/// Run `kubectl` with the admin kubeconfig; returns stdout, panics with stderr on failure.
+pub fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
+    let out = kubectl_output(args, stdin);
+    assert!(
+        out.status.success(),
+        "kubectl {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Run `kubectl` with the admin kubeconfig and return its whole output.
+pub fn kubectl_output(args: &[&str], stdin: Option<&str>) -> std::process::Output {
+    use std::io::Write;
+    let c = cluster();
+    let mut child = Command::new(&c.kubectl)
+        .arg("--kubeconfig")
+        .arg(&c.kubeconfig)
+        .args(args)
+        .current_dir(repo())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", c.kubectl.display()));
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    child.wait_with_output().unwrap()
+}
+
+// --- waiting -------------------------------------------------------------------------------
+
+/// Poll `check` every 100 ms until it returns `Some`, for at most [`TIMEOUT`].
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    eventually_within(what, TIMEOUT, check).await
+}
+
+/// Poll `check` every 100 ms until it returns `Some`, for at most `limit`.
+pub async fn eventually_within<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Wait, through a watch, until the object `name` satisfies `condition` (it gets `None` while the
+/// object does not exist); returns the object (`None` if the condition held for its absence).
+pub async fn wait_for<K>(
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    condition: impl Fn(Option<&K>) -> bool,
+) -> Option<K>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    K::DynamicType: Default,
+{
+    match tokio::time::timeout(
+        TIMEOUT,
+        kube::runtime::wait::await_condition(api.clone(), name, condition),
+    )
+    .await
+    {
+        Ok(Ok(object)) => object,
+        Ok(Err(e)) => panic!("watching {name} for {what}: {e}"),
+        Err(_) => panic!(
+            "timed out after {TIMEOUT:?} waiting for {what}; {name} is now: {:?}",
+            api.get_opt(name).await
+        ),
+    }
+}
+
+/// Wait until the object `name` is gone.
+pub async fn wait_gone<K>(api: &Api<K>, name: &str)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    K::DynamicType: Default,
+{
+    wait_for(api, name, &format!("{name} deleted"), |o| o.is_none()).await;
+}
+
+// --- installing --------------------------------------------------------------------------------
+
+/// Server-side apply `crd` and wait until it is established.
+pub async fn apply_crd(client: &Client, crd: &CustomResourceDefinition) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.name_any();
+    crds.patch(
+        &name,
+        &PatchParams::apply(TEST_MANAGER).force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("CRD {name} refused: {e}"));
+    wait_for(&crds, &name, &format!("CRD {name} established"), |c| {
+        c.and_then(|c| c.status.as_ref()?.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+    })
+    .await;
+}
+
+/// capi-lb's CRDs, generated by the code under test.
+pub async fn install_crds(client: &Client) {
+    for crd in capi_lb_api::crds() {
+        apply_crd(client, &crd).await;
+    }
+}
+
+/// Third-party CRDs (unmodified upstream files) from `$env_var`, default `../shared/crds/<folder>`
+/// next to the repository. Conversion webhooks are switched off (no webhook runs here).
+pub async fn install_third_party_crds(
+    client: &Client,
+    env_var: &str,
+    folder: &str,
+    files: &[&str],
+) {
+    let dir = third_party_crds_dir(env_var, folder);
+    for file in files {
+        let path = dir.join(file);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (set {env_var})", path.display()));
+        let mut crd: CustomResourceDefinition = serde_saphyr::from_str(&text).unwrap();
+        crd.spec.conversion = None;
+        crd.metadata.annotations = None;
+        apply_crd(client, &crd).await;
+    }
+}
+
+/// Where third-party CRDs are read from.
+pub fn third_party_crds_dir(env_var: &str, folder: &str) -> PathBuf {
+    std::env::var_os(env_var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("../shared/crds").join(folder))
+}
+
+/// The Cluster API Machine and Cluster CRDs (`CAPI_CRDS_DIR`).
+pub async fn install_capi_crds(client: &Client) {
+    install_third_party_crds(
+        client,
+        "CAPI_CRDS_DIR",
+        "cluster-api",
+        &[
+            "cluster.x-k8s.io_machines.yaml",
+            "cluster.x-k8s.io_clusters.yaml",
+        ],
+    )
+    .await;
+}
+
+/// The generated RBAC (ServiceAccount, ClusterRoles, Role, bindings), applied for real so that the
+/// ServiceAccount the controller runs as has exactly what the code under test generates.
+async fn apply_generated_rbac(client: &Client) {
+    let files = capi_lb::manifests::files().unwrap();
+    let (_, text) = files
+        .iter()
+        .find(|(p, _)| p.ends_with("rbac/rbac.yaml"))
+        .expect("capi-lb manifests generate rbac/rbac.yaml");
+    ensure_namespace(client, "capi-lb-system").await;
+    for doc in serde_saphyr::from_multiple::<Value>(text).unwrap() {
+        apply_value(client, None, &doc, false)
+            .await
+            .unwrap_or_else(|e| panic!("generated RBAC refused: {e}"));
+    }
+}
+
+async fn ensure_namespace(client: &Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .patch(name, &PatchParams::apply(TEST_MANAGER), &Patch::Apply(&ns))
+        .await
+        .unwrap();
+}
+
+/// Server-side apply one document of any kind (found through discovery) into `namespace` (or the
+/// document's own), optionally as a dry run. Errors are the apiserver's answer.
+pub async fn apply_value(
+    client: &Client,
+    namespace: Option<&str>,
+    doc: &Value,
+    dry_run: bool,
+) -> Result<DynamicObject, kube::Error> {
+    let api = dynamic_api(client, namespace, doc).await?;
+    let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+    let mut params = PatchParams::apply(TEST_MANAGER).force();
+    if dry_run {
+        params = params.dry_run();
+    }
+    api.patch(name, &params, &Patch::Apply(doc)).await
+}
+
+/// Create one document of any kind in `namespace`. Errors are the apiserver's answer.
+pub async fn create_value(
+    client: &Client,
+    namespace: &str,
+    doc: &Value,
+) -> Result<DynamicObject, kube::Error> {
+    let api = dynamic_api(client, Some(namespace), doc).await?;
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(doc.clone()).unwrap(),
+    )
+    .await
+}
+
+/// The API of `doc`'s kind, namespaced to `namespace` (else the document's namespace) when the kind
+/// is namespaced.
+pub async fn dynamic_api(
+    client: &Client,
+    namespace: Option<&str>,
+    doc: &Value,
+) -> Result<Api<DynamicObject>, kube::Error> {
+    let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, doc["kind"].as_str().unwrap_or_default());
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
+    let namespace = namespace.or(doc["metadata"]["namespace"].as_str());
+    Ok(match namespace {
+        Some(ns) if caps.scope == Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        _ => Api::all_with(client.clone(), &resource),
+    })
+}
+
+// --- the controller's credentials --------------------------------------------------------------
+
+/// Requests the apiserver refused (401/403): `METHOD path -> status`.
+#[derive(Clone, Debug, Default)]
+pub struct Refusals(Arc<Mutex<Vec<String>>>);
+
+impl Refusals {
+    /// What was refused so far.
+    pub fn list(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl<S> tower::Layer<S> for Refusals {
+    type Service = RecordRefusals<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        RecordRefusals {
+            inner,
+            refusals: self.clone(),
+        }
+    }
+}
+
+/// A client service that records refused requests.
+#[derive(Clone, Debug)]
+pub struct RecordRefusals<S> {
+    inner: S,
+    refusals: Refusals,
+}
+
+impl<S, B> tower::Service<http::Request<kube::client::Body>> for RecordRefusals<S>
+where
+    S: tower::Service<http::Request<kube::client::Body>, Response = http::Response<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
+        let what = format!("{} {}", request.method(), request.uri());
+        let refusals = self.refusals.clone();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await?;
+            let status = response.status();
+            if status == http::StatusCode::FORBIDDEN || status == http::StatusCode::UNAUTHORIZED {
+                refusals.0.lock().unwrap().push(format!("{what} -> {status}"));
+            }
+            Ok(response)
+        })
+    }
+}
+
+/// The configuration the controller runs with: capi-lb's ServiceAccount.
+async fn controller_config(admin: &Client) -> kube::Config {
+    let c = cluster();
+    if let Some(path) = &c.controller_kubeconfig {
+        return config_of(path).await;
+    }
+    // Another cluster: a token for the ServiceAccount the generated RBAC binds.
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(admin.clone(), "capi-lb-system");
+    let request: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"expirationSeconds": 86400}})).unwrap();
+    let answer = accounts
+        .create_token_request("capi-lb-manager", &PostParams::default(), &request)
+        .await
+        .unwrap();
+    let token = answer.status.expect("a token").token;
+    let mut config = config_of(&c.kubeconfig).await;
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    config
+}
+
+// --- a test namespace --------------------------------------------------------------------------
+
+/// One test's namespace on the cluster, with the CRDs and RBAC installed, and the controllers it
+/// started. Call [`TestNs::finish`] at the end; on a panic the namespace is deleted in the
+/// background (`Drop`).
+pub struct TestNs {
+    /// Admin client.
+    pub client: Client,
+    /// The namespace.
+    pub ns: String,
+    /// Requests refused to the controllers started here.
+    pub refusals: Refusals,
+    controller_config: kube::Config,
+    controllers: Vec<ControllerHandle>,
+    finished: bool,
+}
+
+impl std::fmt::Debug for TestNs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestNs").field("ns", &self.ns).finish()
+    }
+}
+
+/// A controller running in the test process.
+#[derive(Debug)]
+pub struct ControllerHandle {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), capi_lb::run::RunError>>,
+}
+
+impl ControllerHandle {
+    /// Stop gracefully and wait (at most 30 s).
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match tokio::time::timeout(Duration::from_secs(30), &mut self.task).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => panic!("the controller failed: {e}"),
+            Ok(Err(e)) if e.is_cancelled() => {}
+            Ok(Err(e)) => panic!("the controller panicked: {e}"),
+            Err(_) => {
+                self.task.abort();
+                panic!("the controller did not stop within 30 s");
+            }
+        }
+    }
+
+    /// Kill without a graceful stop (as a crash would).
+    pub fn abort(self) {
+        self.task.abort();
+    }
+}
+
+impl TestNs {
+    /// A fresh namespace `<prefix>-<random>` with capi-lb's CRDs and generated RBAC installed.
+    pub async fn new(prefix: &str) -> Self {
+        let client = admin_client().await;
+        install_crds(&client).await;
+        apply_generated_rbac(&client).await;
+        let ns = unique_name(prefix);
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {
+            "name": ns, "labels": {TEST_NAMESPACE_LABEL: "true"}}}))
+        .unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap();
+        let controller_config = controller_config(&client).await;
+        Self {
+            client,
+            ns,
+            refusals: Refusals::default(),
+            controller_config,
+            controllers: Vec::new(),
+            finished: false,
+        }
+    }
+
+    /// Options for a controller watching this namespace: the given providers, a resync of one hour
+    /// (so that a missing watch trigger cannot hide behind a resync) and no metrics server.
+    pub fn options(&self, providers: &[&str]) -> RunOptions {
+        let mut options = RunOptions::new(providers.iter().map(|p| p.to_string()).collect());
+        options.namespace = Some(self.ns.clone());
+        options.resync = Duration::from_secs(3600);
+        options.concurrency = 2;
+        options
+    }
+
+    /// A client with capi-lb's ServiceAccount credentials whose refused requests are recorded.
+    pub fn controller_client(&self) -> Client {
+        kube::client::ClientBuilder::try_from(self.controller_config.clone())
+            .unwrap()
+            .with_layer(&self.refusals)
+            .build()
+    }
+
+    /// Start the controller with `options` as capi-lb's ServiceAccount; it is stopped by
+    /// [`TestNs::finish`] unless stopped before.
+    pub fn start(&mut self, options: RunOptions) {
+        let handle = self.spawn(options);
+        self.controllers.push(handle);
+    }
+
+    /// Start the controller and hand its handle to the test (to stop or kill it).
+    pub fn spawn(&self, options: RunOptions) -> ControllerHandle {
+        let client = self.controller_client();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            run_with_client(client, options, async move {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        ControllerHandle {
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// Typed API of this namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Create a document of any kind in this namespace; panics with the apiserver's refusal.
+    pub async fn create(&self, doc: Value) -> DynamicObject {
+        create_value(&self.client, &self.ns, &doc)
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "creating {} {}: {e}",
+                    doc["kind"], doc["metadata"]["name"]
+                )
+            })
+    }
+
+    /// Stop the controllers, check that no request was refused, and delete the namespace.
+    pub async fn finish(mut self) {
+        for handle in std::mem::take(&mut self.controllers) {
+            handle.stop().await;
+        }
+        let refused = self.refusals.list();
+        self.finished = true;
+        delete_namespace(&self.client, &self.ns).await;
+        assert!(
+            refused.is_empty(),
+            "the apiserver refused requests of capi-lb's ServiceAccount (RBAC too narrow?):\n{}",
+            refused.join("\n")
+        );
+    }
+}
+
+impl Drop for TestNs {
+    fn drop(&mut self) {
+        if !self.finished {
+            // A failed test: delete the namespace without waiting (objects with capi-lb's
+            // finalizers may keep it terminating; `harness.sh clean` starts afresh).
+            let _ = kubectl_output(&["delete", "namespace", &self.ns, "--wait=false"], None);
+        }
+    }
+}
+
+async fn delete_namespace(client: &Client, ns: &str) {
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(ns, &DeleteParams::background())
+        .await;
+}
+
+/// `<prefix>-<random suffix>`, a valid DNS label.
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{prefix}-{:x}{:x}",
+        (nanos % 0xffff_ffff) as u32 ^ std::process::id(),
+        n
+    )
+}
+
+// --- DNS ---------------------------------------------------------------------------------------
+
+/// An answer of the cluster DNS server.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DnsAnswer {
+    /// An A or AAAA record.
+    Ip(std::net::IpAddr),
+    /// A CNAME record (target without the final dot).
+    Cname(String),
+}
+
+/// Ask the cluster's DNS server (CoreDNS) for `name`'s records of `record_type` ("A", "AAAA",
+/// "CNAME"), over UDP. Returns the response code and the answers, sorted.
+pub async fn dns_query(name: &str, record_type: &str) -> (String, Vec<DnsAnswer>) {
+    use hickory_proto::op::{Message, Query};
+    use hickory_proto::rr::{Name, RData, RecordType};
+    use std::str::FromStr;
+
+    let server = cluster().dns.unwrap_or_else(|| {
+        panic!(
+            "no DNS server for {}: set CAPI_LB_E2E_DNS to the cluster's DNS (IP:port reachable from here)",
+            cluster().source
+        )
+    });
+    let rtype = RecordType::from_str(record_type).unwrap();
+    let mut query = Message::query();
+    query.metadata.id = rand_id();
+    query.metadata.recursion_desired = true;
+    query.add_query(Query::query(Name::from_str(name).unwrap(), rtype));
+    let bytes = query.to_vec().unwrap();
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut buffer = vec![0u8; 4096];
+    for _attempt in 0..5 {
+        socket.send_to(&bytes, server).await.unwrap();
+        let Ok(Ok((len, _))) =
+            tokio::time::timeout(Duration::from_secs(1), socket.recv_from(&mut buffer)).await
+        else {
+            continue;
+        };
+        let answer = Message::from_vec(&buffer[..len]).unwrap();
+        if answer.metadata.id != query.metadata.id {
+            continue;
+        }
+        let mut records: Vec<DnsAnswer> = answer
+            .answers
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::A(a) => Some(DnsAnswer::Ip(a.0.into())),
+                RData::AAAA(a) => Some(DnsAnswer::Ip(a.0.into())),
+                RData::CNAME(c) => Some(DnsAnswer::Cname(
+                    c.0.to_string().trim_end_matches('.').to_string(),
+                )),
+                _ => None,
+            })
+            .collect();
+        records.sort();
+        return (answer.metadata.response_code.to_string(), records);
+    }
+    panic!("no answer from the DNS server at {server} for {name} {record_type}");
+}
+
+fn rand_id() -> u16 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    (nanos ^ std::process::id()) as u16
+}
