@@ -58,8 +58,10 @@ pub struct LoadBalancerSpec {
     /// Defaults to one TCP port 6443 named `kube-apiserver`.
     #[serde(default = "default_ports")]
     #[schemars(length(min = 1, max = 32))]
-    #[x_kube(validation = Rule::new("self.all(p, self.exists_one(q, q.name == p.name))").message("port names must be unique").reason(Reason::FieldValueDuplicate))]
-    #[x_kube(validation = Rule::new("self.all(p, self.exists_one(q, q.port == p.port && q.protocol == p.protocol))").message("each port and protocol pair may appear only once").reason(Reason::FieldValueDuplicate))]
+    // The uniqueness rules keep the default reason (FieldValueInvalid): with FieldValueDuplicate
+    // the apiserver reports `spec.ports: Duplicate value: "array"` and drops the rule's message.
+    #[x_kube(validation = Rule::new("self.all(p, self.exists_one(q, q.name == p.name))").message("port names must be unique"))]
+    #[x_kube(validation = Rule::new("self.all(p, self.exists_one(q, q.port == p.port && q.protocol == p.protocol))").message("each port and protocol pair may appear only once"))]
     pub ports: Vec<LoadBalancerPort>,
 
     /// Kind of the objects the selector picks as targets. Defaults to the Cluster API `Machine`.
@@ -76,7 +78,7 @@ pub struct LoadBalancerSpec {
     /// `status.addresses` wins. Defaults to `[InternalIP, ExternalIP]`.
     #[serde(default = "default_address_types")]
     #[schemars(length(min = 1, max = 5))]
-    #[x_kube(validation = Rule::new("self.all(t, self.exists_one(u, u == t))").message("address types must be unique").reason(Reason::FieldValueDuplicate))]
+    #[x_kube(validation = Rule::new("self.all(t, self.exists_one(u, u == t))").message("address types must be unique"))]
     pub target_address_types: Vec<MachineAddressType>,
 
     /// The infrastructure provider object that configures how this load balancer is realised, for
@@ -110,7 +112,7 @@ pub struct LoadBalancerSpec {
     /// health monitor's job). Empty (the default) admits a target as soon as it has an address.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
-    #[x_kube(validation = Rule::new("self.all(g, self.exists_one(h, h.conditionType == g.conditionType))").message("readiness gates must be unique").reason(Reason::FieldValueDuplicate))]
+    #[x_kube(validation = Rule::new("self.all(g, self.exists_one(h, h.conditionType == g.conditionType))").message("readiness gates must be unique"))]
     pub readiness_gates: Vec<ReadinessGate>,
 }
 
