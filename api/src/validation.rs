@@ -8,6 +8,7 @@
 use std::fmt;
 use std::sync::OnceLock;
 
+use jsonschema::error::ValidationErrorKind;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 use kube::core::cel::{CompiledSchema, Validator, compile_schema};
@@ -128,14 +129,31 @@ impl SchemaValidator {
         let defaulted = kube::core::cel::apply_defaults(&self.schema, &object);
         let mut errors = Vec::new();
         unknown_fields(&self.schema, &defaulted, "", &mut errors);
+        // Unknown fields: the apiserver refuses the object before validating it.
+        let mut blocking = !errors.is_empty();
         for e in self.openapi.iter_errors(&defaulted) {
-            errors.push(FieldError::new(
-                pointer_to_path(&e.instance_path().to_string()),
-                e.to_string(),
-            ));
+            let mut field = pointer_to_path(&e.instance_path().to_string());
+            match e.kind() {
+                // The apiserver names the missing field itself (`spec.infrastructureRef: Required
+                // value`), not the object that lacks it.
+                ValidationErrorKind::Required { property } => {
+                    field = join(&field, property.as_str().unwrap_or_default());
+                    blocking = true;
+                }
+                ValidationErrorKind::Enum { .. }
+                | ValidationErrorKind::MaxLength { .. }
+                | ValidationErrorKind::MaxItems { .. }
+                | ValidationErrorKind::MaxProperties { .. }
+                | ValidationErrorKind::Type { .. } => blocking = true,
+                _ => {}
+            }
+            errors.push(FieldError::new(field, e.to_string()));
         }
-        // CEL rules assume a schema-valid object (the apiserver only evaluates them then).
-        if errors.is_empty()
+        // The apiserver evaluates the CEL rules unless a schema error blocks them (a required
+        // field missing, a value not of the enum, too long, too many items or properties, a wrong
+        // type: `hasBlockingErr` in k8s.io/apiextensions-apiserver); other schema errors (patterns,
+        // ranges, formats) are reported together with the failed rules.
+        if !blocking
             && let Err(cel_errors) = Validator::new().validate_compiled(&self.cel, &defaulted, None)
         {
             for e in cel_errors.iter() {
@@ -510,6 +528,42 @@ mod tests {
         assert_eq!(
             pointer_to_path("/metadata/labels/a~1b"),
             "metadata.labels.a/b"
+        );
+    }
+
+    /// As the apiserver: a missing field is reported on itself, a pattern error does not hide the
+    /// failed CEL rules, an enum error does (`hasBlockingErr`).
+    #[test]
+    fn schema_errors_are_reported_and_block_rules_as_the_apiserver_does() {
+        use crate::loadbalancer::LoadBalancer;
+        let lb = |spec: Value| {
+            serde_json::json!({"apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1",
+                "kind": "LoadBalancer", "metadata": {"name": "cp", "namespace": "default"},
+                "spec": spec})
+        };
+        let infra_ref = serde_json::json!({"apiGroup": "infrastructure.cluster.x-k8s.io",
+            "kind": "InMemoryLoadBalancer", "name": "cp"});
+        let fields = |spec: Value| -> Vec<String> {
+            let errors = parse::<LoadBalancer>(&lb(spec)).unwrap_err();
+            errors.0.into_iter().map(|e| e.field).collect()
+        };
+        assert_eq!(fields(serde_json::json!({})), ["spec.infrastructureRef"]);
+        // Pattern error and the failed rule on the same field.
+        let errors = parse::<LoadBalancer>(&lb(serde_json::json!({
+            "infrastructureRef": infra_ref, "publication": {"suffix": "-Ext"}})))
+        .unwrap_err();
+        assert_eq!(errors.0.len(), 2, "{errors}");
+        assert!(
+            errors.to_string().contains("must be a DNS label"),
+            "{errors}"
+        );
+        // An enum error blocks the rules (the duplicate port would fail one).
+        assert_eq!(
+            fields(
+                serde_json::json!({"infrastructureRef": infra_ref, "ports": [
+                {"name": "a", "port": 1, "protocol": "SCTP"}, {"name": "a", "port": 2}]})
+            ),
+            ["spec.ports[0].protocol"]
         );
     }
 
