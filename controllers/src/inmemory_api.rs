@@ -39,6 +39,9 @@ pub struct RecordedRequest {
     /// Kinds the request body names as owners with `blockOwnerDeletion: true` (which needs
     /// `update` on the owner's `finalizers` subresource).
     pub blocking_owner_kinds: Vec<String>,
+    /// A server-side apply of an object that did not exist: a real apiserver authorizes it as
+    /// `create` as well as `patch`.
+    pub creates_by_apply: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -80,6 +83,10 @@ impl ApiStats {
     /// Record the requests made from now on (`true`) or stop recording (`false`).
     pub fn set_recording(&self, on: bool) {
         self.recording.store(on, Ordering::SeqCst);
+    }
+
+    fn recording(&self) -> bool {
+        self.recording.load(Ordering::SeqCst)
     }
 
     fn record_request(&self, request: RecordedRequest) {
@@ -249,6 +256,22 @@ fn names_one_object(path: &str) -> bool {
 }
 
 impl Emulator {
+    /// Whether the object at `uri` exists (`None` when the answer is neither found nor not found).
+    async fn exists(&self, uri: &http::Uri) -> Result<Option<bool>, BoxError> {
+        let get = Request::builder()
+            .method(Method::GET)
+            .uri(uri.path())
+            .body(Body::from(Vec::new()))?;
+        let status = self.inner.send(get).await?.status();
+        Ok(if status.is_success() {
+            Some(true)
+        } else if status == http::StatusCode::NOT_FOUND {
+            Some(false)
+        } else {
+            None
+        })
+    }
+
     async fn handle(&self, request: Request<Body>) -> Result<Response<Body>, BoxError> {
         let (parts, body) = request.into_parts();
         let method = parts.method.clone();
@@ -263,11 +286,21 @@ impl Emulator {
             .filter(|r| r.get("blockOwnerDeletion") == Some(&Value::Bool(true)))
             .filter_map(|r| r.get("kind").and_then(Value::as_str).map(str::to_string))
             .collect();
+        let is_apply = method == Method::PATCH
+            && parts
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .is_some_and(|v| v.as_bytes().starts_with(b"application/apply-patch"));
+        let creates_by_apply = self.stats.recording()
+            && is_apply
+            && names_one_object(&path)
+            && self.exists(&parts.uri).await? == Some(false);
         self.stats.record_request(RecordedRequest {
             method: method.to_string(),
             path: path.clone(),
             query: parts.uri.query().unwrap_or_default().to_string(),
             blocking_owner_kinds,
+            creates_by_apply,
         });
 
         if method == Method::GET {
@@ -307,12 +340,7 @@ impl Emulator {
         // A real apiserver stamps creationTimestamp with its own clock: use the world's clock, so
         // ages computed from it (how long an EIp has been pending) are in simulated time. An
         // existing object keeps its timestamp (the fake copies it over on updates).
-        let creates = method == Method::POST
-            || (method == Method::PATCH
-                && parts
-                    .headers
-                    .get(http::header::CONTENT_TYPE)
-                    .is_some_and(|v| v.as_bytes().starts_with(b"application/apply-patch")));
+        let creates = method == Method::POST || is_apply;
         if creates
             && let Ok(mut object) = serde_json::from_slice::<Value>(&body)
             && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)

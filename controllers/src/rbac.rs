@@ -1,8 +1,11 @@
 //! Least-privilege RBAC: what each controller and provider is allowed to do, as data, turned into
 //! the ClusterRole that `capi-lb manifests` writes. A test (`tests/tests/rbac.rs`) runs the
 //! controllers through their scenarios against the in-memory API, turns every request they make
-//! into (group, resource, verb) with [`verb_of`], and checks that the generated ClusterRole allows
-//! exactly those: nothing they need is missing, nothing is granted they do not use.
+//! into (group, resource, verb) with [`verb_of`] (plus `create` for a server-side apply that
+//! creates its object, which a real apiserver also authorizes as `create`), and checks that the
+//! generated ClusterRole allows exactly those: nothing they need is missing, nothing is granted they
+//! do not use. The e2e suite runs the controller as the ServiceAccount bound to that ClusterRole on a
+//! real apiserver, so the real authorizer has the last word.
 
 use std::collections::BTreeSet;
 
@@ -55,13 +58,19 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
             (GROUP, "loadbalancers/status", &["patch"]),
             // Owner references with blockOwnerDeletion (published Services, infrastructure objects).
             (GROUP, "loadbalancers/finalizers", &["update"]),
-            ("", "services", &["get", "list", "patch", "delete"]),
+            // Server-side apply of an object that does not exist yet is also authorized as
+            // `create` (the `-ext` Service and EndpointSlices).
+            (
+                "",
+                "services",
+                &["get", "list", "create", "patch", "delete"],
+            ),
             // The ingress of Services of capi-lb's load-balancer class.
             ("", "services/status", &["patch"]),
             (
                 "discovery.k8s.io",
                 "endpointslices",
-                &["get", "list", "patch", "delete"],
+                &["get", "list", "create", "patch", "delete"],
             ),
             // Owner reference from the EndpointSlices to their Service.
             ("", "services/finalizers", &["update"]),
@@ -114,7 +123,13 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
                         &["update"],
                     ),
                     ("kube-dc.com", "eips", &["get", "list", "create", "delete"]),
-                    ("", "endpoints", &["get", "patch", "list", "delete"]),
+                    // The LoadBalancer Service and its Endpoints, created by server-side apply.
+                    ("", "services", &["create"]),
+                    (
+                        "",
+                        "endpoints",
+                        &["get", "create", "patch", "list", "delete"],
+                    ),
                 ],
                 watches: vec![
                     (INFRASTRUCTURE_GROUP, "kubedcloadbalancers"),
@@ -146,17 +161,22 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
         out.push(Component {
             name: "external endpoint publisher",
             calls: vec![
-                ("", "services", &["get", "list", "patch", "delete"]),
+                // Created by server-side apply: `create` as well as `patch`.
+                (
+                    "",
+                    "services",
+                    &["get", "list", "create", "patch", "delete"],
+                ),
                 ("", "services/finalizers", &["update"]),
                 (
                     "discovery.k8s.io",
                     "endpointslices",
-                    &["get", "list", "patch", "delete"],
+                    &["get", "list", "create", "patch", "delete"],
                 ),
                 // Binding a Service of capi-lb's load-balancer class to its LoadBalancer.
                 (GROUP, "loadbalancers", &["get", "patch"]),
                 // Legacy Endpoints (--legacy-endpoints) and kube-dc's (--adopt-kube-dc).
-                ("", "endpoints", &["get", "patch", "delete"]),
+                ("", "endpoints", &["get", "create", "patch", "delete"]),
                 ("events.k8s.io", "events", &["create", "patch"]),
             ],
             watches: vec![("", "services"), ("discovery.k8s.io", "endpointslices")],

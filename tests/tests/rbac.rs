@@ -25,6 +25,10 @@ fn observed(world: &World) -> BTreeSet<Permission> {
     let mut out = BTreeSet::new();
     for r in world.api.stats.requests() {
         if let Some(p) = verb_of(&r.method, &r.path, &r.query) {
+            if r.creates_by_apply {
+                // A real apiserver also checks `create` for an apply that creates the object.
+                out.insert((p.0.clone(), p.1.clone(), "create".to_string()));
+            }
             out.insert(p);
         }
         for kind in &r.blocking_owner_kinds {
