@@ -75,7 +75,8 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
             // Owner reference from the EndpointSlices to their Service.
             ("", "services/finalizers", &["update"]),
             (CAPI_GROUP, "machines", &["list", "patch"]),
-            (CAPI_GROUP, "clusters", &["get"]),
+            // `spec.controlPlaneEndpoint` of the Cluster of a control-plane LoadBalancer.
+            (CAPI_GROUP, "clusters", &["get", "patch"]),
             ("events.k8s.io", "events", &["create", "patch"]),
         ],
         watches: vec![

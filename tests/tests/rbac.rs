@@ -51,8 +51,9 @@ where
         .unwrap();
 }
 
-/// The LoadBalancer controller with the in-memory provider: create, targets with hooks, a target
-/// deleted, a paused Cluster, then Cluster and LoadBalancer deletion.
+/// The LoadBalancer controller with the in-memory provider: create (a control-plane LoadBalancer
+/// that sets its Cluster's endpoint), targets with hooks, a target deleted, a paused Cluster, then
+/// Cluster and LoadBalancer deletion.
 async fn loadbalancer_scenario() -> BTreeSet<Permission> {
     let mut m2 = machine("cp-m2", "cp", "10.0.0.12").build();
     m2["metadata"]["finalizers"] = json!(["machine.cluster.x-k8s.io"]);
@@ -60,7 +61,11 @@ async fn loadbalancer_scenario() -> BTreeSet<Permission> {
     cluster["metadata"]["finalizers"] = json!(["cluster.cluster.x-k8s.io"]);
     let world = World::new(vec![
         cluster,
-        lb("cp").spec("drainSeconds", json!(5)).build(),
+        // A control-plane LoadBalancer: it fills the Cluster's spec.controlPlaneEndpoint.
+        lb("cp")
+            .spec("drainSeconds", json!(5))
+            .spec("controlPlane", json!({}))
+            .build(),
         infra("cp")
             .spec("provisioningDelaySeconds", json!(2))
             .build(),
