@@ -450,7 +450,11 @@ where
             let response = response.await?;
             let status = response.status();
             if status == http::StatusCode::FORBIDDEN || status == http::StatusCode::UNAUTHORIZED {
-                refusals.0.lock().unwrap().push(format!("{what} -> {status}"));
+                refusals
+                    .0
+                    .lock()
+                    .unwrap()
+                    .push(format!("{what} -> {status}"));
             }
             Ok(response)
         })
@@ -614,12 +618,7 @@ impl TestNs {
     pub async fn create(&self, doc: Value) -> DynamicObject {
         create_value(&self.client, &self.ns, &doc)
             .await
-            .unwrap_or_else(|e| {
-                panic!(
-                    "creating {} {}: {e}",
-                    doc["kind"], doc["metadata"]["name"]
-                )
-            })
+            .unwrap_or_else(|e| panic!("creating {} {}: {e}", doc["kind"], doc["metadata"]["name"]))
     }
 
     /// Stop the controllers, check that no request was refused, and delete the namespace.
@@ -641,6 +640,14 @@ impl TestNs {
 impl Drop for TestNs {
     fn drop(&mut self) {
         if !self.finished {
+            let refused = self.refusals.list();
+            if !refused.is_empty() {
+                eprintln!(
+                    "the apiserver refused requests of capi-lb's ServiceAccount in {}:\n{}",
+                    self.ns,
+                    refused.join("\n")
+                );
+            }
             // A failed test: delete the namespace without waiting (objects with capi-lb's
             // finalizers may keep it terminating; `harness.sh clean` starts afresh).
             let _ = kubectl_output(&["delete", "namespace", &self.ns, "--wait=false"], None);
