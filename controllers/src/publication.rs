@@ -8,7 +8,9 @@
 //! `discovery.k8s.io/v1` EndpointSlice per IP family (`<service>-ipv4`, `<service>-ipv6`) listing every
 //! address of that family, owned by the Service. Cluster DNS then answers
 //! `<service>.<namespace>.svc.<cluster-domain>` with those addresses, however often they change. When
-//! there is only a hostname, the Service is an ExternalName Service (a CNAME) instead. Optionally a
+//! there is only a hostname, the Service is an ExternalName Service (a CNAME) instead, once the load
+//! balancer is ready (a CNAME cannot be marked not-ready; until then the Service is headless with no
+//! endpoints, so DNS answers nothing that does not work yet). Optionally a
 //! legacy v1 Endpoints object mirrors the slices for old consumers (labelled so the mirroring
 //! controller does not copy it back into slices).
 //!
@@ -249,9 +251,13 @@ pub fn plan(publisher: &Publisher, desired: &Desired) -> Plan {
         })
         .collect();
     let has_ips = !(classified.ipv4.is_empty() && classified.ipv6.is_empty());
-    let external_name = (!has_ips)
+    // A CNAME cannot be marked not-ready the way an endpoint can: until the load balancer is
+    // provisioned, a hostname-only one is published as a headless Service without endpoints (DNS
+    // answers nothing), and becomes the ExternalName once it is ready.
+    let hostname = (!has_ips)
         .then(|| classified.hostnames.first().cloned())
         .flatten();
+    let external_name = hostname.clone().filter(|_| desired.ready);
     let spec = match &external_name {
         Some(host) => ServiceSpec {
             type_: Some("ExternalName".into()),
@@ -370,7 +376,7 @@ pub fn plan(publisher: &Publisher, desired: &Desired) -> Plan {
         slices,
         endpoints,
         skipped: classified.skipped,
-        has_address: has_ips || external_name.is_some(),
+        has_address: has_ips || hostname.is_some(),
     }
 }
 
@@ -1101,6 +1107,18 @@ mod tests {
         assert_eq!(spec.external_name.as_deref(), Some("lb.example.com"));
         assert!(spec.cluster_ip.is_none());
         assert!(p.slices.is_empty());
+        // Not provisioned yet: no CNAME (it cannot be marked not-ready), a headless Service with
+        // no endpoints, so DNS answers nothing until the load balancer works.
+        let p = lb_plan(
+            &lb(),
+            &[LoadBalancerAddress::hostname("lb.example.com")],
+            false,
+        )
+        .unwrap();
+        let spec = p.service.spec.as_ref().unwrap();
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert!(spec.external_name.is_none());
+        assert!(p.slices.is_empty() && p.has_address);
         // IPs win over a hostname.
         let p = lb_plan(
             &lb(),

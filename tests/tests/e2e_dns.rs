@@ -190,58 +190,9 @@ async fn controller_may(t: &TestNs, verb: &str, group: &str, resource: &str) -> 
 const CREATED_BY_APPLY: [(&str, &str); 2] =
     [("", "services"), ("discovery.k8s.io", "endpointslices")];
 
-/// WORKAROUND for DEFECT 1 (see `defect_the_generated_rbac_lets_the_controller_create_the_ext_objects`):
-/// the generated ClusterRole grants `patch` but not `create` on Services and EndpointSlices, so the
-/// apiserver refuses the server-side apply that creates `<name>-ext`. Until `controllers/src/rbac.rs`
-/// grants it, a Role in the test's namespace only adds `create` on exactly those two resources, so the
-/// DNS behaviour can be checked; every other request still goes through the generated RBAC. It does
-/// nothing once the generated RBAC is fixed.
-async fn work_around_missing_create(t: &TestNs) {
-    let mut missing = Vec::new();
-    for (group, resource) in CREATED_BY_APPLY {
-        if !controller_may(t, "create", group, resource).await {
-            missing.push((group, resource));
-        }
-    }
-    if missing.is_empty() {
-        return;
-    }
-    eprintln!(
-        "WORKAROUND (DEFECT 1): granting create on {missing:?} to capi-lb's ServiceAccount in {}",
-        t.ns
-    );
-    let rules: Vec<serde_json::Value> = missing
-        .iter()
-        .map(|(g, r)| json!({"apiGroups": [g], "resources": [r], "verbs": ["create"]}))
-        .collect();
-    t.create(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "workaround-create-by-apply"}, "rules": rules,
-    }))
-    .await;
-    t.create(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "workaround-create-by-apply"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                    "name": "workaround-create-by-apply"},
-        "subjects": [{"kind": "ServiceAccount", "name": "capi-lb-manager",
-                      "namespace": "capi-lb-system"}],
-    }))
-    .await;
-    for (group, resource) in missing {
-        eventually("the workaround Role in effect", || async {
-            controller_may(t, "create", group, resource)
-                .await
-                .then_some(())
-        })
-        .await;
-    }
-}
-
 /// A test namespace with the controller (in-memory provider) running.
 async fn started(prefix: &str) -> TestNs {
     let mut t = TestNs::new(prefix).await;
-    work_around_missing_create(&t).await;
     t.start(t.options(&["inmemory"]));
     t
 }
@@ -478,19 +429,12 @@ async fn hostname_only_load_balancer_resolves_to_a_cname() {
     t.finish().await;
 }
 
-/// DEFECT 2 (reported, not fixed here): a hostname-only load balancer is published as an
-/// ExternalName Service as soon as the provider reports its hostname, before it is provisioned;
-/// readiness is only carried by EndpointSlices, which an ExternalName Service does not have. So
-/// CoreDNS answers the CNAME while the LoadBalancer is not Ready, against the README's "DNS never
-/// answers with an address that does not work yet" (controllers/src/publication.rs `plan`: the
-/// ExternalName is chosen regardless of `desired.ready`).
-///
-/// This test asserts the promised behaviour and fails until that is fixed; it is ignored so that the
-/// suite stays green meanwhile. Run it with
-/// `cargo test -p capi-lb-tests --test e2e_dns -- --ignored`.
+/// A hostname-only load balancer's CNAME is not answered before it is provisioned: readiness is
+/// carried by EndpointSlices, which an ExternalName Service does not have, so the `-ext` Service is
+/// headless without endpoints until the load balancer is ready (DNS answers NXDOMAIN), and only then
+/// an ExternalName. (Before this was fixed, CoreDNS answered the CNAME about 0.6 s after creation.)
 #[tokio::test]
-#[ignore = "DEFECT 2: a hostname-only load balancer's CNAME is answered before it is provisioned (see doc comment)"]
-async fn defect_no_cname_is_answered_before_a_hostname_only_load_balancer_is_provisioned() {
+async fn no_cname_is_answered_before_a_hostname_only_load_balancer_is_provisioned() {
     const DELAY: u64 = 10;
     let t = started("dns-hprov").await;
     let name = fqdn("slowweb-ext", &t.ns);
@@ -637,20 +581,12 @@ async fn service_of_type_load_balancer_resolves_through_its_ext_name() {
     t.finish().await;
 }
 
-/// DEFECT 1 (reported, not fixed here): the generated RBAC (`controllers/src/rbac.rs`, applied as
-/// `config/rbac/rbac.yaml`) grants `patch` but not `create` on Services and EndpointSlices. capi-lb
-/// creates the `-ext` Service and its slices by server-side apply, and the apiserver authorizes an
-/// apply that creates an object as `create` ("cannot create resource \"services\""), so on a real
-/// cluster no `-ext` name is ever published and no LoadBalancer becomes Ready. (`rbac.rs` maps every
-/// PATCH to `patch`; the in-memory API never makes the distinction.)
-///
-/// Asserts the promised behaviour with nothing but the generated RBAC; fails until that is fixed,
-/// and is ignored so that the suite stays green meanwhile (the other tests in this file work around
-/// it with [`work_around_missing_create`]). Run it with
-/// `cargo test -p capi-lb-tests --test e2e_dns -- --ignored`.
+/// capi-lb creates the `-ext` Service and its slices by server-side apply, and the apiserver
+/// authorizes an apply that creates an object as `create`: the generated RBAC must grant it (it did
+/// not, and on a real cluster no `-ext` name was ever published). Checked with the real authorizer
+/// (SubjectAccessReview) and by publishing with nothing but the generated RBAC.
 #[tokio::test]
-#[ignore = "DEFECT 1: the generated RBAC lacks create on services and endpointslices (see doc comment)"]
-async fn defect_the_generated_rbac_lets_the_controller_create_the_ext_objects() {
+async fn the_generated_rbac_lets_the_controller_create_the_ext_objects() {
     let mut t = TestNs::new("dns-rbac").await;
     for (group, resource) in CREATED_BY_APPLY {
         assert!(
