@@ -3,12 +3,13 @@
 //! Watches: LoadBalancers (the main stream), the Services capi-lb owns, the EndpointSlices capi-lb
 //! manages, every enabled provider's infrastructure kind (mapped to the LoadBalancers that reference
 //! the object), objects providers create through the API (Services and kube-dc EIps labelled with a
-//! LoadBalancer UID, mapped by their tag annotations), Cluster API Machines (mapped to the
-//! LoadBalancers whose selector matches them or whose annotations they carry) and Clusters (mapped by
-//! `spec.clusterName`). A second controller publishes `-ext` endpoints for Services of type
-//! LoadBalancer (`crate::services`). Cluster API kinds are watched only when installed; other
-//! target kinds are picked up by the periodic resync. A reconcile of an unchanged object writes
-//! nothing, so the resync only costs reads.
+//! LoadBalancer UID, mapped by their tag annotations), Services of capi-lb's load-balancer class
+//! (mapped to the LoadBalancer that realises them and to those still bound to them) and their
+//! EndpointSlices, Cluster API Machines (mapped to the LoadBalancers whose selector matches them or
+//! whose annotations they carry) and Clusters (mapped by `spec.clusterName`). A second controller
+//! publishes `-ext` endpoints for Services of type LoadBalancer (`crate::services`). Cluster API
+//! kinds are watched only when installed; other target kinds are picked up by the periodic resync.
+//! A reconcile of an unchanged object writes nothing, so the resync only costs reads.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -255,6 +256,29 @@ fn selecting(store: &Store<LoadBalancer>, obj: &DynamicObject) -> Vec<ObjectRef<
         .collect()
 }
 
+/// LoadBalancers that deal with `svc`: the one that realises it when it is of capi-lb's class,
+/// and those bound to it (its name in their `service` annotation) whatever it has become, since a
+/// Service that names another LoadBalancer, leaves the class or is deleted must be let go of.
+fn bound_to_service(store: &Store<LoadBalancer>, svc: &Service) -> Vec<ObjectRef<LoadBalancer>> {
+    let namespace = svc.namespace().unwrap_or_default();
+    let name = svc.name_any();
+    let realising = crate::class::is_ours(svc).then(|| crate::class::realised_by(svc));
+    let mut refs: Vec<ObjectRef<LoadBalancer>> = store
+        .state()
+        .iter()
+        .filter(|lb| {
+            lb.namespace().as_deref() == Some(namespace.as_str())
+                && lb.annotations().get(crate::class::ANNOTATION_SERVICE) == Some(&name)
+                && realising.as_deref() != Some(lb.name_any().as_str())
+        })
+        .map(|lb| lb_ref(&namespace, &lb.name_any()))
+        .collect();
+    if let Some(lb) = realising {
+        refs.push(lb_ref(&namespace, &lb));
+    }
+    refs
+}
+
 /// Run the controller against the configured cluster until SIGTERM or SIGINT.
 pub async fn run(options: RunOptions) -> Result<(), RunError> {
     crate::install_crypto_provider();
@@ -465,19 +489,17 @@ pub async fn run_with_client(
     }
 
     // Services of capi-lb's load-balancer class, and their EndpointSlices, drive the LoadBalancer
-    // that realises them.
-    controller = controller.watches(
-        api::<Service>(&client, ns),
-        watcher::Config::default(),
-        |svc: Service| {
-            crate::class::is_ours(&svc).then(|| {
-                lb_ref(
-                    &svc.namespace().unwrap_or_default(),
-                    &crate::class::realised_by(&svc),
-                )
-            })
-        },
-    );
+    // that realises them, and the LoadBalancers still bound to them (annotated with the Service's
+    // name): when a Service names another LoadBalancer or leaves the class, those let its
+    // endpoints go.
+    {
+        let store = store.clone();
+        controller = controller.watches(
+            api::<Service>(&client, ns),
+            watcher::Config::default(),
+            move |svc: Service| bound_to_service(&store, &svc),
+        );
+    }
     {
         let store = store.clone();
         controller = controller.watches(
