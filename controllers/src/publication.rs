@@ -417,6 +417,33 @@ pub struct Report {
     pub adopted: Vec<String>,
 }
 
+/// Replace the ports of our Service `existing` with those of `desired` (a JSON merge patch replaces
+/// a list whole), guarded by the resourceVersion `existing` was read at.
+async fn replace_ports(
+    services: &Api<Service>,
+    existing: &Service,
+    desired: &Service,
+    describe: &str,
+) -> Result<()> {
+    let ports = desired.spec.as_ref().and_then(|s| s.ports.clone());
+    let patch = json!({
+        "metadata": {"resourceVersion": existing.resource_version()},
+        "spec": {"ports": ports},
+    });
+    services
+        .patch(
+            &existing.name_any(),
+            &PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..Default::default()
+            },
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(kube_err("replace the ports of", describe.to_string()))?;
+    Ok(())
+}
+
 fn ports_key(service: &Service) -> Vec<(String, i32, String, String)> {
     let mut ports: Vec<_> = service
         .spec
@@ -694,7 +721,7 @@ async fn withdraw_except(
 
 /// Take a foreign object over: drop the labels that marked it as the other publisher's (so that
 /// publisher, if still running, sees it as not its own), keeping everything else.
-async fn strip_adopt_labels<K>(api: &Api<K>, obj: &K, publisher: &Publisher) -> Result<()>
+async fn strip_adopt_labels<K>(api: &Api<K>, obj: &K, publisher: &Publisher) -> Result<K>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -710,8 +737,7 @@ where
         &Patch::Merge(json!({"metadata": {"labels": labels}})),
     )
     .await
-    .map_err(kube_err("adopt", obj.name_any()))?;
-    Ok(())
+    .map_err(kube_err("adopt", obj.name_any()))
 }
 
 /// Bring what `publisher` publishes in line with `desired` (`None`: publish nothing).
@@ -756,6 +782,7 @@ pub async fn publish(
         adopted: Vec::new(),
     };
     let mut adopting = false;
+    let mut observed = observed;
     let had_legacy = observed
         .as_ref()
         .is_some_and(|s| s.annotations().contains_key(ANNOTATION_LEGACY_ENDPOINTS));
@@ -767,7 +794,8 @@ pub async fn publish(
             report.changes = changes;
             return Ok(report);
         }
-        strip_adopt_labels(&services, existing, publisher).await?;
+        let stripped = strip_adopt_labels(&services, existing, publisher).await?;
+        observed = Some(stripped);
         adopted.push(format!("Service {service_name}"));
         adopting = true;
     }
@@ -779,6 +807,17 @@ pub async fn publish(
                 delete_exact(
                     &services,
                     &existing,
+                    &format!("Service {namespace}/{service_name}"),
+                )
+                .await?;
+            } else if ports_key(&existing) != ports_key(&plan.service) {
+                // Ports edited by someone else belong to their field manager: an apply would
+                // keep them beside ours (or be refused as a duplicate name). Ours is the whole
+                // list, so it is replaced outright, guarded by the version read.
+                replace_ports(
+                    &services,
+                    &existing,
+                    &plan.service,
                     &format!("Service {namespace}/{service_name}"),
                 )
                 .await?;

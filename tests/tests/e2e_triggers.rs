@@ -1250,15 +1250,11 @@ async fn the_ext_publisher_follows_services_and_restores_its_objects_within_seco
     clean_up(t).await;
 }
 
-/// Product defect (in `publication::publish`, not a trigger): a port NUMBER of an `-ext` Service
-/// changed by hand is never restored. The edit is seen at once (the watch triggers), but the
-/// controller's server-side apply keeps the hand-made port entry, owned by another field manager
-/// (ports are a list keyed by port and protocol), next to the applied one: with the same port name
-/// the apiserver refuses the apply (`spec.ports[1].name: Duplicate value`) and the controller
-/// retries with back-off forever; with another name the Service keeps both ports. Same for the
-/// LoadBalancer's and the Service publisher's `-ext`. Unignore when fixed.
+/// A port number of an `-ext` Service changed by hand is restored, for the LoadBalancer's and the
+/// Service publisher's `-ext`. The hand-made port entry belongs to another field manager (ports are
+/// a list keyed by port and protocol), so a server-side apply alone would keep it next to ours (or be
+/// refused as a duplicate name, retried forever): the publisher replaces the whole list.
 #[tokio::test]
-#[ignore = "product defect: an -ext Service's port number changed by hand is never restored (server-side apply keeps the foreign port entry)"]
 async fn an_ext_service_port_number_changed_by_hand_is_restored() {
     let mut t = TestNs::new("e2e-trig-port").await;
     t.start(t.options(&["inmemory"]));
