@@ -621,8 +621,28 @@ impl TestNs {
             .unwrap_or_else(|e| panic!("creating {} {}: {e}", doc["kind"], doc["metadata"]["name"]))
     }
 
-    /// Stop the controllers, check that no request was refused, and delete the namespace.
+    /// Delete the LoadBalancers left (while the controllers run, so they release their targets and
+    /// infrastructure) and wait until they are gone, let every Machine go (Cluster API's
+    /// finalizer), stop the controllers, check that no request was refused, and delete the
+    /// namespace.
     pub async fn finish(mut self) {
+        let lbs = self.api::<capi_lb_api::LoadBalancer>();
+        let left = lbs.list(&Default::default()).await.unwrap().items;
+        for lb in &left {
+            let _ = lbs.delete(&lb.name_any(), &DeleteParams::default()).await;
+        }
+        if !self.controllers.is_empty() {
+            for lb in &left {
+                wait_gone(&lbs, &lb.name_any()).await;
+            }
+        }
+        // Without Cluster API's CRDs there are no Machines to let go.
+        let machines = self.api::<capi_lb_api::capi::Machine>();
+        if let Ok(list) = machines.list(&Default::default()).await {
+            for m in list.items.iter().filter(|m| !m.finalizers().is_empty()) {
+                release_machine(&self, &m.name_any()).await;
+            }
+        }
         for handle in std::mem::take(&mut self.controllers) {
             handle.stop().await;
         }
@@ -744,4 +764,89 @@ fn rand_id() -> u16 {
         .unwrap()
         .subsec_nanos();
     (nanos ^ std::process::id()) as u16
+}
+
+// --- fixtures ----------------------------------------------------------------------------------
+
+/// An InMemoryLoadBalancer named `name` with `spec`.
+pub fn in_memory(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "InMemoryLoadBalancer",
+           "metadata": {"name": name}, "spec": spec})
+}
+
+/// A LoadBalancer named `name` on the InMemoryLoadBalancer `infra`, with the rest of `spec`.
+pub fn load_balancer(name: &str, infra: &str, spec: Value) -> Value {
+    let mut spec = spec;
+    spec["infrastructureRef"] = json!({"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                       "kind": "InMemoryLoadBalancer", "name": infra});
+    json!({"apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
+           "metadata": {"name": name}, "spec": spec})
+}
+
+/// A Cluster API v1beta2 Cluster (its spec needs at least one property on a real apiserver).
+pub fn capi_cluster(name: &str) -> Value {
+    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+           "metadata": {"name": name}, "spec": {"paused": false}})
+}
+
+/// A Machine of Cluster `demo` with `labels`, with Cluster API's finalizer (which
+/// [`release_machine`] or [`TestNs::finish`] removes, as Cluster API would once its hooks are gone).
+pub fn machine(name: &str, labels: Value) -> Value {
+    let mut labels = labels;
+    labels["cluster.x-k8s.io/cluster-name"] = json!("demo");
+    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+           "metadata": {"name": name, "finalizers": ["machine.cluster.x-k8s.io"], "labels": labels},
+           "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "none"},
+               "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                     "kind": "DockerMachine", "name": name}}})
+}
+
+/// Give Machine `name` an InternalIP, as Cluster API's machine controller would.
+pub async fn set_machine_ip(t: &TestNs, name: &str, ip: &str) {
+    merge_status(
+        &t.api::<capi_lb_api::capi::Machine>(),
+        name,
+        json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}}),
+    )
+    .await;
+}
+
+/// Let a Machine go (remove Cluster API's finalizer).
+pub async fn release_machine(t: &TestNs, name: &str) {
+    merge(
+        &t.api::<capi_lb_api::capi::Machine>(),
+        name,
+        json!({"metadata": {"finalizers": null}}),
+    )
+    .await;
+}
+
+/// A JSON merge patch of `name`, as a user would make it (`kubectl patch --type merge`).
+pub async fn merge<K>(api: &Api<K>, name: &str, patch: Value)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("patching {name} with {patch}: {e}"));
+}
+
+/// A JSON merge patch of `name`'s status.
+pub async fn merge_status<K>(api: &Api<K>, name: &str, patch: Value)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_or_else(|e| panic!("patching the status of {name} with {patch}: {e}"));
+}
+
+/// Status and reason of the condition `type_` of `lb`.
+pub fn condition(lb: &capi_lb_api::LoadBalancer, type_: &str) -> Option<(String, String)> {
+    lb.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
 }

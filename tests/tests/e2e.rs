@@ -13,8 +13,9 @@ use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::target::TargetKeys;
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
 use capi_lb_tests::k8s::{
-    TestNs, eventually, install_capi_crds, install_third_party_crds, unique_name, wait_for,
-    wait_gone,
+    TestNs, capi_cluster, condition, eventually, in_memory, install_capi_crds,
+    install_third_party_crds, load_balancer, machine, release_machine, set_machine_ip, unique_name,
+    wait_for, wait_gone,
 };
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -22,59 +23,14 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-fn in_memory(name: &str, spec: Value) -> Value {
-    json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "InMemoryLoadBalancer",
-           "metadata": {"name": name}, "spec": spec})
+fn lb_machine(name: &str, lb: &str) -> Value {
+    machine(name, json!({"loadbalancer.cluster.x-k8s.io/name": lb}))
 }
 
-fn load_balancer(name: &str, infra: &str, spec: Value) -> Value {
-    let mut spec = spec;
-    spec["infrastructureRef"] = json!({"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                       "kind": "InMemoryLoadBalancer", "name": infra});
-    json!({"apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
-           "metadata": {"name": name}, "spec": spec})
-}
-
-fn machine(name: &str, lb: &str) -> Value {
-    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-           "metadata": {"name": name, "finalizers": ["machine.cluster.x-k8s.io"],
-               "labels": {"cluster.x-k8s.io/cluster-name": "demo",
-                          "loadbalancer.cluster.x-k8s.io/name": lb}},
-           "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "none"},
-               "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                     "kind": "DockerMachine", "name": name}}})
-}
-
-/// Create a Machine (with Cluster API's finalizer, which the test removes as CAPI would) and give
-/// it an InternalIP, as Cluster API's machine controller would.
+/// Create a Machine selected by LoadBalancer `lb` and give it an InternalIP.
 async fn create_machine(t: &TestNs, name: &str, lb: &str, ip: &str) {
-    t.create(machine(name, lb)).await;
+    t.create(lb_machine(name, lb)).await;
     set_machine_ip(t, name, ip).await;
-}
-
-async fn set_machine_ip(t: &TestNs, name: &str, ip: &str) {
-    t.api::<Machine>()
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(
-                &json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}}),
-            ),
-        )
-        .await
-        .unwrap();
-}
-
-/// Let a deleted Machine go (what Cluster API does once its hooks are gone).
-async fn release_machine(t: &TestNs, name: &str) {
-    t.api::<Machine>()
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .unwrap();
 }
 
 async fn target_state(t: &TestNs, lb: &str, machine: &str) -> Option<String> {
@@ -122,15 +78,6 @@ async fn wait_slice_addresses(t: &TestNs, slice: &str, addresses: &[&str]) -> En
     )
     .await
     .unwrap()
-}
-
-fn condition(lb: &LoadBalancer, type_: &str) -> Option<(String, String)> {
-    lb.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
 async fn delete_lb_and_wait(t: &TestNs, name: &str) {
@@ -493,7 +440,7 @@ async fn a_load_balancer_on_kube_dc_with_the_simulated_controller() {
     let mut lb = load_balancer("cp", "cp", json!({"clusterName": "demo"}));
     lb["spec"]["infrastructureRef"]["kind"] = json!("KubeDCLoadBalancer");
     t.create(lb).await;
-    t.create(machine("cp-m1", "cp")).await;
+    t.create(lb_machine("cp-m1", "cp")).await;
     set_machine_ip(&t, "cp-m1", "10.0.0.11").await;
 
     let ready = wait_ready(&t, "cp").await;
@@ -627,12 +574,7 @@ async fn control_plane_endpoint_and_service_class_on_a_real_apiserver() {
     )
     .await;
     t.start(t.options(&["inmemory"]));
-    // A v1beta2 Cluster's spec needs at least one property (a real apiserver refuses `spec: {}`).
-    t.create(
-        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                    "metadata": {"name": "demo"}, "spec": {"paused": false}}),
-    )
-    .await;
+    t.create(capi_cluster("demo")).await;
     t.create(in_memory("cp", json!({}))).await;
     t.create(load_balancer(
         "cp",
@@ -770,11 +712,7 @@ async fn a_paused_load_balancer_waits_until_unpaused() {
     let mut t = TestNs::new("e2e-pause").await;
     install_capi_crds(&t.client).await;
     t.start(t.options(&["inmemory"]));
-    t.create(
-        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                    "metadata": {"name": "demo"}, "spec": {"paused": false}}),
-    )
-    .await;
+    t.create(capi_cluster("demo")).await;
     t.create(in_memory("cp", json!({}))).await;
     t.create(load_balancer("cp", "cp", json!({"clusterName": "demo"})))
         .await;

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
-use capi_lb_tests::k8s::{DnsAnswer, TestNs, dns_query, eventually, wait_for, wait_gone};
+use capi_lb_tests::k8s::{
+    DnsAnswer, TestNs, dns_query, eventually, in_memory, load_balancer, wait_for, wait_gone,
+};
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -109,23 +111,8 @@ fn split(addresses: &[LoadBalancerAddress]) -> (Vec<DnsAnswer>, Vec<DnsAnswer>, 
 
 /// Create an InMemoryLoadBalancer with `spec` and a LoadBalancer `name` realised by it.
 async fn create_lb(t: &TestNs, name: &str, spec: serde_json::Value) {
-    t.create(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
-        "kind": "InMemoryLoadBalancer",
-        "metadata": {"name": name},
-        "spec": spec,
-    }))
-    .await;
-    t.create(json!({
-        "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1",
-        "kind": "LoadBalancer",
-        "metadata": {"name": name},
-        "spec": {"infrastructureRef": {
-            "apiGroup": "infrastructure.cluster.x-k8s.io",
-            "kind": "InMemoryLoadBalancer",
-            "name": name}},
-    }))
-    .await;
+    t.create(in_memory(name, spec)).await;
+    t.create(load_balancer(name, name, json!({}))).await;
 }
 
 fn is_ready(lb: Option<&LoadBalancer>) -> bool {

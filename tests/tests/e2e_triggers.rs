@@ -23,14 +23,15 @@ use std::time::{Duration, Instant};
 use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::target::TargetKeys;
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
-use capi_lb_tests::k8s::{TIMEOUT, TestNs, dynamic_api, install_capi_crds, wait_gone};
+use capi_lb_tests::k8s::{
+    TIMEOUT, TestNs, capi_cluster, condition, dynamic_api, in_memory, install_capi_crds,
+    load_balancer, machine, merge, merge_status, set_machine_ip,
+};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use kube::api::{
-    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, WatchEvent, WatchParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 
 /// How long a change may take to converge. A watch event reaches the controller within
@@ -52,35 +53,15 @@ const DNS_NAME: &str = "loadbalancer.cluster.x-k8s.io/external-endpoint-dns-name
 
 // --- fixtures -----------------------------------------------------------------------------------
 
-fn in_memory(name: &str, pool: &str) -> Value {
-    json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "InMemoryLoadBalancer",
-           "metadata": {"name": name}, "spec": {"addressPools": [pool]}})
-}
-
-fn load_balancer(name: &str, infra: &str, spec: Value) -> Value {
-    let mut spec = spec;
-    spec["infrastructureRef"] = json!({"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                       "kind": "InMemoryLoadBalancer", "name": infra});
-    json!({"apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
-           "metadata": {"name": name}, "spec": spec})
-}
-
-fn cluster(name: &str) -> Value {
-    // A v1beta2 Cluster's spec needs at least one property.
-    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-           "metadata": {"name": name}, "spec": {"paused": false}})
+/// An InMemoryLoadBalancer allocating from `pool`.
+fn pool(name: &str, pool: &str) -> Value {
+    in_memory(name, json!({"addressPools": [pool]}))
 }
 
 /// A control-plane Machine of Cluster `demo` (selected by a control-plane LoadBalancer's default
-/// selector), with Cluster API's finalizer (released at the end, as Cluster API would).
+/// selector).
 fn control_plane_machine(name: &str) -> Value {
-    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-           "metadata": {"name": name, "finalizers": ["machine.cluster.x-k8s.io"],
-               "labels": {"cluster.x-k8s.io/cluster-name": "demo",
-                          "cluster.x-k8s.io/control-plane": ""}},
-           "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "none"},
-               "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                     "kind": "DockerMachine", "name": name}}})
+    machine(name, json!({"cluster.x-k8s.io/control-plane": ""}))
 }
 
 fn class_service(name: &str, port: i32) -> Value {
@@ -102,38 +83,6 @@ async fn create_machine(t: &TestNs, name: &str, ip: &str) {
     set_machine_ip(t, name, ip).await;
 }
 
-async fn set_machine_ip(t: &TestNs, name: &str, ip: &str) {
-    t.api::<Machine>()
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(
-                &json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}}),
-            ),
-        )
-        .await
-        .unwrap();
-}
-
-/// A JSON merge patch of `name`, as a user would make it (`kubectl patch --type merge`).
-async fn merge<K>(api: &Api<K>, name: &str, patch: Value)
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-{
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap_or_else(|e| panic!("patching {name} with {patch}: {e}"));
-}
-
-async fn merge_status<K>(api: &Api<K>, name: &str, patch: Value)
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
-{
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap_or_else(|e| panic!("patching the status of {name} with {patch}: {e}"));
-}
-
 async fn delete<K>(api: &Api<K>, name: &str)
 where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
@@ -141,32 +90,6 @@ where
     api.delete(name, &DeleteParams::default())
         .await
         .unwrap_or_else(|e| panic!("deleting {name}: {e}"));
-}
-
-/// Delete the LoadBalancers (they release their targets and infrastructure), then let every
-/// Machine go (Cluster API's finalizer), then finish the test namespace.
-async fn clean_up(t: TestNs) {
-    let lbs = t.api::<LoadBalancer>();
-    for lb in lbs.list(&ListParams::default()).await.unwrap() {
-        lbs.delete(&lb.name_any(), &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-    for lb in lbs.list(&ListParams::default()).await.unwrap() {
-        wait_gone(&lbs, &lb.name_any()).await;
-    }
-    let machines = t.api::<Machine>();
-    if let Ok(list) = machines.list(&ListParams::default()).await {
-        for m in list {
-            merge(
-                &machines,
-                &m.name_any(),
-                json!({"metadata": {"finalizers": null}}),
-            )
-            .await;
-        }
-    }
-    t.finish().await;
 }
 
 // --- observing ---------------------------------------------------------------------------------
@@ -302,15 +225,6 @@ async fn lb_status(t: &TestNs, name: &str) -> Result<capi_lb_api::LoadBalancerSt
         .await?
         .status
         .ok_or_else(|| format!("LoadBalancer {name} has no status"))
-}
-
-fn condition(lb: &LoadBalancer, type_: &str) -> Option<(String, String)> {
-    lb.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
 async fn target_state(t: &TestNs, lb: &str, machine: &str) -> Result<Option<String>, String> {
@@ -504,8 +418,8 @@ async fn a_load_balancer_follows_every_watched_kind_within_seconds() {
         t.api::<Cluster>(),
     );
     let (services, slices) = (t.api::<Service>(), t.api::<EndpointSlice>());
-    t.create(cluster("demo")).await;
-    t.create(in_memory("cp", "203.0.113.0/24")).await;
+    t.create(capi_cluster("demo")).await;
+    t.create(pool("cp", "203.0.113.0/24")).await;
     t.create(load_balancer(
         "cp",
         "cp",
@@ -843,7 +757,7 @@ async fn a_load_balancer_follows_every_watched_kind_within_seconds() {
     )
     .await;
 
-    clean_up(t).await;
+    t.finish().await;
 }
 
 /// A Service of capi-lb's load-balancer class drives the LoadBalancer that realises it, by watch
@@ -862,9 +776,9 @@ async fn a_class_service_and_its_endpoints_drive_the_load_balancer_within_second
         t.api::<EndpointSlice>(),
         t.api::<LoadBalancer>(),
     );
-    t.create(in_memory("tcp", "198.51.100.0/24")).await;
+    t.create(pool("tcp", "198.51.100.0/24")).await;
     t.create(load_balancer("tcp", "tcp", json!({}))).await;
-    t.create(in_memory("alt", "192.0.2.0/24")).await;
+    t.create(pool("alt", "192.0.2.0/24")).await;
     t.create(load_balancer("alt", "alt", json!({}))).await;
     converge("initial convergence", TIMEOUT, async || {
         for name in ["tcp", "alt"] {
@@ -1048,7 +962,7 @@ async fn a_class_service_and_its_endpoints_drive_the_load_balancer_within_second
     )
     .await;
 
-    clean_up(t).await;
+    t.finish().await;
 }
 
 /// The `-ext` publisher for plain Services of type LoadBalancer follows, by watch alone, the
@@ -1247,7 +1161,7 @@ async fn the_ext_publisher_follows_services_and_restores_its_objects_within_seco
     )
     .await;
 
-    clean_up(t).await;
+    t.finish().await;
 }
 
 /// A port number of an `-ext` Service changed by hand is restored, for the LoadBalancer's and the
@@ -1260,7 +1174,7 @@ async fn an_ext_service_port_number_changed_by_hand_is_restored() {
     t.start(t.options(&["inmemory"]));
     let kinds = kinds(&t, false).await;
     let services = t.api::<Service>();
-    t.create(in_memory("cp", "203.0.113.0/24")).await;
+    t.create(pool("cp", "203.0.113.0/24")).await;
     t.create(load_balancer("cp", "cp", json!({}))).await;
     t.create(
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "etcd-lb"},
@@ -1305,7 +1219,7 @@ async fn an_ext_service_port_number_changed_by_hand_is_restored() {
         )
         .await;
     }
-    clean_up(t).await;
+    t.finish().await;
 }
 
 // --- idle ---------------------------------------------------------------------------------------
@@ -1362,8 +1276,8 @@ async fn a_converged_namespace_is_not_written_while_idle() {
     let mut t = TestNs::new("e2e-idle").await;
     install_capi_crds(&t.client).await;
     t.start(t.options(&["inmemory"]));
-    t.create(cluster("demo")).await;
-    t.create(in_memory("cp", "203.0.113.0/24")).await;
+    t.create(capi_cluster("demo")).await;
+    t.create(pool("cp", "203.0.113.0/24")).await;
     t.create(load_balancer(
         "cp",
         "cp",
@@ -1385,7 +1299,7 @@ async fn a_converged_namespace_is_not_written_while_idle() {
         json!({"status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.7"}]}}}),
     )
     .await;
-    t.create(in_memory("tcp", "198.51.100.0/24")).await;
+    t.create(pool("tcp", "198.51.100.0/24")).await;
     t.create(load_balancer("tcp", "tcp", json!({}))).await;
     t.create(class_service("tcp", 6443)).await;
     t.create(endpoint_slice("tcp-1", "tcp", &[("10.244.0.5", true)]))
@@ -1518,5 +1432,5 @@ async fn a_converged_namespace_is_not_written_while_idle() {
         "[idle] {} objects unchanged for {IDLE:?}: {per_kind:?}",
         recorded.len()
     );
-    clean_up(t).await;
+    t.finish().await;
 }
