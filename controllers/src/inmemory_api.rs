@@ -90,7 +90,7 @@ impl ApiStats {
     }
 
     fn record_request(&self, request: RecordedRequest) {
-        if !self.recording.load(Ordering::SeqCst) {
+        if !self.recording() {
             return;
         }
         self.requests

@@ -418,13 +418,13 @@ pub struct Report {
 }
 
 /// Replace the ports of our Service `existing` with those of `desired` (a JSON merge patch replaces
-/// a list whole), guarded by the resourceVersion `existing` was read at.
+/// a list whole), guarded by the resourceVersion `existing` was read at. Returns the Service.
 async fn replace_ports(
     services: &Api<Service>,
     existing: &Service,
     desired: &Service,
     describe: &str,
-) -> Result<()> {
+) -> Result<Service> {
     let ports = desired.spec.as_ref().and_then(|s| s.ports.clone());
     let patch = json!({
         "metadata": {"resourceVersion": existing.resource_version()},
@@ -440,8 +440,7 @@ async fn replace_ports(
             &Patch::Merge(&patch),
         )
         .await
-        .map_err(kube_err("replace the ports of", describe.to_string()))?;
-    Ok(())
+        .map_err(kube_err("replace the ports of", describe.to_string()))
 }
 
 fn ports_key(service: &Service) -> Vec<(String, i32, String, String)> {
@@ -802,6 +801,7 @@ pub async fn publish(
     let service = match observed {
         Some(existing) if !adopting && service_matches(&existing, &plan.service) => existing,
         Some(existing) => {
+            let mut replaced = None;
             if service_kind(&existing) != service_kind(&plan.service) {
                 // ClusterIP <-> ExternalName cannot be changed in place cleanly: recreate.
                 delete_exact(
@@ -814,23 +814,28 @@ pub async fn publish(
                 // Ports edited by someone else belong to their field manager: an apply would
                 // keep them beside ours (or be refused as a duplicate name). Ours is the whole
                 // list, so it is replaced outright, guarded by the version read.
-                replace_ports(
-                    &services,
-                    &existing,
-                    &plan.service,
-                    &format!("Service {namespace}/{service_name}"),
-                )
-                .await?;
+                replaced = Some(
+                    replace_ports(
+                        &services,
+                        &existing,
+                        &plan.service,
+                        &format!("Service {namespace}/{service_name}"),
+                    )
+                    .await?,
+                );
             }
-            let applied = services
-                .patch(&service_name, &apply, &Patch::Apply(&plan.service))
-                .await
-                .map_err(kube_err(
-                    "apply",
-                    format!("Service {namespace}/{service_name}"),
-                ))?;
             changes.push(format!("updated Service {service_name}"));
-            applied
+            match replaced {
+                // The ports were all that differed: one write.
+                Some(service) if !adopting && service_matches(&service, &plan.service) => service,
+                _ => services
+                    .patch(&service_name, &apply, &Patch::Apply(&plan.service))
+                    .await
+                    .map_err(kube_err(
+                        "apply",
+                        format!("Service {namespace}/{service_name}"),
+                    ))?,
+            }
         }
         None => {
             let applied = services

@@ -162,7 +162,7 @@ pub fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
 }
 
 /// Run `kubectl` with the admin kubeconfig and return its whole output.
-pub fn kubectl_output(args: &[&str], stdin: Option<&str>) -> std::process::Output {
+fn kubectl_output(args: &[&str], stdin: Option<&str>) -> std::process::Output {
     use std::io::Write;
     let c = cluster();
     let mut child = Command::new(&c.kubectl)
@@ -190,16 +190,7 @@ pub fn kubectl_output(args: &[&str], stdin: Option<&str>) -> std::process::Outpu
 // --- waiting -------------------------------------------------------------------------------
 
 /// Poll `check` every 100 ms until it returns `Some`, for at most [`TIMEOUT`].
-pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    eventually_within(what, TIMEOUT, check).await
-}
-
-/// Poll `check` every 100 ms until it returns `Some`, for at most `limit`.
-pub async fn eventually_within<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -210,8 +201,8 @@ where
             return v;
         }
         assert!(
-            start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
+            start.elapsed() < TIMEOUT,
+            "timed out after {TIMEOUT:?} waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -304,7 +295,7 @@ pub async fn install_third_party_crds(
 }
 
 /// Where third-party CRDs are read from.
-pub fn third_party_crds_dir(env_var: &str, folder: &str) -> PathBuf {
+fn third_party_crds_dir(env_var: &str, folder: &str) -> PathBuf {
     std::env::var_os(env_var)
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join("../shared/crds").join(folder))
@@ -334,7 +325,7 @@ async fn apply_generated_rbac(client: &Client) {
         .expect("capi-lb manifests generate rbac/rbac.yaml");
     ensure_namespace(client, "capi-lb-system").await;
     for doc in serde_saphyr::from_multiple::<Value>(text).unwrap() {
-        apply_value(client, None, &doc, false)
+        apply_value(client, TEST_MANAGER, None, &doc, false)
             .await
             .unwrap_or_else(|e| panic!("generated RBAC refused: {e}"));
     }
@@ -348,17 +339,19 @@ async fn ensure_namespace(client: &Client, name: &str) {
         .unwrap();
 }
 
-/// Server-side apply one document of any kind (found through discovery) into `namespace` (or the
-/// document's own), optionally as a dry run. Errors are the apiserver's answer.
+/// Server-side apply (forced, as field manager `manager`) one document of any kind (found through
+/// discovery) into `namespace` (or the document's own), optionally as a dry run. Errors are the
+/// apiserver's answer.
 pub async fn apply_value(
     client: &Client,
+    manager: &str,
     namespace: Option<&str>,
     doc: &Value,
     dry_run: bool,
 ) -> Result<DynamicObject, kube::Error> {
     let api = dynamic_api(client, namespace, doc).await?;
     let name = doc["metadata"]["name"].as_str().unwrap_or_default();
-    let mut params = PatchParams::apply(TEST_MANAGER).force();
+    let mut params = PatchParams::apply(manager).force();
     if dry_run {
         params = params.dry_run();
     }
@@ -366,7 +359,7 @@ pub async fn apply_value(
 }
 
 /// Create one document of any kind in `namespace`. Errors are the apiserver's answer.
-pub async fn create_value(
+async fn create_value(
     client: &Client,
     namespace: &str,
     doc: &Value,
@@ -575,7 +568,7 @@ impl TestNs {
     }
 
     /// A client with capi-lb's ServiceAccount credentials whose refused requests are recorded.
-    pub fn controller_client(&self) -> Client {
+    fn controller_client(&self) -> Client {
         kube::client::ClientBuilder::try_from(self.controller_config.clone())
             .unwrap()
             .with_layer(&self.refusals)

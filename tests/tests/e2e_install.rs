@@ -23,12 +23,12 @@ use std::path::{Path, PathBuf};
 use capi_lb_api::validation::{FieldErrors, parse, resolve_field_path};
 use capi_lb_api::{InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer};
 use capi_lb_tests::k8s::{
-    TestNs, admin_client, dynamic_api, install_capi_crds, install_crds, install_third_party_crds,
-    kubectl, wait_for,
+    TestNs, admin_client, apply_value, dynamic_api, install_capi_crds, install_crds,
+    install_third_party_crds, kubectl, wait_for,
 };
 use capi_lb_tests::substitute;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -55,13 +55,7 @@ async fn apply(
     doc: &Value,
     dry_run: bool,
 ) -> Result<DynamicObject, kube::Error> {
-    let api = dynamic_api(client, namespace, doc).await?;
-    let name = doc["metadata"]["name"].as_str().unwrap_or_default();
-    let mut params = PatchParams::apply(MANAGER).force();
-    if dry_run {
-        params = params.dry_run();
-    }
-    api.patch(name, &params, &Patch::Apply(doc)).await
+    apply_value(client, MANAGER, namespace, doc, dry_run).await
 }
 
 /// Read `doc`'s object back (from `namespace` when namespaced); panics when it does not exist.
