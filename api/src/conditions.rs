@@ -15,6 +15,10 @@ pub struct DesiredCondition {
     pub reason: &'static str,
     /// Human-readable message.
     pub message: String,
+    /// The reason reports a problem someone has to act on: when the condition turns False with it,
+    /// a Warning Event goes with it. Set from the reason's severity: capi-lb's own reasons in
+    /// [`crate::constants::reason::is_problem`], a provider's with the reason.
+    pub warning: bool,
 }
 
 impl DesiredCondition {
@@ -25,6 +29,7 @@ impl DesiredCondition {
             status: true,
             reason,
             message: message.into(),
+            warning: false,
         }
     }
 
@@ -35,7 +40,16 @@ impl DesiredCondition {
             status: false,
             reason,
             message: message.into(),
+            warning: crate::constants::reason::is_problem(reason),
         }
+    }
+}
+
+impl DesiredCondition {
+    /// The same condition, reported as a problem (a Warning Event) when it turns False.
+    pub fn as_problem(mut self) -> Self {
+        self.warning = !self.status;
+        self
     }
 }
 

@@ -234,6 +234,27 @@ pub mod reason {
     pub const PAUSED: &str = "Paused";
     /// Reconciliation is not paused.
     pub const NOT_PAUSED: &str = "NotPaused";
+
+    /// True for the reasons above that report a problem someone has to act on (a Warning Event
+    /// goes with them), as opposed to progress. Providers give their own reasons a severity
+    /// (`capi_lb_providers::Reason`).
+    pub fn is_problem(reason: &str) -> bool {
+        matches!(
+            reason,
+            INVALID_SPEC
+                | PROVIDER_NOT_ENABLED
+                | INFRASTRUCTURE_NOT_FOUND
+                | INVALID_INFRASTRUCTURE
+                | INFRASTRUCTURE_IN_USE
+                | PROVIDER_ERROR
+                | PROVIDER_FAILED
+                | TARGETS_WITHOUT_ADDRESS
+                | TARGET_KIND_UNAVAILABLE
+                | NAME_CONFLICT
+                | CLUSTER_ENDPOINT_MISMATCH
+                | CLUSTER_NOT_FOUND
+        )
+    }
 }
 
 /// Event reasons that are not condition reasons.

@@ -156,3 +156,5 @@ impl Default for InMemoryLoadBalancerSpec {
         }
     }
 }
+
+crate::validation::validated!(InMemoryLoadBalancer);

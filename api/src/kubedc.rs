@@ -141,3 +141,5 @@ pub struct EIpStatus {
     #[serde(flatten)]
     pub rest: BTreeMap<String, Value>,
 }
+
+crate::validation::validated!(KubeDCLoadBalancer);

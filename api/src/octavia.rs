@@ -385,3 +385,5 @@ fn default_timeout() -> i32 {
 fn default_retries() -> i32 {
     3
 }
+
+crate::validation::validated!(OctaviaLoadBalancer);

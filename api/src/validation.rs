@@ -6,7 +6,6 @@
 //! same clear, field-named error instead of undefined behaviour.
 
 use std::fmt;
-use std::sync::OnceLock;
 
 use jsonschema::error::ValidationErrorKind;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -179,13 +178,20 @@ pub trait Validated: CustomResourceExt + DeserializeOwned {
     fn validator() -> Result<&'static SchemaValidator, String>;
 }
 
+/// Implement [`Validated`] for a kind (each infrastructure kind does it beside its type).
 macro_rules! validated {
     ($kind:ty) => {
-        impl Validated for $kind {
-            fn validator() -> Result<&'static SchemaValidator, String> {
-                static VALIDATOR: OnceLock<Result<SchemaValidator, String>> = OnceLock::new();
+        impl $crate::validation::Validated for $kind {
+            fn validator() -> Result<&'static $crate::validation::SchemaValidator, String> {
+                static VALIDATOR: std::sync::OnceLock<
+                    Result<$crate::validation::SchemaValidator, String>,
+                > = std::sync::OnceLock::new();
                 VALIDATOR
-                    .get_or_init(|| SchemaValidator::for_crd(&<$kind>::crd()))
+                    .get_or_init(|| {
+                        $crate::validation::SchemaValidator::for_crd(
+                            &<$kind as kube::CustomResourceExt>::crd(),
+                        )
+                    })
                     .as_ref()
                     .map_err(Clone::clone)
             }
@@ -193,10 +199,9 @@ macro_rules! validated {
     };
 }
 
+pub(crate) use validated;
+
 validated!(crate::loadbalancer::LoadBalancer);
-validated!(crate::inmemory::InMemoryLoadBalancer);
-validated!(crate::kubedc::KubeDCLoadBalancer);
-validated!(crate::octavia::OctaviaLoadBalancer);
 
 /// Validate `object` against the schema of `K` and deserialize it, defaults applied. Every error
 /// names the field.

@@ -20,8 +20,7 @@ use std::collections::BTreeMap;
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::constants::LABEL_SERVICE_NAME;
 use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress, LoadBalancerPort, Protocol};
-use capi_lb_api::target::TargetState;
-use capi_lb_providers::{DesiredMember, MemberState, MemberStatus};
+use capi_lb_providers::DesiredMember;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -30,12 +29,12 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::error::{Result, kube_err};
-use crate::status::TargetView;
 
 /// The load-balancer class capi-lb implements.
 pub const LOAD_BALANCER_CLASS: &str = "loadbalancer.cluster.x-k8s.io/capi-lb";
 /// Annotation on a Service of capi-lb's class naming the LoadBalancer that realises it.
-pub const ANNOTATION_LOAD_BALANCER_REF: &str = "loadbalancer.cluster.x-k8s.io/load-balancer-ref";
+pub const ANNOTATION_SERVICE_LOAD_BALANCER_REF: &str =
+    "loadbalancer.cluster.x-k8s.io/load-balancer-ref";
 /// Annotation capi-lb puts on a LoadBalancer bound to a Service.
 pub const ANNOTATION_SERVICE: &str = "loadbalancer.cluster.x-k8s.io/service";
 
@@ -52,7 +51,7 @@ pub fn is_ours(service: &Service) -> bool {
 pub fn realised_by(service: &Service) -> String {
     service
         .annotations()
-        .get(ANNOTATION_LOAD_BALANCER_REF)
+        .get(ANNOTATION_SERVICE_LOAD_BALANCER_REF)
         .cloned()
         .unwrap_or_else(|| service.name_any())
 }
@@ -188,31 +187,6 @@ pub fn members(binding: &Binding) -> Vec<DesiredMember> {
         }
     }
     out.into_values().collect()
-}
-
-/// The targets as the status and `TargetsReady` see them, from the desired members and what the
-/// provider has (`None`: unknown).
-pub fn views(desired: &[DesiredMember], members: Option<&[MemberStatus]>) -> Vec<TargetView> {
-    desired
-        .iter()
-        .map(|d| {
-            let serving = matches!(d.intent, capi_lb_providers::MemberIntent::Serve(_));
-            let state = match members.and_then(|m| m.iter().find(|m| m.name == d.name)) {
-                Some(m) if m.state == MemberState::Active && serving => TargetState::Active,
-                Some(_) if !serving => TargetState::Removing,
-                None if !serving => TargetState::Removed,
-                _ => TargetState::Adding,
-            };
-            TargetView {
-                name: d.name.clone(),
-                selected: true,
-                wants_in: serving,
-                state,
-                has_address: true,
-                gates_pending: Vec::new(),
-            }
-        })
-        .collect()
 }
 
 /// What to write into the Service's `status.loadBalancer.ingress`: the IPs, or the hostnames when

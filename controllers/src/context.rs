@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use capi_lb_api::constants::DEFAULT_PUBLICATION_SUFFIX;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::clock::SharedClock;
 
 use crate::events::EventSink;
 use crate::kinds::KindResolver;
-use crate::services::ExternalEndpoints;
 use crate::telemetry::Metrics;
 
 /// Controller configuration.
@@ -110,5 +110,74 @@ impl Context {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(key);
+    }
+}
+
+/// What a reconcile asks of the scheduler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Reconcile again after this long; `None` means "only when something changes" (plus the
+    /// periodic resync in `run`).
+    pub requeue_after: Option<Duration>,
+}
+
+impl Outcome {
+    /// Nothing to wait for.
+    pub fn done() -> Self {
+        Self::default()
+    }
+
+    /// Reconcile again after `after`.
+    pub fn requeue(after: Duration) -> Self {
+        Self {
+            requeue_after: Some(after),
+        }
+    }
+
+    /// The earlier of two requeue requests.
+    pub fn min(self, other: Option<Duration>) -> Self {
+        Self {
+            requeue_after: match (self.requeue_after, other) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+}
+
+/// Which Services of `type: LoadBalancer` get an `-ext` endpoint when they say nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Policy {
+    /// Every one, unless annotated `external-endpoint: "false"`.
+    #[default]
+    All,
+    /// Only those annotated `external-endpoint: "true"`.
+    Annotated,
+}
+
+/// Configuration of the `-ext` publisher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExternalEndpoints {
+    /// Run the publisher at all.
+    pub enabled: bool,
+    /// Default policy.
+    pub policy: Policy,
+    /// Default suffix.
+    pub suffix: String,
+    /// Take over `-ext` objects of kube-dc's publisher (migration).
+    pub adopt_kube_dc: bool,
+    /// Also write legacy v1 Endpoints.
+    pub legacy_endpoints: bool,
+}
+
+impl Default for ExternalEndpoints {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            policy: Policy::All,
+            suffix: DEFAULT_PUBLICATION_SUFFIX.to_string(),
+            adopt_kube_dc: false,
+            legacy_endpoints: false,
+        }
     }
 }

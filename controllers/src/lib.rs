@@ -1,31 +1,23 @@
 //! capi-lb controllers: the LoadBalancer reconciler, endpoint publication, the in-memory Kubernetes
 //! API used by `capi-lb simulate` and the tests, and the pieces of the `capi-lb` binary.
 
-pub mod bench;
 pub mod class;
 pub mod context;
-pub mod crds;
 pub mod error;
 pub mod events;
-pub mod inmemory_api;
+pub mod install;
 pub mod kinds;
-pub mod lifecycle;
-pub mod manifests;
+pub mod loadbalancer;
 pub mod metadata;
 pub mod publication;
-pub mod rbac;
-pub mod reconcile;
 pub mod run;
-pub mod services;
-pub mod simulate;
-pub mod status;
-pub mod targets;
+pub mod sim;
 pub mod telemetry;
-pub mod world;
 
+pub use context::Outcome;
 pub use context::{Config, Context};
 pub use error::{Error, Result};
-pub use reconcile::{Outcome, reconcile};
+pub use loadbalancer::reconcile;
 
 /// Select rustls' `ring` crypto provider for the process. Two providers end up compiled in (kube uses
 /// `ring`; a dependency of the in-memory API enables `aws-lc-rs`), and with two rustls refuses to

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use capi_lb::context::{ExternalEndpoints, Policy};
 use capi_lb::run::RunOptions;
-use capi_lb::services::{ExternalEndpoints, Policy};
-use capi_lb::simulate::{Options, Source};
+use capi_lb::sim::simulate::{Options, Source};
 use capi_lb_api::constants::{DEFAULT_CLUSTER_DOMAIN, DEFAULT_PUBLICATION_SUFFIX};
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
@@ -54,7 +54,7 @@ enum Command {
             value_delimiter = ',',
             default_value = "inmemory",
             env = "CAPI_LB_PROVIDERS",
-            value_parser = clap::builder::PossibleValuesParser::new(capi_lb::run::AVAILABLE_PROVIDERS)
+            value_parser = clap::builder::PossibleValuesParser::new(capi_lb_providers::catalog::names())
         )]
         providers: Vec<String>,
         /// LoadBalancers reconciled at the same time.
@@ -149,7 +149,7 @@ async fn bench(services: &[usize], changes: usize) -> ExitCode {
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &n in services {
-        match capi_lb::bench::external_endpoints(n, changes).await {
+        match capi_lb::sim::bench::external_endpoints(n, changes).await {
             Ok(r) => println!(
                 "| {} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} | {:.1} | {:.1} | {:.2} s |",
                 r.services,
@@ -279,20 +279,22 @@ async fn main() -> ExitCode {
                 }
             }
         }
-        Command::Manifests { output_dir } => match capi_lb::manifests::write(&output_dir) {
-            Ok(written) => {
-                for path in written {
-                    eprintln!("wrote {path}");
+        Command::Manifests { output_dir } => {
+            match capi_lb::install::manifests::write(&output_dir) {
+                Ok(written) => {
+                    for path in written {
+                        eprintln!("wrote {path}");
+                    }
+                    ExitCode::SUCCESS
                 }
-                ExitCode::SUCCESS
+                Err(e) => {
+                    eprintln!("capi-lb manifests: {e}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(e) => {
-                eprintln!("capi-lb manifests: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        }
         Command::Crds { output_dir } => match output_dir {
-            Some(dir) => match capi_lb::crds::write(&dir) {
+            Some(dir) => match capi_lb::install::crds::write(&dir) {
                 Ok(files) => {
                     for f in files {
                         eprintln!("wrote {f}");
@@ -304,7 +306,7 @@ async fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             },
-            None => match capi_lb::crds::all_yaml() {
+            None => match capi_lb::install::crds::all_yaml() {
                 Ok(yaml) => {
                     print!("{yaml}");
                     ExitCode::SUCCESS
@@ -327,7 +329,7 @@ async fn main() -> ExitCode {
                     text: QUICKSTART.into(),
                 }]
             } else {
-                match capi_lb::simulate::read(&files) {
+                match capi_lb::sim::simulate::read(&files) {
                     Ok(sources) => sources,
                     Err(e) => {
                         eprintln!("capi-lb simulate: {e}");
@@ -335,7 +337,7 @@ async fn main() -> ExitCode {
                     }
                 }
             };
-            match capi_lb::simulate::simulate(&sources, &Options { expect_ready }).await {
+            match capi_lb::sim::simulate::simulate(&sources, &Options { expect_ready }).await {
                 Ok(simulation) => {
                     print!("{}", simulation.output);
                     if expect_ready && !simulation.not_ready.is_empty() {

@@ -7,7 +7,7 @@
 //! (mapped to the LoadBalancer that realises them and to those still bound to them) and their
 //! EndpointSlices, Cluster API Machines (mapped to the LoadBalancers whose selector matches them or
 //! whose annotations they carry) and Clusters (mapped by `spec.clusterName`). A second controller
-//! publishes `-ext` endpoints for Services of type LoadBalancer (`crate::services`). Cluster API
+//! publishes `-ext` endpoints for Services of type LoadBalancer (`crate::publication::services`). Cluster API
 //! kinds are watched only when installed; other target kinds are picked up by the periodic resync.
 //! A reconcile of an unchanged object writes nothing, so the resync only costs reads.
 
@@ -20,39 +20,34 @@ use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::constants::{
     ENDPOINT_TYPE_EXTERNAL, ENDPOINTSLICE_MANAGED_BY_VALUE, FIELD_MANAGER, LABEL_ENDPOINT_TYPE,
-    LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_EXTERNAL_MANAGED_BY, LABEL_LB_NAME, LABEL_MANAGED_BY,
+    LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_EXTERNAL_MANAGED_BY, LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME, LABEL_SOURCE_SERVICE, MANAGED_BY_VALUE, WATCH_FILTER_LABEL,
 };
-use capi_lb_api::kubedc::EIp;
-use capi_lb_api::target::TargetKeys;
 use capi_lb_providers::ProviderRegistry;
+use capi_lb_providers::catalog::{self, Dependencies, UnknownProvider};
 use capi_lb_providers::clock::{SharedClock, SystemClock};
-use capi_lb_providers::inmemory::{self, InMemoryCloud, InMemoryProvider};
-use capi_lb_providers::kubedc::{self, KubeDcProvider};
-use capi_lb_providers::octavia::api::ApiObserver;
-use capi_lb_providers::octavia::{self, OctaviaProvider};
+use capi_lb_providers::observe::ApiObserver;
 use capi_lb_providers::provider::tags;
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
-use kube::core::{ApiResource, DynamicObject, SelectorExt};
+use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{CustomResourceExt, Resource, ResourceExt};
 use kube_lease_manager::LeaseManagerBuilder;
 
+use crate::context::ExternalEndpoints;
 use crate::context::{Config, Context};
 use crate::error::Error;
 use crate::events::EventSink;
 use crate::kinds::KindResolver;
-use crate::reconcile::reconcile;
-use crate::services::{ExternalEndpoints, Reported, reconcile_service};
+use crate::loadbalancer::reconcile;
+use crate::loadbalancer::triggers::{self, Triggers};
+use crate::publication::services::{Reported, reconcile_service};
 use crate::telemetry::{self, Health, MeteredProvider, Metrics};
-
-/// Providers `run` can enable.
-pub const AVAILABLE_PROVIDERS: &[&str] = &[inmemory::NAME, kubedc::NAME, octavia::NAME];
 
 /// Options of `capi-lb run`.
 #[derive(Clone, Debug)]
@@ -132,47 +127,23 @@ pub enum RunError {
     #[error("cannot serve metrics and health on {0}: {1}")]
     Server(SocketAddr, #[source] std::io::Error),
     /// An unknown provider was asked for.
-    #[error("unknown provider {name:?}; available: {}", AVAILABLE_PROVIDERS.join(", "))]
-    UnknownProvider {
-        /// The name asked for.
-        name: String,
-    },
+    #[error(transparent)]
+    UnknownProvider(#[from] UnknownProvider),
 }
 
-/// Build the registry of the requested providers (those that work through the Kubernetes API use
-/// `client`; the Octavia provider reports its OpenStack requests to `openstack`).
+/// Build the registry of the requested providers from the catalog (those that work through the
+/// Kubernetes API use `client`; cloud API requests are reported to `observer`).
 pub fn providers(
     names: &[String],
     client: &kube::Client,
     clock: SharedClock,
-    openstack: Option<Arc<dyn ApiObserver>>,
+    observer: Option<Arc<dyn ApiObserver>>,
 ) -> Result<ProviderRegistry, RunError> {
-    let mut registry = ProviderRegistry::new();
-    for name in names {
-        match name.as_str() {
-            inmemory::NAME => {
-                registry.register(Arc::new(InMemoryProvider::new(InMemoryCloud::new(
-                    clock.clone(),
-                ))));
-            }
-            kubedc::NAME => {
-                registry.register(Arc::new(KubeDcProvider::new(client.clone(), clock.clone())));
-            }
-            octavia::NAME => {
-                let mut provider = OctaviaProvider::new(client.clone(), clock.clone());
-                if let Some(observer) = &openstack {
-                    provider = provider.with_observer(observer.clone());
-                }
-                registry.register(Arc::new(provider));
-            }
-            other => {
-                return Err(RunError::UnknownProvider {
-                    name: other.to_string(),
-                });
-            }
-        }
-    }
-    Ok(registry)
+    let dependencies = Dependencies {
+        observer,
+        ..Dependencies::new(client.clone(), clock)
+    };
+    Ok(catalog::registry(names, &dependencies)?)
 }
 
 fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
@@ -205,78 +176,6 @@ async fn installed(client: &kube::Client, group: &str, kind: &str) -> Result<boo
         Err(kube::Error::Discovery(_)) => Ok(false),
         Err(e) => Err(e),
     }
-}
-
-fn lb_ref(namespace: &str, name: &str) -> ObjectRef<LoadBalancer> {
-    ObjectRef::new(name).within(namespace)
-}
-
-/// LoadBalancers whose `infrastructureRef` names `obj`.
-fn referencing(
-    store: &Store<LoadBalancer>,
-    ar: &ApiResource,
-    obj: &DynamicObject,
-) -> Vec<ObjectRef<LoadBalancer>> {
-    let namespace = obj.namespace().unwrap_or_default();
-    let name = obj.name_any();
-    store
-        .state()
-        .iter()
-        .filter(|lb| {
-            let r = &lb.spec.infrastructure_ref;
-            lb.namespace().as_deref() == Some(namespace.as_str())
-                && r.name == name
-                && r.kind == ar.kind
-                && r.api_group == ar.group
-        })
-        .map(|lb| lb_ref(&namespace, &lb.name_any()))
-        .collect()
-}
-
-/// LoadBalancers that deal with `obj` (a Machine): those whose target selector matches it, and
-/// those whose annotations are still on it (it was deselected and is being removed, or it holds
-/// their deletion hooks).
-fn selecting(store: &Store<LoadBalancer>, obj: &DynamicObject) -> Vec<ObjectRef<LoadBalancer>> {
-    let namespace = obj.namespace().unwrap_or_default();
-    let labels = obj.labels();
-    let annotations = obj.annotations();
-    store
-        .state()
-        .iter()
-        .filter(|lb| lb.namespace().as_deref() == Some(namespace.as_str()))
-        .filter(|lb| lb.spec.target_kind.kind == Machine::kind(&()))
-        .filter(|lb| {
-            lb.effective_selector().is_ok_and(|s| s.matches(labels))
-                || TargetKeys::new(&namespace, &lb.name_any())
-                    .all()
-                    .iter()
-                    .any(|k| annotations.contains_key(*k))
-        })
-        .map(|lb| lb_ref(&namespace, &lb.name_any()))
-        .collect()
-}
-
-/// LoadBalancers that deal with `svc`: the one that realises it when it is of capi-lb's class,
-/// and those bound to it (its name in their `service` annotation) whatever it has become, since a
-/// Service that names another LoadBalancer, leaves the class or is deleted must be let go of.
-fn bound_to_service(store: &Store<LoadBalancer>, svc: &Service) -> Vec<ObjectRef<LoadBalancer>> {
-    let namespace = svc.namespace().unwrap_or_default();
-    let name = svc.name_any();
-    let realising = crate::class::is_ours(svc).then(|| crate::class::realised_by(svc));
-    let mut refs: Vec<ObjectRef<LoadBalancer>> = store
-        .state()
-        .iter()
-        .filter(|lb| {
-            lb.namespace().as_deref() == Some(namespace.as_str())
-                && lb.annotations().get(crate::class::ANNOTATION_SERVICE) == Some(&name)
-                && realising.as_deref() != Some(lb.name_any().as_str())
-        })
-        .map(|lb| lb_ref(&namespace, &lb.name_any()))
-        .collect();
-    if let Some(lb) = realising {
-        refs.push(lb_ref(&namespace, &lb));
-    }
-    refs
 }
 
 /// Run the controller against the configured cluster until SIGTERM or SIGINT.
@@ -435,8 +334,16 @@ pub async fn run_with_client(
         Some(value) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
         None => watcher::Config::default(),
     };
-    let controller = Controller::new(api::<LoadBalancer>(&client, ns), lb_watch);
-    let store = controller.store();
+    // The LoadBalancer watch also keeps the index the other watches' triggers read.
+    let triggers = Arc::new(Triggers::new());
+    let (store, writer) = reflector::store();
+    let lb_events = {
+        let triggers = triggers.clone();
+        reflector::reflector(writer, watcher(api::<LoadBalancer>(&client, ns), lb_watch))
+            .inspect_ok(move |event| triggers.event(event))
+            .applied_objects()
+    };
+    let controller = Controller::for_stream(lb_events, store.clone());
     // Ready once the LoadBalancer cache is synced (standby replicas already are); the managed
     // object gauges follow the cache.
     let observers = {
@@ -470,21 +377,17 @@ pub async fn run_with_client(
             watcher::Config::default().labels(&format!(
                 "{LABEL_ENDPOINTSLICE_MANAGED_BY}={ENDPOINTSLICE_MANAGED_BY_VALUE}"
             )),
-            |slice: EndpointSlice| {
-                let namespace = slice.namespace()?;
-                let lb = slice.labels().get(LABEL_LB_NAME)?.clone();
-                Some(lb_ref(&namespace, &lb))
-            },
+            |slice: EndpointSlice| triggers::managed_slice(&slice),
         );
 
     for ar in registry.resources() {
-        let store = store.clone();
+        let triggers = triggers.clone();
         let mapped = ar.clone();
         controller = controller.watches_with(
             dynamic_api(&client, ns, &ar),
             ar.clone(),
             watcher::Config::default(),
-            move |obj: DynamicObject| referencing(&store, &mapped, &obj),
+            move |obj: DynamicObject| triggers.referencing(&mapped, &obj),
         );
     }
 
@@ -493,60 +396,48 @@ pub async fn run_with_client(
     // name): when a Service names another LoadBalancer or leaves the class, those let its
     // endpoints go.
     {
-        let store = store.clone();
+        let triggers = triggers.clone();
         controller = controller.watches(
             api::<Service>(&client, ns),
             watcher::Config::default(),
-            move |svc: Service| bound_to_service(&store, &svc),
+            move |svc: Service| triggers.bound_to_service(&svc),
         );
     }
     {
-        let store = store.clone();
+        let triggers = triggers.clone();
         controller = controller.watches(
             api::<EndpointSlice>(&client, ns),
             watcher::Config::default().labels(LABEL_SERVICE_NAME),
-            move |slice: EndpointSlice| {
-                let namespace = slice.namespace()?;
-                let service = slice.labels().get(LABEL_SERVICE_NAME)?.clone();
-                store
-                    .state()
-                    .iter()
-                    .find(|lb| {
-                        lb.namespace().as_deref() == Some(namespace.as_str())
-                            && lb.annotations().get(crate::class::ANNOTATION_SERVICE)
-                                == Some(&service)
-                    })
-                    .map(|lb| lb_ref(&namespace, &lb.name_any()))
-            },
+            move |slice: EndpointSlice| triggers.bound_to_slice(&slice),
         );
     }
 
     // Objects providers create through the Kubernetes API (kube-dc: the LoadBalancer Service and
     // the EIp) carry the owning LoadBalancer's UID label and name annotation.
-    let by_tags = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-        let namespace = meta.namespace.clone()?;
-        let name = meta.annotations.as_ref()?.get(tags::NAME)?;
-        Some(lb_ref(&namespace, name))
-    };
     controller = controller.watches(
         api::<Service>(&client, ns),
         watcher::Config::default().labels(tags::UID),
-        move |svc: Service| by_tags(&svc.metadata),
+        move |svc: Service| triggers::by_tags(&svc.metadata),
     );
-    if registry.names().contains(&kubedc::NAME) {
-        if installed(&client, &EIp::group(&()), &EIp::kind(&()))
-            .await
-            .map_err(RunError::Connect)?
-        {
-            controller = controller.watches(
-                api::<EIp>(&client, ns),
-                watcher::Config::default().labels(tags::UID),
-                move |eip: EIp| by_tags(&eip.metadata),
-            );
-        } else {
-            tracing::warn!(
-                "kube-dc's CRDs are not installed: LoadBalancers on kube-dc report KubeDCNotInstalled until they are"
-            );
+    for entry in catalog::CATALOG
+        .iter()
+        .filter(|e| registry.names().contains(&e.name))
+    {
+        for owned in entry.owned_kinds {
+            let ar = owned.api_resource();
+            if installed(&client, &ar.group, &ar.kind)
+                .await
+                .map_err(RunError::Connect)?
+            {
+                controller = controller.watches_with(
+                    dynamic_api(&client, ns, &ar),
+                    ar.clone(),
+                    watcher::Config::default().labels(tags::UID),
+                    move |obj: DynamicObject| triggers::by_tags(&obj.metadata),
+                );
+            } else {
+                tracing::warn!("{}", owned.missing);
+            }
         }
     }
 
@@ -555,12 +446,12 @@ pub async fn run_with_client(
         .await
         .map_err(RunError::Connect)?
     {
-        let store = store.clone();
+        let triggers = triggers.clone();
         controller = controller.watches_with(
             dynamic_api(&client, ns, &machine),
             machine.clone(),
             watcher::Config::default(),
-            move |obj: DynamicObject| selecting(&store, &obj),
+            move |obj: DynamicObject| triggers.selecting(&obj),
         );
     } else {
         tracing::warn!(
@@ -572,23 +463,11 @@ pub async fn run_with_client(
         .await
         .map_err(RunError::Connect)?
     {
-        let store = store.clone();
+        let triggers = triggers.clone();
         controller = controller.watches(
             api::<Cluster>(&client, ns),
             watcher::Config::default(),
-            move |cluster: Cluster| {
-                let namespace = cluster.namespace().unwrap_or_default();
-                let name = cluster.name_any();
-                store
-                    .state()
-                    .iter()
-                    .filter(|lb| {
-                        lb.namespace().as_deref() == Some(namespace.as_str())
-                            && lb.spec.cluster_name.as_deref() == Some(name.as_str())
-                    })
-                    .map(|lb| lb_ref(&namespace, &lb.name_any()))
-                    .collect::<Vec<_>>()
-            },
+            move |cluster: Cluster| triggers.of_cluster(&cluster),
         );
     }
 

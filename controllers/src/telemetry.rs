@@ -27,7 +27,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use capi_lb_providers::octavia::api::{ApiCall, ApiObserver};
+use capi_lb_providers::observe::{ApiCall, ApiObserver};
 use capi_lb_providers::{
     DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MembersOutcome, MembersRequest,
     Progress, Provider, ProviderError,

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use capi_lb_api::InMemoryLoadBalancer;
+use capi_lb_api::constants::INFRASTRUCTURE_GROUP;
 use capi_lb_api::inmemory::{
     FailureType, InMemoryLoadBalancerSpec, InjectedFailure, ProviderOperation,
 };
@@ -24,6 +25,7 @@ use jiff::Timestamp;
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::{Map, Value, json};
 
+use crate::catalog::{Dependencies, Entry};
 use crate::clock::{SharedClock, after, until};
 use crate::error::{INVALID_CONFIGURATION, ProviderError};
 use crate::provider::{
@@ -33,6 +35,42 @@ use crate::provider::{
 
 /// Name of the in-memory provider for `--providers`.
 pub const NAME: &str = "inmemory";
+/// The in-memory provider's catalog entry.
+pub const ENTRY: Entry = Entry {
+    name: NAME,
+    title: "in-memory provider",
+    docs: "docs/providers/inmemory.md",
+    infrastructure: infrastructure_resource,
+    crd: <InMemoryLoadBalancer as kube::CustomResourceExt>::crd,
+    build,
+    owned_kinds: &[],
+    calls: &[
+        (
+            INFRASTRUCTURE_GROUP,
+            "inmemoryloadbalancers",
+            &["get", "patch"],
+        ),
+        (
+            INFRASTRUCTURE_GROUP,
+            "inmemoryloadbalancers/status",
+            &["patch"],
+        ),
+    ],
+    reasons: &[],
+};
+
+fn infrastructure_resource() -> ApiResource {
+    ApiResource::erase::<InMemoryLoadBalancer>(&())
+}
+
+fn build(dependencies: &Dependencies) -> Arc<dyn Provider> {
+    let cloud = dependencies
+        .cloud
+        .clone()
+        .unwrap_or_else(|| InMemoryCloud::new(dependencies.clock.clone()));
+    Arc::new(InMemoryProvider::new(cloud))
+}
+
 /// Reason of an injected permanent failure.
 pub const INJECTED_FAILURE: &str = "InjectedFailure";
 /// Reason when an address pool has no free address.
@@ -360,7 +398,7 @@ impl Provider for InMemoryProvider {
     }
 
     fn infrastructure_resource(&self) -> ApiResource {
-        ApiResource::erase::<InMemoryLoadBalancer>(&())
+        infrastructure_resource()
     }
 
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {

@@ -22,14 +22,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use capi_lb_api::KubeDCLoadBalancer;
 use capi_lb_api::constants::{
     ANNOTATION_EXTERNAL_ENDPOINT, DNS_LABEL_MAX, ENDPOINTSLICE_MANAGED_BY_VALUE, FIELD_MANAGER,
-    LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SKIP_MIRROR,
-    MANAGED_BY_VALUE, reason as r,
+    INFRASTRUCTURE_GROUP, LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_MANAGED_BY, LABEL_SERVICE_NAME,
+    LABEL_SKIP_MIRROR, MANAGED_BY_VALUE,
 };
 use capi_lb_api::kubedc::{EIp, EIpSpec};
 use capi_lb_api::loadbalancer::LoadBalancerAddress;
@@ -47,6 +48,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::catalog::{Dependencies, Entry, OwnedKind};
 use crate::clock::SharedClock;
 use crate::error::{INVALID_CONFIGURATION, ProviderError};
 use crate::provider::{
@@ -57,6 +59,60 @@ use crate::provider::{
 
 /// Name of the kube-dc provider for `--providers`.
 pub const NAME: &str = "kubedc";
+/// The kube-dc provider's catalog entry.
+pub const ENTRY: Entry = Entry {
+    name: NAME,
+    title: "kube-dc provider",
+    docs: "docs/providers/kubedc.md",
+    infrastructure: infrastructure_resource,
+    crd: <KubeDCLoadBalancer as kube::CustomResourceExt>::crd,
+    build,
+    owned_kinds: &[OwnedKind {
+        group: "kube-dc.com",
+        version: "v1",
+        kind: "EIp",
+        plural: "eips",
+        missing: "kube-dc's CRDs are not installed: LoadBalancers on kube-dc report KubeDCNotInstalled until they are",
+    }],
+    calls: &[
+        (
+            INFRASTRUCTURE_GROUP,
+            "kubedcloadbalancers",
+            &["get", "patch"],
+        ),
+        (
+            INFRASTRUCTURE_GROUP,
+            "kubedcloadbalancers/status",
+            &["patch"],
+        ),
+        (
+            INFRASTRUCTURE_GROUP,
+            "kubedcloadbalancers/finalizers",
+            &["update"],
+        ),
+        ("kube-dc.com", "eips", &["get", "list", "create", "delete"]),
+        // The LoadBalancer Service and its Endpoints, created by server-side apply.
+        ("", "services", &["create"]),
+        (
+            "",
+            "endpoints",
+            &["get", "create", "patch", "list", "delete"],
+        ),
+    ],
+    reasons: reason::ALL,
+};
+
+fn infrastructure_resource() -> ApiResource {
+    ApiResource::erase::<KubeDCLoadBalancer>(&())
+}
+
+fn build(dependencies: &Dependencies) -> Arc<dyn Provider> {
+    Arc::new(KubeDcProvider::new(
+        dependencies.client.clone(),
+        dependencies.clock.clone(),
+    ))
+}
+
 /// kube-dc annotation binding a LoadBalancer Service to a named EIp.
 pub const BIND_ON_EIP: &str = "service.nlb.kube-dc.com/bind-on-eip";
 /// kube-dc annotation binding a LoadBalancer Service to the project's `default-gw` EIp.
@@ -66,19 +122,31 @@ pub const DEFAULT_GW: &str = "default-gw";
 
 /// Condition reasons of the kube-dc provider.
 pub mod reason {
-    /// kube-dc has not allocated the EIp yet.
-    pub const EIP_NOT_READY: &str = "EIpNotReady";
-    /// The EIp has been pending for long (public IP quota exhausted, or kube-dc stuck).
-    pub const EIP_STUCK: &str = "EIpStuck";
-    /// The EIp named in `spec.eipName` does not exist.
-    pub const EIP_NOT_FOUND: &str = "EIpNotFound";
-    /// kube-dc has not put the EIp's address on the Service yet.
-    pub const SERVICE_WITHOUT_INGRESS: &str = "ServiceWithoutIngress";
-    /// kube-dc's CRDs are not installed in this cluster.
-    pub const KUBEDC_NOT_INSTALLED: &str = "KubeDCNotInstalled";
+    use crate::provider::Reason;
 
-    /// The reasons that report something wrong (Warning Events), as opposed to a normal wait.
-    pub const PROBLEMS: &[&str] = &[EIP_STUCK, EIP_NOT_FOUND, KUBEDC_NOT_INSTALLED];
+    /// kube-dc has not allocated the EIp yet.
+    pub const EIP_NOT_READY: Reason = Reason::wait("EIpNotReady");
+    /// The EIp has been pending for long (public IP quota exhausted, or kube-dc stuck).
+    pub const EIP_STUCK: Reason = Reason::problem("EIpStuck");
+    /// The EIp named in `spec.eipName` does not exist.
+    pub const EIP_NOT_FOUND: Reason = Reason::problem("EIpNotFound");
+    /// kube-dc has not put the EIp's address on the Service yet.
+    pub const SERVICE_WITHOUT_INGRESS: Reason = Reason::wait("ServiceWithoutIngress");
+    /// kube-dc's CRDs are not installed in this cluster.
+    pub const KUBEDC_NOT_INSTALLED: Reason = Reason::problem("KubeDCNotInstalled");
+    /// An object the provider would create exists and is not capi-lb's.
+    pub const NAME_CONFLICT: Reason =
+        Reason::problem(capi_lb_api::constants::reason::NAME_CONFLICT);
+
+    /// Every reason above.
+    pub const ALL: &[Reason] = &[
+        EIP_NOT_READY,
+        EIP_STUCK,
+        EIP_NOT_FOUND,
+        SERVICE_WITHOUT_INGRESS,
+        KUBEDC_NOT_INSTALLED,
+        NAME_CONFLICT,
+    ];
 }
 
 /// After this long a not-ready EIp is reported as stuck.
@@ -231,7 +299,7 @@ fn is_not_found(e: &kube::Error) -> bool {
 
 fn conflict(kind: &str, name: &str, identity: &LoadBalancerIdentity) -> Progress {
     Progress::pending_because(
-        r::NAME_CONFLICT,
+        reason::NAME_CONFLICT,
         format!(
             "{kind} {}/{name} already exists and is not managed by capi-lb for LoadBalancer {}; it was left untouched. Delete or rename it, or use another KubeDCLoadBalancer name",
             identity.namespace,
@@ -571,7 +639,7 @@ impl Provider for KubeDcProvider {
     }
 
     fn infrastructure_resource(&self) -> ApiResource {
-        ApiResource::erase::<KubeDCLoadBalancer>(&())
+        infrastructure_resource()
     }
 
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {

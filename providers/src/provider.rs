@@ -198,6 +198,49 @@ pub struct MemberStatus {
     pub state: MemberState,
 }
 
+/// How serious a provider's condition reason is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Severity {
+    /// A normal wait (a load balancer provisioning, an address not assigned yet).
+    Wait,
+    /// Something someone has to act on (credentials refused, quota, a missing object): reported
+    /// with a Warning Event.
+    Problem,
+}
+
+/// A provider-specific condition reason, with its severity. Each provider lists its reasons in its
+/// catalog entry ([`crate::catalog::Entry::reasons`]); `docs/operations.md` documents every one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reason {
+    /// The CamelCase reason, e.g. `EIpNotReady`.
+    pub name: &'static str,
+    /// Wait or problem.
+    pub severity: Severity,
+}
+
+impl Reason {
+    /// A reason for a normal wait.
+    pub const fn wait(name: &'static str) -> Self {
+        Self {
+            name,
+            severity: Severity::Wait,
+        }
+    }
+
+    /// A reason for a problem someone has to act on.
+    pub const fn problem(name: &'static str) -> Self {
+        Self {
+            name,
+            severity: Severity::Problem,
+        }
+    }
+
+    /// True for [`Severity::Problem`].
+    pub fn is_problem(self) -> bool {
+        self.severity == Severity::Problem
+    }
+}
+
 /// How far an operation got.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Progress {
@@ -212,7 +255,7 @@ pub enum Progress {
         retry_after: Duration,
         /// A provider-specific condition reason (e.g. `EIpNotReady`) for states users need to tell
         /// apart; `None` reports the generic `Provisioning`.
-        reason: Option<&'static str>,
+        reason: Option<Reason>,
     },
 }
 
@@ -233,7 +276,7 @@ impl Progress {
 
     /// Pending for a provider-specific `reason`.
     pub fn pending_because(
-        reason: &'static str,
+        reason: Reason,
         message: impl Into<String>,
         retry_after: Duration,
     ) -> Self {

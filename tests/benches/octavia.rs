@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use capi_lb::world::World;
+use capi_lb::sim::world::World;
 use capi_lb_api::LoadBalancer;
 use capi_lb_tests::octavia::{Harness, harness, octavia_objects};
 use capi_lb_tests::*;

@@ -318,7 +318,7 @@ pub async fn install_capi_crds(client: &Client) {
 /// The generated RBAC (ServiceAccount, ClusterRoles, Role, bindings), applied for real so that the
 /// ServiceAccount the controller runs as has exactly what the code under test generates.
 async fn apply_generated_rbac(client: &Client) {
-    let files = capi_lb::manifests::files().unwrap();
+    let files = capi_lb::install::manifests::files().unwrap();
     let (_, text) = files
         .iter()
         .find(|(p, _)| p.ends_with("rbac/rbac.yaml"))

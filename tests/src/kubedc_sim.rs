@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use capi_lb::world::World;
+use capi_lb::sim::world::World;
 use capi_lb_api::kubedc::EIp;
 use capi_lb_providers::clock::Clock;
 use k8s_openapi::api::core::v1::{Endpoints, Service};

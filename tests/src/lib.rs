@@ -4,22 +4,73 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::path::PathBuf;
 
-use capi_lb::world::World;
+use capi_lb::sim::world::World;
 use capi_lb_api::InMemoryLoadBalancer;
 use capi_lb_api::LoadBalancer;
+use capi_lb_providers::provider::tags;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::NamespaceResourceScope;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-/// Namespace every fixture lives in.
 pub mod k8s;
 pub mod kubedc_sim;
 pub mod octavia;
 
+/// Namespace every fixture lives in.
 pub const NS: &str = "default";
+
+/// The file or directory at `path`, relative to the root of the repository.
+pub fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path)
+}
+
+/// A world (the in-memory Kubernetes API and cloud, the real reconcilers) holding `objects`.
+pub async fn world(objects: Vec<Value>) -> World {
+    World::new(objects).await.unwrap()
+}
+
+/// Reconcile every LoadBalancer until nothing changes (at most 200 passes; see
+/// [`World::run_until_stable`]). Services are not reconciled.
+pub async fn settle(world: &World) {
+    world.run_until_stable(200).await.unwrap();
+}
+
+/// Merge `patch` into the object `name` of kind `K`.
+pub async fn merge_patch<K>(world: &World, name: &str, patch: Value)
+where
+    K: kube::Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    Api::<K>::namespaced(world.client(), NS)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Delete the object `name` of kind `K` (it goes once its finalizers are gone).
+pub async fn delete<K>(world: &World, name: &str)
+where
+    K: kube::Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    Api::<K>::namespaced(world.client(), NS)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap();
+}
 
 /// A LoadBalancer fixture.
 #[derive(Clone, Debug)]
@@ -98,6 +149,24 @@ impl InfraFixture {
     }
 }
 
+/// A LoadBalancer named `name` using the KubeDCLoadBalancer of the same name, for cluster `demo`.
+pub fn kubedc_lb(name: &str) -> LbFixture {
+    lb(name).spec(
+        "infrastructureRef",
+        json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KubeDCLoadBalancer", "name": name}),
+    )
+}
+
+/// A KubeDCLoadBalancer named `name` with `spec`.
+pub fn kubedc_infra(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "KubeDCLoadBalancer",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    })
+}
+
 /// A CAPI Machine fixture.
 #[derive(Clone, Debug)]
 pub struct MachineFixture(Value);
@@ -174,6 +243,16 @@ pub fn condition(lb: &LoadBalancer, type_: &str) -> Condition {
 pub fn cond(lb: &LoadBalancer, type_: &str) -> (String, String) {
     let c = condition(lb, type_);
     (c.status, c.reason)
+}
+
+/// Whether the LoadBalancer's `Ready` condition is `True` (panics when it has none).
+pub fn is_ready(lb: &LoadBalancer) -> bool {
+    cond(lb, "Ready").0 == "True"
+}
+
+/// The `uid=<uid>` tag a provider puts on the cloud resources it makes for `lb`.
+pub fn uid_tag(lb: &LoadBalancer) -> String {
+    format!("{}={}", tags::UID, lb.metadata.uid.clone().unwrap())
 }
 
 /// The Service `name`, if any.

@@ -386,7 +386,7 @@ pub fn urlencode(s: &str) -> String {
 /// Reconcile LoadBalancer `namespace/name` in real time (Octavia's timing is real; the world's clock
 /// advances as much) until `done` holds for it; panics after a minute, showing its status.
 pub async fn reconcile_until(
-    world: &capi_lb::world::World,
+    world: &capi_lb::sim::world::World,
     namespace: &str,
     name: &str,
     what: &str,
@@ -411,7 +411,7 @@ pub async fn reconcile_until(
 }
 
 /// Delete LoadBalancer `namespace/name` and reconcile until it is gone (its finalizer released).
-pub async fn delete_until_gone(world: &capi_lb::world::World, namespace: &str, name: &str) {
+pub async fn delete_until_gone(world: &capi_lb::sim::world::World, namespace: &str, name: &str) {
     let api = kube::Api::<capi_lb_api::LoadBalancer>::namespaced(world.client(), namespace);
     api.delete(name, &Default::default()).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -423,7 +423,7 @@ pub async fn delete_until_gone(world: &capi_lb::world::World, namespace: &str, n
 }
 
 /// The addresses in the EndpointSlices of the `-ext` Service `service`.
-pub async fn ext_addresses(world: &capi_lb::world::World, service: &str) -> Vec<String> {
+pub async fn ext_addresses(world: &capi_lb::sim::world::World, service: &str) -> Vec<String> {
     crate::slices(world, service)
         .await
         .into_values()

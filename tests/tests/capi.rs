@@ -4,15 +4,11 @@
 // Integration tests: helpers panic on broken fixtures, which is the failure we want.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use capi_lb::world::World;
+use capi_lb::sim::world::World;
 use capi_lb_api::capi::Cluster;
 use capi_lb_tests::*;
 use kube::api::Api;
 use serde_json::{Value, json};
-
-async fn world(objects: Vec<Value>) -> World {
-    World::new(objects).await.unwrap()
-}
 
 async fn endpoint(world: &World) -> Option<(String, i32)> {
     Api::<Cluster>::namespaced(world.client(), NS)

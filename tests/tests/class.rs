@@ -6,7 +6,7 @@
 // Integration tests: helpers panic on broken fixtures, which is the failure we want.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use capi_lb::world::World;
+use capi_lb::sim::world::World;
 use capi_lb_tests::*;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -48,11 +48,9 @@ fn ready(pod: &str, ip: &str) -> Value {
     json!({"addresses": [ip], "conditions": {"ready": true}, "targetRef": {"kind": "Pod", "name": pod}})
 }
 
-async fn world(objects: Vec<Value>) -> World {
-    World::new(objects).await.unwrap()
-}
-
-async fn settle(world: &World) {
+/// Reconcile the Services (binding the class's Services to their LoadBalancers), then every
+/// LoadBalancer until nothing changes (at most 50 passes), then the Services again.
+async fn settle_services_and_load_balancers(world: &World) {
     world.settle_services(10).await.unwrap();
     world.run_until_stable(50).await.unwrap();
     world.settle_services(10).await.unwrap();
@@ -86,7 +84,7 @@ async fn a_service_of_the_class_is_realised_through_its_load_balancer() {
         infra("tenant-cp").build(),
     ])
     .await;
-    settle(&world).await;
+    settle_services_and_load_balancers(&world).await;
     let lb = get_lb(&world, "tenant-cp").await;
     assert_eq!(
         lb.annotations()["loadbalancer.cluster.x-k8s.io/service"],
@@ -128,7 +126,7 @@ async fn a_service_of_the_class_is_realised_through_its_load_balancer() {
 
     // Steady: nothing more written.
     let writes = world.api.stats.writes_excluding_events();
-    settle(&world).await;
+    settle_services_and_load_balancers(&world).await;
     assert_eq!(world.api.stats.writes_excluding_events(), writes);
 }
 
@@ -144,7 +142,7 @@ async fn members_follow_the_endpoints_and_terminating_ones_drain() {
         infra("tcp").build(),
     ])
     .await;
-    settle(&world).await;
+    settle_services_and_load_balancers(&world).await;
     assert_eq!(
         members(&world).len(),
         2,
@@ -198,8 +196,8 @@ async fn other_classes_are_never_touched_and_a_missing_load_balancer_is_reported
         infra("cp").build(),
     ])
     .await;
-    settle(&world).await;
-    settle(&world).await;
+    settle_services_and_load_balancers(&world).await;
+    settle_services_and_load_balancers(&world).await;
     let cp = get_lb(&world, "cp").await;
     assert!(
         !cp.annotations()
@@ -237,7 +235,7 @@ async fn a_hostname_only_provider_gives_a_hostname_ingress() {
             .build(),
     ])
     .await;
-    settle(&world).await;
+    settle_services_and_load_balancers(&world).await;
     let svc: Service = Api::namespaced(world.client(), NS)
         .get("tcp")
         .await
@@ -255,7 +253,7 @@ async fn a_load_balancer_that_starts_realising_a_service_lets_go_of_its_machines
         machine("cp-m1", "cp", "10.0.0.11").build(),
     ])
     .await;
-    settle(&world).await;
+    settle_services_and_load_balancers(&world).await;
     let machines: Api<capi_lb_api::capi::Machine> = Api::namespaced(world.client(), NS);
     let has_ours = |m: &capi_lb_api::capi::Machine| {
         m.annotations()
@@ -279,7 +277,7 @@ async fn a_load_balancer_that_starts_realising_a_service_lets_go_of_its_machines
         .create(&Default::default(), &slice)
         .await
         .unwrap();
-    settle(&world).await;
+    settle_services_and_load_balancers(&world).await;
     let m1 = machines.get("cp-m1").await.unwrap();
     assert!(
         !has_ours(&m1),
@@ -300,7 +298,7 @@ async fn deleting_the_load_balancer_clears_the_service_ingress_and_a_stale_bindi
         infra("cp").build(),
     ])
     .await;
-    settle(&world).await;
+    settle_services_and_load_balancers(&world).await;
     let services: Api<Service> = Api::namespaced(world.client(), NS);
     // The Service moves to another LoadBalancer; "cp" keeps the old binding annotation, which must
     // not make it look taken.
@@ -315,7 +313,7 @@ async fn deleting_the_load_balancer_clears_the_service_ingress_and_a_stale_bindi
     let svc2: Service =
         serde_json::from_value(class_service("other", Some(CLASS), Some("cp"))).unwrap();
     services.create(&Default::default(), &svc2).await.unwrap();
-    settle(&world).await;
+    settle_services_and_load_balancers(&world).await;
     assert_eq!(
         get_lb(&world, "cp").await.annotations()["loadbalancer.cluster.x-k8s.io/service"],
         "other"
@@ -364,7 +362,7 @@ async fn a_provider_swap_moves_the_service_ingress_once_the_new_load_balancer_is
             .build(),
     ])
     .await;
-    settle(&world).await;
+    settle_services_and_load_balancers(&world).await;
     let before = service(&world, "tcp").await.unwrap();
     assert_eq!(ingress_ips(&before), vec!["203.0.113.1"]);
 
@@ -387,7 +385,7 @@ async fn a_provider_swap_moves_the_service_ingress_once_the_new_load_balancer_is
 
     // Once it serves, the ingress moves; the stable name stays; the old one is deleted after the
     // drain.
-    settle(&world).await;
+    settle_services_and_load_balancers(&world).await;
     let after = service(&world, "tcp").await.unwrap();
     assert_eq!(ingress_ips(&after), vec!["198.51.100.1"]);
     let dns = "loadbalancer.cluster.x-k8s.io/external-endpoint-dns-name";

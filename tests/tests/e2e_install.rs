@@ -105,7 +105,7 @@ async fn crds_and_config_default_install_with_kubectl_and_every_generated_manife
     let client = admin_client().await;
 
     // `capi-lb crds | kubectl apply --server-side -f -` (what the binary prints).
-    let crds_yaml = capi_lb::crds::all_yaml().unwrap();
+    let crds_yaml = capi_lb::install::crds::all_yaml().unwrap();
     let out = kubectl(&["apply", "--server-side", "-f", "-"], Some(&crds_yaml));
     for crd in capi_lb_api::crds() {
         let name = crd.name_any();
@@ -191,7 +191,7 @@ async fn crds_and_config_default_install_with_kubectl_and_every_generated_manife
     // either never conflicts).
     let values = BTreeMap::from([("CAPI_LB_PROVIDERS", CLUSTERCTL_PROVIDERS)]);
     let mut applied_files = Vec::new();
-    for (path, text) in capi_lb::manifests::files().unwrap() {
+    for (path, text) in capi_lb::install::manifests::files().unwrap() {
         let file = path.display().to_string();
         if file.ends_with("kustomization.yaml") || file.ends_with("metadata.yaml") {
             // Not Kubernetes objects: kustomize's and clusterctl's own files.

@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use capi_lb::services::Policy;
-use capi_lb::world::World;
+use capi_lb::context::Policy;
+use capi_lb::sim::world::World;
 use capi_lb_tests::*;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use kube::ResourceExt;
@@ -32,11 +32,8 @@ fn lb_service(name: &str, ingress: Value) -> Value {
     })
 }
 
-async fn world(objects: Vec<Value>) -> World {
-    World::new(objects).await.unwrap()
-}
-
-async fn settle(world: &World) {
+/// Reconcile every Service until nothing changes (the `-ext` publisher only: no LoadBalancer).
+async fn settle_services(world: &World) {
     world.settle_services(20).await.unwrap();
 }
 
@@ -51,13 +48,6 @@ async fn set_ingress(world: &World, name: &str, ingress: Value) {
             &PatchParams::default(),
             &Patch::Merge(&json!({"status": {"loadBalancer": {"ingress": ingress}}})),
         )
-        .await
-        .unwrap();
-}
-
-async fn patch(world: &World, name: &str, patch: Value) {
-    services(world)
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
 }
@@ -78,7 +68,7 @@ async fn a_load_balancer_service_gets_a_headless_ext_service_with_its_ports_and_
         json!([{"ip": "198.51.100.7"}, {"ip": "198.51.100.8"}]),
     )])
     .await;
-    settle(&world).await;
+    settle_services(&world).await;
     let ext = service(&world, "etcd-lb-ext").await.unwrap();
     let spec = ext.spec.clone().unwrap();
     assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
@@ -150,7 +140,7 @@ async fn an_unchanged_service_costs_no_write_and_other_services_no_call() {
         cluster_ip,
     ])
     .await;
-    settle(&world).await;
+    settle_services(&world).await;
     let writes = world.api.stats.writes();
     let reads = world.api.stats.reads();
     world.reconcile_service(NS, "etcd-lb").await.unwrap();
@@ -179,7 +169,7 @@ async fn dual_stack_ip_changes_and_hostnames() {
         json!([{"ip": "198.51.100.7"}, {"ip": "2001:db8::7"}]),
     )])
     .await;
-    settle(&world).await;
+    settle_services(&world).await;
     let first = slice(&world, "api-ext-ipv4").await.unwrap();
     assert_eq!(
         slices(&world, "api-ext")
@@ -196,7 +186,7 @@ async fn dual_stack_ip_changes_and_hostnames() {
 
     // The IP changes: the slice is updated in place, the IPv6 family goes.
     set_ingress(&world, "api", json!([{"ip": "198.51.100.99"}])).await;
-    settle(&world).await;
+    settle_services(&world).await;
     let updated = slice(&world, "api-ext-ipv4").await.unwrap();
     assert_eq!(updated.uid(), first.uid(), "updated in place");
     assert_eq!(updated.endpoints[0].addresses, vec!["198.51.100.99"]);
@@ -209,7 +199,7 @@ async fn dual_stack_ip_changes_and_hostnames() {
         json!([{"hostname": "lb-123.elb.example.com"}]),
     )
     .await;
-    settle(&world).await;
+    settle_services(&world).await;
     let ext = service(&world, "api-ext").await.unwrap().spec.unwrap();
     assert_eq!(ext.type_.as_deref(), Some("ExternalName"));
     assert_eq!(ext.external_name.as_deref(), Some("lb-123.elb.example.com"));
@@ -224,19 +214,19 @@ async fn losing_addresses_opting_out_and_changing_type_withdraw_the_endpoint() {
         lb_service("c", json!([{"ip": "198.51.100.3"}])),
     ])
     .await;
-    settle(&world).await;
+    settle_services(&world).await;
     for s in ["a-ext", "b-ext", "c-ext"] {
         assert!(service(&world, s).await.is_some(), "{s}");
     }
     set_ingress(&world, "a", json!([])).await;
-    patch(
+    merge_patch::<Service>(
         &world,
         "b",
         json!({"metadata": {"annotations": {"loadbalancer.cluster.x-k8s.io/external-endpoint": "false"}}}),
     )
     .await;
-    patch(&world, "c", json!({"spec": {"type": "ClusterIP"}})).await;
-    settle(&world).await;
+    merge_patch::<Service>(&world, "c", json!({"spec": {"type": "ClusterIP"}})).await;
+    settle_services(&world).await;
     for (source, ext) in [("a", "a-ext"), ("b", "b-ext"), ("c", "c-ext")] {
         assert!(service(&world, ext).await.is_none(), "{ext}");
         assert!(slices(&world, ext).await.is_empty(), "{ext}");
@@ -251,14 +241,14 @@ async fn losing_addresses_opting_out_and_changing_type_withdraw_the_endpoint() {
 #[tokio::test]
 async fn a_custom_suffix_moves_the_endpoint_and_a_bad_one_changes_nothing() {
     let world = world(vec![lb_service("etcd", json!([{"ip": "198.51.100.7"}]))]).await;
-    settle(&world).await;
-    patch(
+    settle_services(&world).await;
+    merge_patch::<Service>(
         &world,
         "etcd",
         json!({"metadata": {"annotations": {"loadbalancer.cluster.x-k8s.io/external-endpoint-suffix": "-public"}}}),
     )
     .await;
-    settle(&world).await;
+    settle_services(&world).await;
     assert!(service(&world, "etcd-ext").await.is_none());
     assert!(service(&world, "etcd-public").await.is_some());
     assert_eq!(
@@ -266,15 +256,15 @@ async fn a_custom_suffix_moves_the_endpoint_and_a_bad_one_changes_nothing() {
         "etcd-public.default.svc.cluster.local"
     );
 
-    patch(
+    merge_patch::<Service>(
         &world,
         "etcd",
         json!({"metadata": {"annotations": {"loadbalancer.cluster.x-k8s.io/external-endpoint-suffix": "_Bad"}}}),
     )
     .await;
     let writes = world.api.stats.writes_excluding_events();
-    settle(&world).await;
-    settle(&world).await;
+    settle_services(&world).await;
+    settle_services(&world).await;
     assert_eq!(
         world.api.stats.writes_excluding_events(),
         writes,
@@ -299,7 +289,7 @@ async fn a_custom_suffix_moves_the_endpoint_and_a_bad_one_changes_nothing() {
 async fn a_name_that_does_not_fit_is_reported_and_nothing_is_created() {
     let long = "a".repeat(60);
     let world = world(vec![lb_service(&long, json!([{"ip": "198.51.100.7"}]))]).await;
-    settle(&world).await;
+    settle_services(&world).await;
     assert!(
         services(&world)
             .list(&Default::default())
@@ -329,9 +319,9 @@ async fn a_hand_made_ext_service_is_left_alone_and_reported_once() {
         manual,
     ])
     .await;
-    settle(&world).await;
+    settle_services(&world).await;
     let before = service(&world, "etcd-lb-ext").await.unwrap();
-    settle(&world).await;
+    settle_services(&world).await;
     let after = service(&world, "etcd-lb-ext").await.unwrap();
     assert_eq!(after.resource_version(), before.resource_version());
     assert!(slices(&world, "etcd-lb-ext").await.is_empty());
@@ -350,20 +340,20 @@ async fn a_hand_made_ext_service_is_left_alone_and_reported_once() {
         .delete("etcd-lb", &DeleteParams::default())
         .await
         .unwrap();
-    settle(&world).await;
+    settle_services(&world).await;
     assert!(service(&world, "etcd-lb-ext").await.is_some());
 }
 
 #[tokio::test]
 async fn the_source_being_deleted_removes_the_ext_objects() {
     let world = world(vec![lb_service("etcd-lb", json!([{"ip": "198.51.100.7"}]))]).await;
-    settle(&world).await;
+    settle_services(&world).await;
     services(&world)
         .delete("etcd-lb", &DeleteParams::default())
         .await
         .unwrap();
     // The in-memory API has no garbage collector: the orphan check does its work.
-    settle(&world).await;
+    settle_services(&world).await;
     assert!(service(&world, "etcd-lb-ext").await.is_none());
     assert!(slices(&world, "etcd-lb-ext").await.is_empty());
 
@@ -375,7 +365,7 @@ async fn the_source_being_deleted_removes_the_ext_objects() {
         .create(&PostParams::default(), &recreated)
         .await
         .unwrap();
-    settle(&world).await;
+    settle_services(&world).await;
     assert_eq!(
         slices(&world, "etcd-lb-ext").await["etcd-lb-ext-ipv4"],
         vec!["198.51.100.8"]
@@ -393,7 +383,7 @@ async fn annotated_only_policy_publishes_only_opted_in_services() {
     ])
     .await
     .reconfigured(|c| c.external.policy = Policy::Annotated);
-    settle(&world).await;
+    settle_services(&world).await;
     assert!(service(&world, "in-ext").await.is_some());
     assert!(service(&world, "quiet-ext").await.is_none());
 }
@@ -426,14 +416,14 @@ async fn kube_dc_objects_are_a_conflict_unless_adoption_is_enabled() {
     let mut objects = vec![lb_service("etcd-lb", json!([{"ip": "198.51.100.7"}]))];
     objects.extend(kube_dc_objects("etcd-lb", "198.51.100.7"));
     let world = world(objects).await;
-    settle(&world).await;
+    settle_services(&world).await;
     // Even though kube-dc's Service is controlled by the same source Service, it is not ours.
     assert!(event_reasons(&world).contains(&"ExternalEndpointConflict".to_string()));
     let ext = service(&world, "etcd-lb-ext").await.unwrap();
     assert!(ext.labels().contains_key("kube-dc.com/managed-by"));
 
     let adopting = world.reconfigured(|c| c.external.adopt_kube_dc = true);
-    settle(&adopting).await;
+    settle_services(&adopting).await;
     let ext = service(&adopting, "etcd-lb-ext").await.unwrap();
     assert!(
         !ext.labels().contains_key("kube-dc.com/managed-by"),
@@ -454,7 +444,7 @@ async fn kube_dc_objects_are_a_conflict_unless_adoption_is_enabled() {
     assert!(event_reasons(&adopting).contains(&"ExternalEndpointAdopted".to_string()));
     // And then it is steady.
     let writes = adopting.api.stats.writes_excluding_events();
-    settle(&adopting).await;
+    settle_services(&adopting).await;
     assert_eq!(adopting.api.stats.writes_excluding_events(), writes);
 }
 
@@ -467,7 +457,7 @@ async fn kube_dc_objects_of_another_source_are_never_adopted() {
     let world = world(objects)
         .await
         .reconfigured(|c| c.external.adopt_kube_dc = true);
-    settle(&world).await;
+    settle_services(&world).await;
     let ext = service(&world, "etcd-lb-ext").await.unwrap();
     assert_eq!(ext.labels()["kube-dc.com/source-service"], "other");
     assert!(event_reasons(&world).contains(&"ExternalEndpointConflict".to_string()));
@@ -481,7 +471,7 @@ async fn legacy_endpoints_follow_the_slices_and_go_when_turned_off() {
     )])
     .await
     .reconfigured(|c| c.external.legacy_endpoints = true);
-    settle(&world).await;
+    settle_services(&world).await;
     let endpoints: Api<Endpoints> = Api::namespaced(world.client(), NS);
     let e = endpoints.get("etcd-lb-ext").await.unwrap();
     assert_eq!(
@@ -498,18 +488,18 @@ async fn legacy_endpoints_follow_the_slices_and_go_when_turned_off() {
         .collect();
     assert_eq!(ips, vec!["198.51.100.7", "2001:db8::7"]);
     set_ingress(&world, "etcd-lb", json!([{"ip": "198.51.100.8"}])).await;
-    settle(&world).await;
+    settle_services(&world).await;
     let e = endpoints.get("etcd-lb-ext").await.unwrap();
     assert_eq!(
         e.subsets.unwrap()[0].addresses.clone().unwrap()[0].ip,
         "198.51.100.8"
     );
     let writes = world.api.stats.writes_excluding_events();
-    settle(&world).await;
+    settle_services(&world).await;
     assert_eq!(world.api.stats.writes_excluding_events(), writes, "steady");
 
     let off = world.reconfigured(|c| c.external.legacy_endpoints = false);
-    settle(&off).await;
+    settle_services(&off).await;
     assert!(endpoints.get_opt("etcd-lb-ext").await.unwrap().is_none());
     assert!(service(&off, "etcd-lb-ext").await.is_some());
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use capi_lb::world::World;
+use capi_lb::sim::world::World;
 use capi_lb_api::capi::Machine;
 use capi_lb_api::kubedc::EIp;
 use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer};
@@ -17,22 +17,6 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
 
-fn kdc_lb(name: &str) -> LbFixture {
-    lb(name).spec(
-        "infrastructureRef",
-        json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KubeDCLoadBalancer", "name": name}),
-    )
-}
-
-fn kdc(name: &str, spec: Value) -> Value {
-    json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
-        "kind": "KubeDCLoadBalancer",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    })
-}
-
 fn default_gw(ip: &str) -> Value {
     json!({
         "apiVersion": "kube-dc.com/v1",
@@ -43,7 +27,8 @@ fn default_gw(ip: &str) -> Value {
     })
 }
 
-async fn world(objects: Vec<Value>) -> World {
+/// A world with kube-dc's EIp kind registered (kube-dc installed), holding `objects`.
+async fn world_with_eips(objects: Vec<Value>) -> World {
     World::with_builder(objects, |b| b.with_resource::<EIp>())
         .await
         .unwrap()
@@ -61,8 +46,8 @@ async fn drive(world: &World, sim: &mut KubeDcSim, rounds: usize, step: Duration
 
 fn basic() -> Vec<Value> {
     vec![
-        kdc_lb("cp").build(),
-        kdc("cp", json!({"externalNetworkType": "public"})),
+        kubedc_lb("cp").build(),
+        kubedc_infra("cp", json!({"externalNetworkType": "public"})),
         machine("cp-m1", "cp", "10.0.0.11").build(),
         machine("cp-m2", "cp", "10.0.0.12").build(),
     ]
@@ -87,7 +72,7 @@ async fn kdc_status(world: &World) -> capi_lb_api::KubeDCLoadBalancerStatus {
 
 #[tokio::test]
 async fn a_load_balancer_on_kube_dc_goes_ready_and_publishes_the_eip_address() {
-    let world = world(basic()).await;
+    let world = world_with_eips(basic()).await;
     let mut sim = KubeDcSim::new();
     drive(&world, &mut sim, 6, Duration::from_secs(5)).await;
 
@@ -158,7 +143,7 @@ async fn a_load_balancer_on_kube_dc_goes_ready_and_publishes_the_eip_address() {
 
 #[tokio::test]
 async fn members_are_added_drained_and_removed_in_the_backend_rows() {
-    let world = world(basic()).await;
+    let world = world_with_eips(basic()).await;
     let mut sim = KubeDcSim::new();
     drive(&world, &mut sim, 6, Duration::from_secs(5)).await;
     let ip = get_lb(&world, "cp").await.status.unwrap().addresses[0]
@@ -197,7 +182,7 @@ async fn members_are_added_drained_and_removed_in_the_backend_rows() {
 
 #[tokio::test]
 async fn a_recreated_eip_changes_the_address_and_the_stable_endpoint_follows() {
-    let world = world(basic()).await;
+    let world = world_with_eips(basic()).await;
     let mut sim = KubeDcSim::new();
     drive(&world, &mut sim, 6, Duration::from_secs(5)).await;
     let before = get_lb(&world, "cp").await.status.unwrap();
@@ -230,13 +215,13 @@ async fn a_recreated_eip_changes_the_address_and_the_stable_endpoint_follows() {
 #[tokio::test]
 async fn a_bring_your_own_eip_is_bound_and_kept_on_delete() {
     let mut objects = vec![
-        kdc_lb("cp").build(),
-        kdc("cp", json!({"eipName": "default-gw"})),
+        kubedc_lb("cp").build(),
+        kubedc_infra("cp", json!({"eipName": "default-gw"})),
         default_gw("91.224.11.200"),
         machine("cp-m1", "cp", "10.0.0.11").build(),
     ];
-    objects.push(kdc("other", json!({})));
-    let world = world(objects).await;
+    objects.push(kubedc_infra("other", json!({})));
+    let world = world_with_eips(objects).await;
     let mut sim = KubeDcSim::new();
     drive(&world, &mut sim, 6, Duration::from_secs(5)).await;
     let svc = service(&world, "cp-lb").await.unwrap();
@@ -284,7 +269,7 @@ async fn a_bring_your_own_eip_is_bound_and_kept_on_delete() {
 
 #[tokio::test]
 async fn deleting_the_load_balancer_deletes_the_created_eip_and_service() {
-    let world = world(basic()).await;
+    let world = world_with_eips(basic()).await;
     let mut sim = KubeDcSim::new();
     drive(&world, &mut sim, 6, Duration::from_secs(5)).await;
     Api::<LoadBalancer>::namespaced(world.client(), NS)
@@ -316,7 +301,7 @@ async fn a_foreign_service_with_our_name_is_a_conflict_and_left_untouched() {
         "metadata": {"name": "cp-lb", "namespace": NS},
         "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
     }));
-    let world = world(objects).await;
+    let world = world_with_eips(objects).await;
     let mut sim = KubeDcSim::new();
     let before = service(&world, "cp-lb").await.unwrap();
     drive(&world, &mut sim, 4, Duration::from_secs(5)).await;
@@ -334,7 +319,7 @@ async fn a_foreign_service_with_our_name_is_a_conflict_and_left_untouched() {
 
 #[tokio::test]
 async fn an_exhausted_public_quota_is_reported_with_how_long_it_has_been_pending() {
-    let world = world(basic()).await;
+    let world = world_with_eips(basic()).await;
     let mut sim = KubeDcSim::new();
     sim.public_quota = Some(0);
     drive(&world, &mut sim, 3, Duration::from_secs(20)).await;
@@ -356,7 +341,7 @@ async fn an_exhausted_public_quota_is_reported_with_how_long_it_has_been_pending
 #[tokio::test]
 async fn a_slow_eip_is_not_ready_then_stuck_and_a_lagging_kube_dc_leaves_the_service_without_ingress()
  {
-    let world = world(basic()).await;
+    let world = world_with_eips(basic()).await;
     let mut sim = KubeDcSim::new();
     sim.eip_delay = Duration::from_secs(600);
     drive(&world, &mut sim, 2, Duration::from_secs(30)).await;
@@ -385,7 +370,7 @@ async fn a_slow_eip_is_not_ready_then_stuck_and_a_lagging_kube_dc_leaves_the_ser
 
 #[tokio::test]
 async fn a_restarted_controller_adopts_instead_of_duplicating() {
-    let world = world(basic()).await;
+    let world = world_with_eips(basic()).await;
     let mut sim = KubeDcSim::new();
     drive(&world, &mut sim, 6, Duration::from_secs(5)).await;
     let eip = Api::<EIp>::namespaced(world.client(), NS)
@@ -442,7 +427,7 @@ async fn without_kube_dc_installed_the_provider_waits_and_says_so() {
 #[tokio::test]
 async fn the_kube_dc_examples_become_ready() {
     use capi_lb_api::validation::parse;
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/kubedc");
+    let dir = repo("examples/kubedc");
     let mut objects: Vec<Value> = Vec::new();
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -473,7 +458,7 @@ async fn the_kube_dc_examples_become_ready() {
         m["status"]["conditions"] = json!([{"type": "APIServerPodHealthy", "status": "True"}]);
         objects.push(m);
     }
-    let world = world(objects).await;
+    let world = world_with_eips(objects).await;
     let mut sim = KubeDcSim::new();
     for _ in 0..8 {
         sim.step_with(&world.client(), ns, world.clock.now()).await;

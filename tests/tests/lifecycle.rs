@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use capi_lb::world::World;
+use capi_lb::sim::world::World;
 use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::constants::{
     ANNOTATION_TARGET_DISABLED, ANNOTATION_TARGET_LB, ANNOTATION_TARGET_STATUS,
@@ -24,14 +24,6 @@ use serde_json::{Value, json};
 const CAPI_FINALIZER: &str = "machine.cluster.x-k8s.io";
 /// Set by the emulated Machine controller once it has drained the node.
 const DRAINED: &str = "test.capi-lb/drained";
-
-async fn world(objects: Vec<Value>) -> World {
-    World::new(objects).await.unwrap()
-}
-
-async fn settle(world: &World) {
-    world.run_until_stable(200).await.unwrap();
-}
 
 fn keys(lb: &str) -> TargetKeys {
     TargetKeys::new(NS, lb)
@@ -103,13 +95,6 @@ fn members(world: &World, lb: &str) -> BTreeMap<String, MemberState> {
         .collect()
 }
 
-async fn patch_machine(world: &World, name: &str, patch: Value) {
-    machines(world)
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-}
-
 async fn patch_machine_status(world: &World, name: &str, status: Value) {
     machines(world)
         .patch_status(
@@ -117,13 +102,6 @@ async fn patch_machine_status(world: &World, name: &str, status: Value) {
             &PatchParams::default(),
             &Patch::Merge(&json!({"status": status})),
         )
-        .await
-        .unwrap();
-}
-
-async fn delete_machine(world: &World, name: &str) {
-    machines(world)
-        .delete(name, &DeleteParams::default())
         .await
         .unwrap();
 }
@@ -148,7 +126,7 @@ async fn capi_machine_controller(world: &World, skip_pre_drain: bool) {
         let pre_terminate = a.keys().any(|k| k.starts_with(PRE_TERMINATE_HOOK_PREFIX));
         if !a.contains_key(DRAINED) {
             if skip_pre_drain || !pre_drain {
-                patch_machine(
+                merge_patch::<Machine>(
                     world,
                     &name,
                     json!({"metadata": {"annotations": {DRAINED: "true"}}}),
@@ -156,7 +134,7 @@ async fn capi_machine_controller(world: &World, skip_pre_drain: bool) {
                 .await;
             }
         } else if !pre_terminate {
-            patch_machine(world, &name, json!({"metadata": {"finalizers": null}})).await;
+            merge_patch::<Machine>(world, &name, json!({"metadata": {"finalizers": null}})).await;
         }
     }
 }
@@ -227,7 +205,7 @@ async fn every_target_carries_its_state_hooks_and_the_proposal_pair() {
 async fn disable_drains_for_the_drain_time_and_keeps_the_target_out_until_enabled() {
     let world = two_machines(lb("cp").spec("drainSeconds", json!(20)).build()).await;
     settle(&world).await;
-    patch_machine(
+    merge_patch::<Machine>(
         &world,
         "cp-m2",
         json!({"metadata": {"annotations": {ANNOTATION_TARGET_DISABLED: ""}}}),
@@ -268,7 +246,7 @@ async fn disable_drains_for_the_drain_time_and_keeps_the_target_out_until_enable
     assert!(!members(&world, "cp").contains_key("cp-m2"), "kept out");
 
     // Enabled again: back in, hooks back.
-    patch_machine(
+    merge_patch::<Machine>(
         &world,
         "cp-m2",
         json!({"metadata": {"annotations": {ANNOTATION_TARGET_DISABLED: null}}}),
@@ -312,7 +290,7 @@ async fn a_control_plane_rolling_upgrade_is_make_before_break_and_drains_before_
         if new_active_at.is_none() && m.get("cp-new1") == Some(&MemberState::Active) {
             new_active_at = Some(second);
             assert_state(&world, "cp-new1", "active").await;
-            delete_machine(&world, "cp-old1").await;
+            delete::<Machine>(&world, "cp-old1").await;
             old_deleted_at = Some(second);
             continue;
         }
@@ -374,7 +352,7 @@ async fn a_control_plane_rolling_upgrade_is_make_before_break_and_drains_before_
 async fn when_pre_drain_is_skipped_pre_terminate_still_waits_for_the_drain() {
     let world = two_machines(lb("cp").build()).await;
     settle(&world).await;
-    delete_machine(&world, "cp-m2").await;
+    delete::<Machine>(&world, "cp-m2").await;
     for _ in 0..40 {
         world.reconcile(NS, "cp").await.unwrap();
         // The Machine controller skips pre-drain (e.g. no nodeRef) and drains at once.
@@ -395,7 +373,7 @@ async fn when_pre_drain_is_skipped_pre_terminate_still_waits_for_the_drain() {
 async fn a_deselected_machine_drains_and_loses_its_hooks() {
     let world = two_machines(lb("cp").build()).await;
     settle(&world).await;
-    patch_machine(
+    merge_patch::<Machine>(
         &world,
         "cp-m2",
         json!({"metadata": {"labels": {"loadbalancer.cluster.x-k8s.io/name": "other"}}}),
@@ -443,7 +421,7 @@ async fn cluster_deletion_releases_every_hook_at_once() {
     }
     assert!(event_reasons(&world).contains(&"DeletionHooksReleased".to_string()));
     // Machines deleted now go without waiting for the load balancer.
-    delete_machine(&world, "cp-m1").await;
+    delete::<Machine>(&world, "cp-m1").await;
     capi_machine_controller(&world, true).await;
     capi_machine_controller(&world, true).await;
     assert!(machines(&world).get_opt("cp-m1").await.unwrap().is_none());
@@ -509,7 +487,7 @@ async fn two_load_balancers_over_the_same_machines_do_not_fight() {
     assert_eq!(world.api.stats.writes_excluding_events(), writes);
 
     // Disabling a Machine takes it out of both.
-    patch_machine(
+    merge_patch::<Machine>(
         &world,
         "cp-m2",
         json!({"metadata": {"annotations": {ANNOTATION_TARGET_DISABLED: "maintenance"}}}),
@@ -622,7 +600,7 @@ async fn stray_members_are_removed_and_a_lost_address_keeps_its_member() {
 async fn a_restart_during_a_drain_keeps_the_drain_clock() {
     let world = two_machines(lb("cp").spec("drainSeconds", json!(60)).build()).await;
     settle(&world).await;
-    delete_machine(&world, "cp-m2").await;
+    delete::<Machine>(&world, "cp-m2").await;
     world.reconcile(NS, "cp").await.unwrap();
     world.clock.advance(Duration::from_secs(40));
     // A new controller process: nothing in memory, the same API and cloud.
@@ -654,7 +632,7 @@ async fn a_member_update_failure_keeps_hooks_and_states_until_it_recovers() {
         )
         .await
         .unwrap();
-    delete_machine(&world, "cp-m2").await;
+    delete::<Machine>(&world, "cp-m2").await;
     world.reconcile(NS, "cp").await.unwrap();
     assert_state(&world, "cp-m2", "active").await;
     assert_eq!(has_hooks(&world, "cp-m2", "cp").await, (true, true));

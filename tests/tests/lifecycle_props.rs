@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use capi_lb::world::World;
+use capi_lb::sim::world::World;
 use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::constants::{
     ANNOTATION_TARGET_DISABLED, ANNOTATION_TARGET_LB, ANNOTATION_TARGET_STATUS,

@@ -7,17 +7,13 @@
 
 use std::time::Duration;
 
-use capi_lb::world::World;
+use capi_lb::sim::world::World;
 use capi_lb_api::LoadBalancer;
 use capi_lb_providers::provider::tags;
 use capi_lb_tests::*;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
-
-async fn world(objects: Vec<Value>) -> World {
-    World::new(objects).await.unwrap()
-}
 
 fn objects(new_infra: InfraFixture) -> Vec<Value> {
     vec![
@@ -33,15 +29,14 @@ fn new_infra() -> InfraFixture {
     infra("cp-new").spec("addressPools", json!(["198.51.100.0/24"]))
 }
 
+/// Point LoadBalancer `cp` at the InMemoryLoadBalancer `name`.
 async fn point_at(world: &World, name: &str) {
-    Api::<LoadBalancer>::namespaced(world.client(), NS)
-        .patch(
-            "cp",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"infrastructureRef": {"name": name}}})),
-        )
-        .await
-        .unwrap();
+    merge_patch::<LoadBalancer>(
+        world,
+        "cp",
+        json!({"spec": {"infrastructureRef": {"name": name}}}),
+    )
+    .await;
 }
 
 /// Cloud load balancers by the infrastructure object they were made for: name -> (address, members).

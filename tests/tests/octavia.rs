@@ -7,10 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use capi_lb::world::World;
+use capi_lb::sim::world::World;
 use capi_lb_api::capi::Machine;
 use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer, OctaviaLoadBalancerStatus};
-use capi_lb_providers::provider::tags;
 use capi_lb_tests::octavia::{
     Harness, delete_until_gone, ext_addresses, harness, octavia_lb, olb, reconcile_until,
 };
@@ -39,40 +38,29 @@ async fn octavia_status(world: &World, name: &str) -> OctaviaLoadBalancerStatus 
         .unwrap_or_default()
 }
 
-/// Reconcile `cp` until `done` holds.
-async fn settle(world: &World, what: &str, done: impl Fn(&LoadBalancer) -> bool) -> LoadBalancer {
+/// Reconcile `cp` until `done` holds (in real time: Octavia's own timing), and return it.
+async fn reconcile_cp_until(
+    world: &World,
+    what: &str,
+    done: impl Fn(&LoadBalancer) -> bool,
+) -> LoadBalancer {
     reconcile_until(world, NS, "cp", what, done).await
 }
 
 /// Merge `spec` into the OctaviaLoadBalancer `cp`.
 async fn patch_olb(world: &World, spec: Value) {
-    Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS)
-        .patch(
-            "cp",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "spec": spec })),
-        )
-        .await
-        .unwrap();
+    merge_patch::<OctaviaLoadBalancer>(world, "cp", json!({ "spec": spec })).await;
 }
 
 /// Ready with `n` active targets.
 fn ready_with(n: usize) -> impl Fn(&LoadBalancer) -> bool {
     move |lb| {
-        ready(lb)
+        is_ready(lb)
             && lb
                 .status
                 .as_ref()
                 .is_some_and(|s| s.active_targets.len() == n)
     }
-}
-
-fn ready(lb: &LoadBalancer) -> bool {
-    cond(lb, "Ready").0 == "True"
-}
-
-fn uid_tag(lb: &LoadBalancer) -> String {
-    format!("{}={}", tags::UID, lb.metadata.uid.clone().unwrap())
 }
 
 /// Members of the pool of the first listener: `(name, address, weight)`.
@@ -122,7 +110,7 @@ async fn create_ready_publish_members_drain_and_cascade_delete() {
     let lb = get_lb(&world, "cp").await;
     assert_eq!(cond(&lb, "InfrastructureReady").1, "LoadBalancerPending");
 
-    let lb = settle(&world, "Ready", ready).await;
+    let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     let status = octavia_status(&world, "cp").await;
     assert_eq!(status.load_balancer_id.as_deref(), Some(id.as_str()));
     assert!(status.ready);
@@ -211,7 +199,7 @@ async fn create_ready_publish_members_drain_and_cascade_delete() {
         .create(&PostParams::default(), &m3)
         .await
         .unwrap();
-    settle(&world, "three members", |lb| {
+    reconcile_cp_until(&world, "three members", |lb| {
         lb.status
             .as_ref()
             .is_some_and(|s| s.active_targets.len() == 3)
@@ -228,7 +216,7 @@ async fn create_ready_publish_members_drain_and_cascade_delete() {
         )
         .await
         .unwrap();
-    settle(&world, "draining", |lb| {
+    reconcile_cp_until(&world, "draining", |lb| {
         lb.status
             .as_ref()
             .is_some_and(|s| !s.active_targets.contains(&"cp-m1".to_string()))
@@ -285,7 +273,7 @@ async fn a_restarted_controller_with_a_lost_status_adopts_by_tag_and_never_a_for
     h.wait_active(&foreign_id);
 
     let world = World::new(basic(&h)).await.unwrap();
-    let lb = settle(&world, "Ready", ready).await;
+    let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     let tag = uid_tag(&lb);
     let id = octavia_status(&world, "cp").await.load_balancer_id.unwrap();
     assert_ne!(id, foreign_id, "the foreign namesake must not be adopted");
@@ -293,7 +281,7 @@ async fn a_restarted_controller_with_a_lost_status_adopts_by_tag_and_never_a_for
     wipe_octavia_status(&world).await;
     let restarted = world.restart();
     restarted.openstack.clear();
-    settle(&restarted, "Ready again", ready).await;
+    reconcile_cp_until(&restarted, "Ready again", is_ready).await;
     let status = octavia_status(&restarted, "cp").await;
     assert_eq!(
         status.load_balancer_id.as_deref(),
@@ -325,7 +313,7 @@ async fn a_restarted_controller_with_a_lost_status_adopts_by_tag_and_never_a_for
         .await
         .unwrap();
     let restarted = restarted.restart();
-    settle(&restarted, "Ready with its own again", ready).await;
+    reconcile_cp_until(&restarted, "Ready with its own again", is_ready).await;
     let status = octavia_status(&restarted, "cp").await;
     assert_eq!(status.load_balancer_id.as_deref(), Some(id.as_str()));
 
@@ -347,7 +335,7 @@ async fn a_restarted_controller_with_a_lost_status_adopts_by_tag_and_never_a_for
 async fn writes_while_pending_are_retried_and_never_fail_the_reconcile() {
     let h = harness();
     let world = World::new(basic(&h)).await.unwrap();
-    let lb = settle(&world, "Ready", ready).await;
+    let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     let tag = uid_tag(&lb);
     let id = octavia_status(&world, "cp").await.load_balancer_id.unwrap();
 
@@ -386,7 +374,7 @@ async fn writes_while_pending_are_retried_and_never_fail_the_reconcile() {
         condition(&lb, "InfrastructureReady")
     );
 
-    settle(&world, "converged", ready_with(3)).await;
+    reconcile_cp_until(&world, "converged", ready_with(3)).await;
     let status = octavia_status(&world, "cp").await;
     let listener = status.listeners[0].listener_id.clone().unwrap();
     let (_, body) = h.octavia("GET", &format!("lbaas/listeners/{listener}"), None);
@@ -412,7 +400,7 @@ async fn ports_added_and_removed_get_and_lose_their_listener_pool_and_monitor() 
         json!({"healthMonitor": {"type": "HTTPS", "urlPath": "/readyz", "expectedCodes": "200"}}),
     );
     let world = World::new(objects).await.unwrap();
-    let lb = settle(&world, "Ready", ready).await;
+    let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     let tag = uid_tag(&lb);
     let status = octavia_status(&world, "cp").await;
     let monitor = status.listeners[0].monitor_id.clone().unwrap();
@@ -431,7 +419,7 @@ async fn ports_added_and_removed_get_and_lose_their_listener_pool_and_monitor() 
         )
         .await
         .unwrap();
-    settle(&world, "two listeners", ready).await;
+    reconcile_cp_until(&world, "two listeners", is_ready).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         world.reconcile(NS, "cp").await.unwrap();
@@ -558,7 +546,7 @@ async fn bad_credentials_and_a_missing_catalog_entry_are_clear_conditions() {
         .await
         .unwrap();
     patch_olb(&world, json!({"credentials": {"region": null}})).await;
-    let lb = settle(&world, "Ready with password auth", ready).await;
+    let lb = reconcile_cp_until(&world, "Ready with password auth", is_ready).await;
     delete_and_settle(&world, &h, &uid_tag(&lb)).await;
 }
 
@@ -577,7 +565,7 @@ async fn an_allocated_floating_ip_is_published_and_released_on_delete() {
         json!({"floatingIP": {"networkID": h.var("FIP_NETWORK_ID")}}),
     );
     let world = World::new(objects).await.unwrap();
-    let lb = settle(&world, "Ready", ready).await;
+    let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     let status = octavia_status(&world, "cp").await;
     let address = status.floating_ip.clone().expect("floating IP in status");
     assert!(address.starts_with("203.0.113."), "{address}");
@@ -611,7 +599,7 @@ async fn an_allocated_floating_ip_is_published_and_released_on_delete() {
     // A lost status: the floating IP on the VIP port is found again, not allocated twice.
     wipe_octavia_status(&world).await;
     let restarted = world.restart();
-    settle(&restarted, "Ready again", ready).await;
+    reconcile_cp_until(&restarted, "Ready again", is_ready).await;
     let again = octavia_status(&restarted, "cp").await;
     assert_eq!(again.floating_ip_id.as_deref(), Some(id.as_str()));
     let (_, list) = h.neutron("GET", &format!("floatingips?tags=capi-lb-uid={uid}"), None);
@@ -645,7 +633,7 @@ async fn a_given_floating_ip_is_used_never_stolen_and_kept_on_delete() {
     let mut objects = basic(&h);
     objects[2] = olb("cp", &h, json!({"floatingIP": {"address": busy}}));
     let world = World::new(objects).await.unwrap();
-    settle(&world, "FloatingIPInUse", |lb| {
+    reconcile_cp_until(&world, "FloatingIPInUse", |lb| {
         cond(lb, "InfrastructureReady").1 == "FloatingIPInUse"
     })
     .await;
@@ -654,7 +642,7 @@ async fn a_given_floating_ip_is_used_never_stolen_and_kept_on_delete() {
     // A free one: associated with the VIP, published, and kept (disassociated) on delete.
     let (free_id, free) = create(None);
     patch_olb(&world, json!({"floatingIP": {"address": free}})).await;
-    let lb = settle(&world, "Ready", ready).await;
+    let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     let status = octavia_status(&world, "cp").await;
     assert_eq!(status.floating_ip.as_deref(), Some(free.as_str()));
     assert!(!status.floating_ip_allocated);
@@ -681,7 +669,7 @@ async fn a_given_floating_ip_is_used_never_stolen_and_kept_on_delete() {
 async fn a_load_balancer_in_error_is_reported_and_recreated_when_configured() {
     let h = harness();
     let world = World::new(basic(&h)).await.unwrap();
-    let lb = settle(&world, "Ready", ready).await;
+    let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     let tag = uid_tag(&lb);
     let id = octavia_status(&world, "cp").await.load_balancer_id.unwrap();
     // Let the worker finish the member update's flow first (it marks the load balancer ACTIVE
@@ -690,7 +678,7 @@ async fn a_load_balancer_in_error_is_reported_and_recreated_when_configured() {
     h.wait_active(&id);
     h.set_provisioning_status(&id, "ERROR");
 
-    let lb = settle(&world, "LoadBalancerError", |lb| {
+    let lb = reconcile_cp_until(&world, "LoadBalancerError", |lb| {
         cond(lb, "InfrastructureReady").1 == "LoadBalancerError"
     })
     .await;
@@ -703,7 +691,7 @@ async fn a_load_balancer_in_error_is_reported_and_recreated_when_configured() {
     assert_eq!(h.lbs_tagged(&tag).len(), 1);
 
     patch_olb(&world, json!({"recreateOnError": true})).await;
-    settle(&world, "recreated and Ready", ready_with(2)).await;
+    reconcile_cp_until(&world, "recreated and Ready", ready_with(2)).await;
     let status = octavia_status(&world, "cp").await;
     assert_ne!(status.load_balancer_id.as_deref(), Some(id.as_str()));
     let found = h.lbs_tagged(&tag);
@@ -733,11 +721,8 @@ async fn the_kamaji_octavia_flavor_realises_kamajis_service_with_a_floating_ip()
         ("CAPI_LB_OCTAVIA_SECRET", "openstack"),
         ("CAPI_LB_OCTAVIA_CLOUD", "harness"),
     ]);
-    let text = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../templates/cluster-template-kamaji-octavia.yaml"),
-    )
-    .unwrap();
+    let text =
+        std::fs::read_to_string(repo("templates/cluster-template-kamaji-octavia.yaml")).unwrap();
     let (text, _) = substitute(&text, &values);
     let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
     let mut objects: Vec<Value> = docs
@@ -784,7 +769,7 @@ async fn the_kamaji_octavia_flavor_realises_kamajis_service_with_a_floating_ip()
             .get(&lb_name)
             .await
             .unwrap();
-        if !ingress.is_empty() && ready(&lb) {
+        if !ingress.is_empty() && is_ready(&lb) {
             break ingress;
         }
         assert!(Instant::now() < deadline, "{:#?}", lb.status);
@@ -830,7 +815,7 @@ async fn the_octavia_examples_become_ready() {
     );
     assert_eq!(code, 201, "{given}");
     let given_id = given["floatingip"]["id"].as_str().unwrap().to_string();
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/octavia");
+    let dir = repo("examples/octavia");
     let mut objects: Vec<Value> = Vec::new();
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -945,7 +930,7 @@ async fn an_unknown_provider_driver_or_flavor_is_a_clear_condition() {
 
     // Fixed: it goes ahead.
     patch_olb(&world, json!({"flavorID": null})).await;
-    let lb = settle(&world, "Ready", ready).await;
+    let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     delete_and_settle(&world, &h, &uid_tag(&lb)).await;
 }
 
@@ -964,10 +949,10 @@ async fn a_credential_revoked_while_running_is_reported_and_a_new_secret_recover
         json!({"credentials": {"secretName": "openstack", "cloud": "own"}}),
     );
     let world = World::new(objects).await.unwrap();
-    let lb = settle(&world, "Ready", ready).await;
+    let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     h.revoke_application_credential(&user, &cred);
 
-    let lb_after = settle(&world, "AuthenticationFailed", |lb| {
+    let lb_after = reconcile_cp_until(&world, "AuthenticationFailed", |lb| {
         cond(lb, "InfrastructureReady").1 == "AuthenticationFailed"
     })
     .await;
@@ -992,7 +977,7 @@ async fn a_credential_revoked_while_running_is_reported_and_a_new_secret_recover
         )
         .await
         .unwrap();
-    settle(&world, "Ready again", ready).await;
+    reconcile_cp_until(&world, "Ready again", is_ready).await;
     assert_eq!(h.lbs_tagged(&uid_tag(&lb)).len(), 1);
     delete_and_settle(&world, &h, &uid_tag(&lb)).await;
 }
@@ -1010,7 +995,7 @@ async fn a_target_with_only_a_dns_name_is_reported_and_the_others_serve() {
         .addresses(json!([{"type": "InternalDNS", "address": "cp-m2.nodes.example"}]))
         .build();
     let world = World::new(objects).await.unwrap();
-    let lb = settle(&world, "MemberAddressNotIP", |lb| {
+    let lb = reconcile_cp_until(&world, "MemberAddressNotIP", |lb| {
         lb.status
             .as_ref()
             .is_some_and(|s| s.active_targets.len() == 1)
@@ -1042,7 +1027,7 @@ async fn a_target_with_only_a_dns_name_is_reported_and_the_others_serve() {
 async fn a_foreign_floating_ip_on_the_vip_port_is_left_alone() {
     let h = harness();
     let world = World::new(basic(&h)).await.unwrap();
-    let lb = settle(&world, "Ready", ready).await;
+    let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     let port = octavia_status(&world, "cp").await.vip_port_id.unwrap();
     let (code, body) = h.neutron(
         "POST",
@@ -1056,7 +1041,7 @@ async fn a_foreign_floating_ip_on_the_vip_port_is_left_alone() {
         json!({"floatingIP": {"networkID": h.var("FIP_NETWORK_ID")}}),
     )
     .await;
-    let lb_now = settle(&world, "FloatingIPInUse", |lb| {
+    let lb_now = reconcile_cp_until(&world, "FloatingIPInUse", |lb| {
         cond(lb, "InfrastructureReady").1 == "FloatingIPInUse"
     })
     .await;
@@ -1076,7 +1061,7 @@ async fn a_foreign_floating_ip_on_the_vip_port_is_left_alone() {
             .0,
         204
     );
-    settle(&world, "Ready with an allocated floating IP", ready).await;
+    reconcile_cp_until(&world, "Ready with an allocated floating IP", is_ready).await;
     let status = octavia_status(&world, "cp").await;
     assert!(
         status.floating_ip_allocated && status.floating_ip_id.as_deref() != Some(foreign.as_str())

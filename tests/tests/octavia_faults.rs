@@ -5,9 +5,8 @@
 // Integration tests: helpers panic on broken fixtures, which is the failure we want.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use capi_lb::world::World;
+use capi_lb::sim::world::World;
 use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer};
-use capi_lb_providers::provider::tags;
 use capi_lb_tests::octavia::{delete_until_gone, harness, octavia_objects, reconcile_until};
 use capi_lb_tests::*;
 use kube::api::{Api, DeleteParams};
@@ -48,11 +47,8 @@ async fn the_api_stopping_mid_provisioning_converges_with_no_duplicate() {
     world.reconcile(NS, "cp").await.unwrap();
     h.start_api();
 
-    let lb = reconcile_until(&world, NS, "cp", "Ready after the API is back", |lb| {
-        cond(lb, "Ready").0 == "True"
-    })
-    .await;
-    let tag = format!("{}={}", tags::UID, lb.metadata.uid.clone().unwrap());
+    let lb = reconcile_until(&world, NS, "cp", "Ready after the API is back", is_ready).await;
+    let tag = uid_tag(&lb);
     let found = h.lbs_tagged(&tag);
     assert_eq!(found.len(), 1, "exactly one load balancer: {found:?}");
     assert_eq!(found[0]["id"], id.as_str());
@@ -109,11 +105,8 @@ async fn an_exhausted_quota_is_reported_and_retried() {
         Some(std::time::Duration::from_secs(60)),
         "retried on its own, without a spec change"
     );
-    let lb = reconcile_until(&world, NS, "cp", "Ready once the quota allows", |lb| {
-        cond(lb, "Ready").0 == "True"
-    })
-    .await;
-    let tag = format!("{}={}", tags::UID, lb.metadata.uid.clone().unwrap());
+    let lb = reconcile_until(&world, NS, "cp", "Ready once the quota allows", is_ready).await;
+    let tag = uid_tag(&lb);
     delete_until_gone(&world, NS, "cp").await;
     assert!(h.lbs_tagged(&tag).is_empty());
 }

@@ -10,15 +10,15 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use capi_lb::rbac::{self, Enabled, Permission, finalizers_of, verb_of};
-use capi_lb::world::World;
+use capi_lb::install::rbac::{self, Enabled, Permission, finalizers_of, verb_of};
+use capi_lb::sim::world::World;
 use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::kubedc::EIp;
 use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer};
 use capi_lb_tests::kubedc_sim::KubeDcSim;
 use capi_lb_tests::*;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 fn observed(world: &World) -> BTreeSet<Permission> {
@@ -36,19 +36,6 @@ fn observed(world: &World) -> BTreeSet<Permission> {
         }
     }
     out
-}
-
-async fn delete<K>(world: &World, name: &str)
-where
-    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    Api::<K>::namespaced(world.client(), NS)
-        .delete(name, &DeleteParams::default())
-        .await
-        .unwrap();
 }
 
 /// The LoadBalancer controller with the in-memory provider: create (a control-plane LoadBalancer
@@ -155,14 +142,8 @@ async fn external_scenario() -> BTreeSet<Permission> {
 async fn kubedc_scenario() -> BTreeSet<Permission> {
     let world = World::with_builder(
         vec![
-            lb("cp")
-                .spec(
-                    "infrastructureRef",
-                    json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "KubeDCLoadBalancer", "name": "cp"}),
-                )
-                .build(),
-            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "KubeDCLoadBalancer",
-                   "metadata": {"name": "cp", "namespace": NS}, "spec": {}}),
+            kubedc_lb("cp").build(),
+            kubedc_infra("cp", json!({})),
             machine("cp-m1", "cp", "10.0.0.11").build(),
         ],
         |b| b.with_resource::<EIp>(),

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use capi_lb::world::World;
+use capi_lb::sim::world::World;
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Machine;
 use capi_lb_api::constants::{INFRASTRUCTURE_FINALIZER, LOADBALANCER_FINALIZER};
@@ -13,42 +13,8 @@ use capi_lb_tests::*;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-
-async fn world(objects: Vec<Value>) -> World {
-    World::new(objects).await.unwrap()
-}
-
-async fn settle(world: &World) {
-    world.run_until_stable(200).await.unwrap();
-}
-
-async fn merge_patch<K>(world: &World, name: &str, patch: Value)
-where
-    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    Api::<K>::namespaced(world.client(), NS)
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
-}
-
-async fn delete<K>(world: &World, name: &str)
-where
-    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    Api::<K>::namespaced(world.client(), NS)
-        .delete(name, &DeleteParams::default())
-        .await
-        .unwrap();
-}
 
 fn basic() -> Vec<Value> {
     vec![

@@ -83,7 +83,7 @@ async fn unknown_providers_are_refused_with_the_available_ones() {
 /// shutdown) the other takes over at once.
 #[tokio::test]
 async fn only_one_replica_leads_and_the_other_takes_over() {
-    use capi_lb::world::World;
+    use capi_lb::sim::world::World;
     use kube_lease_manager::LeaseManagerBuilder;
 
     let world = World::new(Vec::new()).await.unwrap();

@@ -3,16 +3,9 @@
 // Integration tests: helpers panic on broken fixtures, which is the failure we want.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::PathBuf;
-
-use capi_lb::simulate::{Options, SimulateError, Source, load, read, simulate};
+use capi_lb::sim::simulate::{Options, SimulateError, Source, load, read, simulate};
+use capi_lb_tests::repo;
 use serde_json::{Value, json};
-
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(path)
-}
 
 fn source(name: &str, text: &str) -> Source {
     Source {
@@ -159,7 +152,7 @@ async fn expect_ready_reports_what_is_not_ready() {
 
 #[test]
 fn committed_manifests_match_the_generated_ones() {
-    let files = capi_lb::manifests::files().unwrap();
+    let files = capi_lb::install::manifests::files().unwrap();
     for (path, content) in &files {
         let committed = std::fs::read_to_string(repo("config").join(path)).unwrap_or_default();
         assert_eq!(
@@ -188,10 +181,11 @@ fn committed_manifests_match_the_generated_ones() {
     assert_eq!(on_disk, generated);
     // The CRDs are the same with `capi-lb crds`.
     for crd in capi_lb_api::crds() {
-        let committed =
-            std::fs::read_to_string(repo("config/crd/bases").join(capi_lb::crds::file_name(&crd)))
-                .unwrap();
-        assert_eq!(committed, capi_lb::crds::to_yaml(&crd).unwrap());
+        let committed = std::fs::read_to_string(
+            repo("config/crd/bases").join(capi_lb::install::crds::file_name(&crd)),
+        )
+        .unwrap();
+        assert_eq!(committed, capi_lb::install::crds::to_yaml(&crd).unwrap());
     }
 }
 
@@ -292,35 +286,35 @@ async fn every_example_simulates_and_shows_what_it_says() {
     assert_eq!(seen.len(), 5, "{seen:?}");
 }
 
-/// docs/operations.md lists every condition reason and Event reason capi-lb and its providers use.
+/// docs/operations.md lists every condition reason and Event reason capi-lb and its providers use
+/// (the providers' from the provider catalog).
 #[test]
 fn every_reason_is_documented() {
     let docs = std::fs::read_to_string(repo("docs/operations.md")).unwrap();
     let mut missing = Vec::new();
-    for (file, modules) in [
-        (
-            "api/src/constants.rs",
-            &["condition", "reason", "event"][..],
-        ),
-        ("providers/src/kubedc.rs", &["reason"][..]),
-        ("providers/src/octavia/mod.rs", &["reason"][..]),
-    ] {
-        let text = std::fs::read_to_string(repo(file)).unwrap();
-        for module in modules {
-            let start = text
-                .find(&format!("pub mod {module} {{"))
-                .unwrap_or_else(|| panic!("{file}: mod {module}"));
-            let body = &text[start..];
-            let body = &body[..body.find("\n}").unwrap()];
-            for line in body.lines() {
-                if let Some(value) = line
-                    .trim()
-                    .strip_prefix("pub const ")
-                    .and_then(|rest| rest.split('"').nth(1))
-                    && !docs.contains(&format!("`{value}`"))
-                {
-                    missing.push(format!("{file} {module}: {value}"));
-                }
+    let file = "api/src/constants.rs";
+    let text = std::fs::read_to_string(repo(file)).unwrap();
+    for module in ["condition", "reason", "event"] {
+        let start = text
+            .find(&format!("pub mod {module} {{"))
+            .unwrap_or_else(|| panic!("{file}: mod {module}"));
+        let body = &text[start..];
+        let body = &body[..body.find("\n}").unwrap()];
+        for line in body.lines() {
+            if let Some(value) = line
+                .trim()
+                .strip_prefix("pub const ")
+                .and_then(|rest| rest.split('"').nth(1))
+                && !docs.contains(&format!("`{value}`"))
+            {
+                missing.push(format!("{file} {module}: {value}"));
+            }
+        }
+    }
+    for entry in capi_lb_providers::catalog::CATALOG {
+        for reason in entry.reasons {
+            if !docs.contains(&format!("`{}`", reason.name)) {
+                missing.push(format!("{} provider: {}", entry.name, reason.name));
             }
         }
     }

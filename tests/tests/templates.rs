@@ -7,19 +7,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-use capi_lb::simulate::{Options, Source, simulate};
+use capi_lb::sim::simulate::{Options, Source, simulate};
 use capi_lb_api::validation::parse;
 use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer};
-use capi_lb_tests::substitute;
+use capi_lb_tests::{repo, substitute};
 use serde_json::{Value, json};
-
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(path)
-}
 
 /// clusterctl's variables that templates may use without a default.
 const STANDARD: &[&str] = &["CLUSTER_NAME", "NAMESPACE", "KUBERNETES_VERSION"];

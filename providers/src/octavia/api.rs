@@ -19,27 +19,10 @@ use openstack_sdk::types::ServiceType;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{Stop, reason};
+use super::reason;
+use super::stop::{POLL, Stop};
 use crate::error::ProviderError;
-
-/// Receives one record per OpenStack API request (for metrics and benchmarks).
-pub trait ApiObserver: Send + Sync {
-    /// Called after every request, including failed ones.
-    fn observe(&self, call: &ApiCall<'_>);
-}
-
-/// One OpenStack API request, as seen by an [`ApiObserver`].
-#[derive(Clone, Copy, Debug)]
-pub struct ApiCall<'a> {
-    /// `identity` or `load-balancer`.
-    pub service: &'a str,
-    /// What was done, e.g. `loadbalancer.create`, `member.batch-update`.
-    pub operation: &'a str,
-    /// HTTP status, or `None` when no answer came (connection refused, timeout).
-    pub status: Option<u16>,
-    /// How long it took.
-    pub duration: Duration,
-}
+use crate::observe::{ApiCall, ApiObserver};
 
 /// An Octavia API version (`2.N`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -162,7 +145,7 @@ const SECRET_FRESH: Duration = Duration::from_secs(5);
 /// How often to look again after a problem only the user or the cloud's operator can fix.
 const SLOW: Duration = Duration::from_secs(60);
 
-fn wait(reason: &'static str, message: String) -> Stop {
+fn wait(reason: crate::provider::Reason, message: String) -> Stop {
     Stop::Wait(crate::provider::Progress::pending_because(
         reason, message, SLOW,
     ))
@@ -613,6 +596,25 @@ impl Session {
         Err(self.failure(operation, &reply))
     }
 
+    /// Send `request` and require success like [`Session::expect`], except that 404 is `Ok(None)`:
+    /// the object is already gone, which is fine for a delete (or a read of an object that may be
+    /// gone). Anything else that is not 2xx is reported as [`Session::failure`] says.
+    pub async fn expect_or_gone(
+        &self,
+        observer: Option<&dyn ApiObserver>,
+        operation: &str,
+        request: Request,
+    ) -> Result<Option<Value>, Stop> {
+        let reply = self.send(observer, operation, request).await?;
+        if reply.status == 404 {
+            return Ok(None);
+        }
+        if reply.ok() {
+            return Ok(Some(reply.body));
+        }
+        Err(self.failure(operation, &reply))
+    }
+
     /// What a non-2xx answer means for the provider.
     pub fn failure(&self, operation: &str, reply: &Reply) -> Stop {
         let fault = reply.fault();
@@ -637,7 +639,7 @@ impl Session {
             409 => Stop::Wait(crate::provider::Progress::pending_because(
                 reason::LOAD_BALANCER_PENDING,
                 format!("{what} (an object is PENDING; retrying)"),
-                super::POLL,
+                POLL,
             )),
             401 => wait(reason::AUTHENTICATION_FAILED, what),
             403 | 413 if lower.contains("quota") => wait(reason::QUOTA_EXCEEDED, what),
@@ -647,5 +649,22 @@ impl Session {
             400..=499 => wait(reason::REQUEST_REJECTED, what),
             _ => Stop::Error(ProviderError::transient(what)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn version_document_gives_the_highest_v2() {
+        let doc =
+            json!({"versions": [{"id": "v2.0"}, {"id": "v2.30"}, {"id": "v2.4"}, {"id": "v1.9"}]});
+        assert_eq!(ApiVersion::from_document(&doc), Some(ApiVersion(2, 30)));
+        assert_eq!(ApiVersion::from_document(&json!({})), None);
+        assert!(
+            ApiVersion(2, 4) < ApiVersion::TAGS && ApiVersion(2, 30) > ApiVersion::ALLOWED_CIDRS
+        );
     }
 }

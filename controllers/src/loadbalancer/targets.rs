@@ -3,7 +3,7 @@
 //! Machine convention, which other kinds follow too), and the readiness gates it has not passed.
 //! Picking is pure; listing is one API call.
 //!
-//! A [`Pass`] moves the targets through the state machine of [`crate::lifecycle`] around the
+//! A [`Pass`] moves the targets through the state machine of [`super::lifecycle`] around the
 //! provider call: [`Pass::prepare`] puts deletion hooks in place before any member can exist, the
 //! reconciler converges the members, and [`Pass::complete`] writes each target's new state and
 //! releases the hooks of members that are gone. Each target is written at most once per half, and
@@ -25,13 +25,13 @@ use kube::core::{ApiResource, DynamicObject, Selector, SelectorExt};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
-use crate::context::Context;
-use crate::error::{Result, is_not_found, kube_err};
-use crate::lifecycle::{
+use super::lifecycle::{
     Members, Observed, Settings, annotate, hooks_before, intent, set_hooks, settle,
 };
+use super::status::TargetView;
+use crate::context::Context;
+use crate::error::{Result, is_not_found, kube_err};
 use crate::metadata::set_annotations;
-use crate::status::TargetView;
 
 /// True for address types that must hold an IP.
 fn is_ip_type(t: MachineAddressType) -> bool {

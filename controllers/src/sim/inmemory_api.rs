@@ -451,4 +451,30 @@ mod tests {
             "/api/v1/namespaces/default/services/cp-ext/status"
         ));
     }
+
+    /// Every provider of the catalog has its infrastructure kind served by the in-memory API (the
+    /// fake client needs each kind registered by type above).
+    #[tokio::test]
+    async fn every_catalog_kind_is_served() {
+        use capi_lb_providers::clock::ManualClock;
+        use kube::api::{Api, PostParams};
+        use kube::core::DynamicObject;
+
+        let clock: SharedClock = Arc::new(ManualClock::new(jiff::Timestamp::UNIX_EPOCH));
+        let api = InMemoryApiBuilder::new(clock).build().await.unwrap();
+        for entry in capi_lb_providers::catalog::CATALOG {
+            let ar = (entry.infrastructure)();
+            let objects: Api<DynamicObject> =
+                Api::namespaced_with(api.client.clone(), "default", &ar);
+            let object = DynamicObject::new("x", &ar).data(serde_json::json!({"spec": {}}));
+            objects
+                .create(&PostParams::default(), &object)
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", entry.name));
+            assert_eq!(
+                objects.list(&Default::default()).await.unwrap().items.len(),
+                1
+            );
+        }
+    }
 }

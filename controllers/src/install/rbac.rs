@@ -9,8 +9,8 @@
 
 use std::collections::BTreeSet;
 
-use capi_lb_api::constants::{CAPI_GROUP, GROUP, INFRASTRUCTURE_GROUP};
-use capi_lb_providers::{inmemory, kubedc, octavia};
+use capi_lb_api::constants::{CAPI_GROUP, GROUP};
+use capi_lb_providers::catalog;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
 /// One permission: an API group, a resource (with `/subresource`), a verb.
@@ -23,14 +23,14 @@ pub struct Component {
     pub name: &'static str,
     /// Permissions other than watches.
     pub calls: Vec<(&'static str, &'static str, &'static [&'static str])>,
-    /// Resources the controller watches (list + watch), set up by `run`.
-    pub watches: Vec<(&'static str, &'static str)>,
+    /// Resources the controller watches (list + watch), set up by `run`: (group, resource).
+    pub watches: Vec<(String, String)>,
 }
 
 /// Which parts of capi-lb the RBAC is for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Enabled {
-    /// Provider names (`inmemory`, `kubedc`).
+    /// Provider names (`inmemory`, `kubedc`, ...: see the provider catalog).
     pub providers: Vec<String>,
     /// The `-ext` publisher for Services.
     pub external_endpoints: bool,
@@ -39,14 +39,17 @@ pub struct Enabled {
 impl Default for Enabled {
     fn default() -> Self {
         Self {
-            providers: vec![
-                inmemory::NAME.into(),
-                kubedc::NAME.into(),
-                octavia::NAME.into(),
-            ],
+            providers: catalog::names().into_iter().map(String::from).collect(),
             external_endpoints: true,
         }
     }
+}
+
+fn watched(resources: &[(&str, &str)]) -> Vec<(String, String)> {
+    resources
+        .iter()
+        .map(|(group, resource)| (group.to_string(), resource.to_string()))
+        .collect()
 }
 
 /// The components `enabled` runs.
@@ -79,84 +82,24 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
             (CAPI_GROUP, "clusters", &["get", "patch"]),
             ("events.k8s.io", "events", &["create", "patch"]),
         ],
-        watches: vec![
+        watches: watched(&[
             (GROUP, "loadbalancers"),
             ("", "services"),
             ("discovery.k8s.io", "endpointslices"),
             (CAPI_GROUP, "machines"),
             (CAPI_GROUP, "clusters"),
-        ],
+        ]),
     }];
-    for provider in &enabled.providers {
-        match provider.as_str() {
-            inmemory::NAME => out.push(Component {
-                name: "in-memory provider",
-                calls: vec![
-                    (
-                        INFRASTRUCTURE_GROUP,
-                        "inmemoryloadbalancers",
-                        &["get", "patch"],
-                    ),
-                    (
-                        INFRASTRUCTURE_GROUP,
-                        "inmemoryloadbalancers/status",
-                        &["patch"],
-                    ),
-                ],
-                watches: vec![(INFRASTRUCTURE_GROUP, "inmemoryloadbalancers")],
-            }),
-            kubedc::NAME => out.push(Component {
-                name: "kube-dc provider",
-                calls: vec![
-                    (
-                        INFRASTRUCTURE_GROUP,
-                        "kubedcloadbalancers",
-                        &["get", "patch"],
-                    ),
-                    (
-                        INFRASTRUCTURE_GROUP,
-                        "kubedcloadbalancers/status",
-                        &["patch"],
-                    ),
-                    (
-                        INFRASTRUCTURE_GROUP,
-                        "kubedcloadbalancers/finalizers",
-                        &["update"],
-                    ),
-                    ("kube-dc.com", "eips", &["get", "list", "create", "delete"]),
-                    // The LoadBalancer Service and its Endpoints, created by server-side apply.
-                    ("", "services", &["create"]),
-                    (
-                        "",
-                        "endpoints",
-                        &["get", "create", "patch", "list", "delete"],
-                    ),
-                ],
-                watches: vec![
-                    (INFRASTRUCTURE_GROUP, "kubedcloadbalancers"),
-                    ("kube-dc.com", "eips"),
-                ],
-            }),
-            octavia::NAME => out.push(Component {
-                name: "Octavia provider",
-                calls: vec![
-                    (
-                        INFRASTRUCTURE_GROUP,
-                        "octavialoadbalancers",
-                        &["get", "patch"],
-                    ),
-                    (
-                        INFRASTRUCTURE_GROUP,
-                        "octavialoadbalancers/status",
-                        &["patch"],
-                    ),
-                    // The clouds.yaml, from the OctaviaLoadBalancer's own namespace only.
-                    ("", "secrets", &["get"]),
-                ],
-                watches: vec![(INFRASTRUCTURE_GROUP, "octavialoadbalancers")],
-            }),
-            _ => {}
-        }
+    for entry in enabled
+        .providers
+        .iter()
+        .filter_map(|name| catalog::find(name))
+    {
+        out.push(Component {
+            name: entry.title,
+            calls: entry.calls.to_vec(),
+            watches: entry.watches(),
+        });
     }
     if enabled.external_endpoints {
         out.push(Component {
@@ -180,7 +123,7 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
                 ("", "endpoints", &["get", "create", "patch", "delete"]),
                 ("events.k8s.io", "events", &["create", "patch"]),
             ],
-            watches: vec![("", "services"), ("discovery.k8s.io", "endpointslices")],
+            watches: watched(&[("", "services"), ("discovery.k8s.io", "endpointslices")]),
         });
     }
     out
@@ -275,14 +218,15 @@ pub fn verb_of(method: &str, path: &str, query: &str) -> Option<Permission> {
 /// The `finalizers` permission an owner reference with `blockOwnerDeletion` to `kind` needs.
 pub fn finalizers_of(kind: &str) -> Option<Permission> {
     let (group, resource) = match kind {
-        "LoadBalancer" => (GROUP, "loadbalancers"),
-        "Service" => ("", "services"),
-        "KubeDCLoadBalancer" => (INFRASTRUCTURE_GROUP, "kubedcloadbalancers"),
-        "InMemoryLoadBalancer" => (INFRASTRUCTURE_GROUP, "inmemoryloadbalancers"),
-        _ => return None,
+        "LoadBalancer" => (GROUP.to_string(), "loadbalancers".to_string()),
+        "Service" => (String::new(), "services".to_string()),
+        other => {
+            let infra = (catalog::for_kind(other)?.infrastructure)();
+            (infra.group, infra.plural)
+        }
     };
     Some((
-        group.to_string(),
+        group,
         format!("{resource}/finalizers"),
         "update".to_string(),
     ))

@@ -26,7 +26,7 @@ use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::world::{EPOCH, RunReport, World, WorldError};
+use crate::sim::world::{EPOCH, RunReport, World, WorldError};
 
 /// The most reconcile passes a simulation may take before it is declared unsettled.
 const MAX_PASSES: usize = 1000;

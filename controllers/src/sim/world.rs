@@ -11,25 +11,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capi_lb_api::LoadBalancer;
-use capi_lb_providers::ProviderRegistry;
+use capi_lb_providers::catalog::{self, Dependencies};
 use capi_lb_providers::clock::{ManualClock, SharedClock, until};
-use capi_lb_providers::inmemory::{InMemoryCloud, InMemoryProvider};
-use capi_lb_providers::kubedc::KubeDcProvider;
-use capi_lb_providers::octavia::OctaviaProvider;
-use capi_lb_providers::octavia::api::{ApiCall, ApiObserver};
+use capi_lb_providers::inmemory::InMemoryCloud;
+use capi_lb_providers::observe::{ApiCall, ApiObserver};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
+use crate::context::Outcome;
 use crate::context::{Config, Context};
 use crate::error::{Error, Result, kube_err};
 use crate::events::EventSink;
-use crate::inmemory_api::{InMemoryApi, InMemoryApiBuilder, InMemoryApiError};
 use crate::kinds::KindResolver;
-use crate::reconcile::{Outcome, reconcile};
-use crate::services::{Reported, reconcile_service};
+use crate::loadbalancer::reconcile;
+use crate::publication::services::{Reported, reconcile_service};
+use crate::sim::inmemory_api::{InMemoryApi, InMemoryApiBuilder, InMemoryApiError};
 
 /// The instant every world starts at, so simulate output is reproducible.
 pub const EPOCH: &str = "2026-01-01T00:00:00Z";
@@ -167,16 +166,12 @@ impl World {
         config: Config,
     ) -> Context {
         let shared: SharedClock = clock.clone();
-        let mut providers = ProviderRegistry::new();
-        providers.register(Arc::new(InMemoryProvider::new(cloud.clone())));
-        providers.register(Arc::new(KubeDcProvider::new(
-            api.client.clone(),
-            shared.clone(),
-        )));
-        providers.register(Arc::new(
-            OctaviaProvider::new(api.client.clone(), shared.clone())
-                .with_observer(openstack.clone()),
-        ));
+        let providers = catalog::all(&Dependencies {
+            client: api.client.clone(),
+            clock: shared.clone(),
+            observer: Some(openstack.clone()),
+            cloud: Some(cloud.clone()),
+        });
         let mut events = EventSink::new(api.client.clone(), None, shared.clone());
         if timeline {
             events = events.with_timeline();

@@ -17,10 +17,22 @@ pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_saphyr::s
     Ok(format!("{HEADER}{}", serde_saphyr::to_string(crd)?))
 }
 
+/// Every CRD capi-lb installs: the LoadBalancer's and each provider's infrastructure kind (from the
+/// provider catalog).
+pub fn all() -> Vec<CustomResourceDefinition> {
+    std::iter::once(<capi_lb_api::LoadBalancer as kube::CustomResourceExt>::crd())
+        .chain(
+            capi_lb_providers::catalog::CATALOG
+                .iter()
+                .map(|e| (e.crd)()),
+        )
+        .collect()
+}
+
 /// Every CRD as one multi-document YAML stream.
 pub fn all_yaml() -> Result<String, serde_saphyr::ser::Error> {
     let mut out = String::new();
-    for crd in capi_lb_api::crds() {
+    for crd in all() {
         out.push_str("---\n");
         out.push_str(&to_yaml(&crd)?);
     }
@@ -32,7 +44,7 @@ pub fn kustomization() -> String {
     let mut out = format!(
         "{HEADER}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n"
     );
-    for crd in capi_lb_api::crds() {
+    for crd in all() {
         out.push_str(&format!("- bases/{}\n", file_name(&crd)));
     }
     out
@@ -43,7 +55,7 @@ pub fn write(dir: &Path) -> Result<Vec<String>, Box<dyn std::error::Error>> {
     let bases = dir.join("bases");
     std::fs::create_dir_all(&bases)?;
     let mut written = Vec::new();
-    for crd in capi_lb_api::crds() {
+    for crd in all() {
         let path = bases.join(file_name(&crd));
         std::fs::write(&path, to_yaml(&crd)?)?;
         written.push(path.display().to_string());
@@ -52,4 +64,21 @@ pub fn write(dir: &Path) -> Result<Vec<String>, Box<dyn std::error::Error>> {
     std::fs::write(&path, kustomization())?;
     written.push(path.display().to_string());
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The API crate's list of CRDs (which its schema tests check) and the installed ones agree: a
+    /// provider's kind is in both or the catalog entry is missing.
+    #[test]
+    fn the_installed_crds_are_the_api_crates() {
+        let names = |crds: Vec<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        >| {
+            crds.into_iter()
+                .map(|c| c.metadata.name.unwrap_or_default())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(super::all()), names(capi_lb_api::crds()));
+    }
 }

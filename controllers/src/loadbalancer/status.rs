@@ -4,6 +4,9 @@
 use capi_lb_api::conditions::DesiredCondition;
 use capi_lb_api::constants::{condition as c, reason as r};
 use capi_lb_api::target::TargetState;
+use capi_lb_providers::Reason;
+
+use capi_lb_providers::{DesiredMember, MemberState, MemberStatus};
 
 use crate::publication::Published;
 
@@ -16,8 +19,8 @@ pub enum InfraState {
     Provisioning(String),
     /// Still being provisioned, for a provider-specific reason users need to tell apart.
     Waiting {
-        /// Condition reason from the provider.
-        reason: &'static str,
+        /// Condition reason from the provider, with its severity.
+        reason: Reason,
         /// What is awaited.
         message: String,
     },
@@ -89,7 +92,13 @@ pub fn infrastructure_condition(infra: &InfraState) -> DesiredCondition {
             DesiredCondition::false_(c::INFRASTRUCTURE_READY, r::PROVISIONING, message.clone())
         }
         InfraState::Waiting { reason, message } => {
-            DesiredCondition::false_(c::INFRASTRUCTURE_READY, reason, message.clone())
+            let condition =
+                DesiredCondition::false_(c::INFRASTRUCTURE_READY, reason.name, message.clone());
+            if reason.is_problem() {
+                condition.as_problem()
+            } else {
+                condition
+            }
         }
         InfraState::Problem { reason, message } => {
             DesiredCondition::false_(c::INFRASTRUCTURE_READY, reason, message.clone())
@@ -190,6 +199,7 @@ pub fn targets_condition(
         problems.push(message.clone());
         reason = Some(*why);
     }
+    let members_problem = reason.is_some();
     if !without.is_empty() {
         problems.push(format!(
             "{} without a usable address (wanted {address_types}): {}",
@@ -235,7 +245,15 @@ pub fn targets_condition(
                 targets.iter().filter(|t| t.selected).count()
             )]),
         ),
-        Some(reason) => DesiredCondition::false_(c::TARGETS_READY, reason, with_notes(problems)),
+        Some(reason) => {
+            let condition =
+                DesiredCondition::false_(c::TARGETS_READY, reason, with_notes(problems));
+            if members_problem {
+                condition.as_problem()
+            } else {
+                condition
+            }
+        }
     }
 }
 
@@ -334,23 +352,30 @@ pub fn ready_condition(
     )
 }
 
-/// Condition reasons that are reported as Warning Events.
-pub fn is_warning(reason: &str) -> bool {
-    matches!(
-        reason,
-        r::INVALID_SPEC
-            | r::PROVIDER_NOT_ENABLED
-            | r::INFRASTRUCTURE_NOT_FOUND
-            | r::INVALID_INFRASTRUCTURE
-            | r::INFRASTRUCTURE_IN_USE
-            | r::PROVIDER_ERROR
-            | r::PROVIDER_FAILED
-            | r::TARGETS_WITHOUT_ADDRESS
-            | r::TARGET_KIND_UNAVAILABLE
-            | r::NAME_CONFLICT
-            | r::CLUSTER_ENDPOINT_MISMATCH
-            | r::CLUSTER_NOT_FOUND
-    ) || capi_lb_providers::is_problem_reason(reason)
+/// The targets of a LoadBalancer realising a Service of capi-lb's class (its endpoints), as the
+/// status and `TargetsReady` see them, from the desired members and what the provider has (`None`:
+/// unknown).
+pub fn views(desired: &[DesiredMember], members: Option<&[MemberStatus]>) -> Vec<TargetView> {
+    desired
+        .iter()
+        .map(|d| {
+            let serving = matches!(d.intent, capi_lb_providers::MemberIntent::Serve(_));
+            let state = match members.and_then(|m| m.iter().find(|m| m.name == d.name)) {
+                Some(m) if m.state == MemberState::Active && serving => TargetState::Active,
+                Some(_) if !serving => TargetState::Removing,
+                None if !serving => TargetState::Removed,
+                _ => TargetState::Adding,
+            };
+            TargetView {
+                name: d.name.clone(),
+                selected: true,
+                wants_in: serving,
+                state,
+                has_address: true,
+                gates_pending: Vec::new(),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -24,10 +24,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use capi_lb_api::constants::{
     ANNOTATION_EXTERNAL_ENDPOINT, ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME,
-    ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX, DEFAULT_PUBLICATION_SUFFIX, ENDPOINT_TYPE_EXTERNAL,
-    KUBE_DC_LABEL_MANAGED_BY, KUBE_DC_LABEL_SOURCE_SERVICE, KUBE_DC_MANAGED_BY_VALUE,
-    LABEL_ENDPOINT_TYPE, LABEL_EXTERNAL_MANAGED_BY, LABEL_MANAGED_BY, LABEL_SOURCE_SERVICE,
-    MANAGED_BY_VALUE, event,
+    ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX, ENDPOINT_TYPE_EXTERNAL, KUBE_DC_LABEL_MANAGED_BY,
+    KUBE_DC_LABEL_SOURCE_SERVICE, KUBE_DC_MANAGED_BY_VALUE, LABEL_ENDPOINT_TYPE,
+    LABEL_EXTERNAL_MANAGED_BY, LABEL_MANAGED_BY, LABEL_SOURCE_SERVICE, MANAGED_BY_VALUE, event,
 };
 use capi_lb_api::loadbalancer::LoadBalancerAddress;
 use capi_lb_api::naming::is_dns_label;
@@ -37,47 +36,10 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::context::Context;
+use crate::context::{ExternalEndpoints, Outcome, Policy};
 use crate::error::{Result, is_not_found, kube_err};
 use crate::metadata::controller_of;
 use crate::publication::{self, Desired, Published, PublishedPort, Publisher};
-use crate::reconcile::Outcome;
-
-/// Which Services of `type: LoadBalancer` get an `-ext` endpoint when they say nothing.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Policy {
-    /// Every one, unless annotated `external-endpoint: "false"`.
-    #[default]
-    All,
-    /// Only those annotated `external-endpoint: "true"`.
-    Annotated,
-}
-
-/// Configuration of the `-ext` publisher.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExternalEndpoints {
-    /// Run the publisher at all.
-    pub enabled: bool,
-    /// Default policy.
-    pub policy: Policy,
-    /// Default suffix.
-    pub suffix: String,
-    /// Take over `-ext` objects of kube-dc's publisher (migration).
-    pub adopt_kube_dc: bool,
-    /// Also write legacy v1 Endpoints.
-    pub legacy_endpoints: bool,
-}
-
-impl Default for ExternalEndpoints {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            policy: Policy::All,
-            suffix: DEFAULT_PUBLICATION_SUFFIX.to_string(),
-            adopt_kube_dc: false,
-            legacy_endpoints: false,
-        }
-    }
-}
 
 /// What to do with one Service.
 #[derive(Clone, Debug, PartialEq)]
@@ -403,7 +365,7 @@ pub async fn reconcile_service(
 /// A Service of capi-lb's load-balancer class: bind it to the LoadBalancer that realises it (which
 /// then takes its ports and endpoints and writes its ingress), or say why it cannot be.
 async fn bind(ctx: &Context, service: &Service, reported: &Reported) -> Result<Outcome> {
-    use crate::class::{ANNOTATION_LOAD_BALANCER_REF, ANNOTATION_SERVICE, realised_by};
+    use crate::class::{ANNOTATION_SERVICE, ANNOTATION_SERVICE_LOAD_BALANCER_REF, realised_by};
     let namespace = service.namespace().unwrap_or_default();
     let name = service.name_any();
     let uid = service.uid().unwrap_or_default();
@@ -433,7 +395,7 @@ async fn bind(ctx: &Context, service: &Service, reported: &Reported) -> Result<O
     };
     let problem = match &lb {
         None => Some(format!(
-            "Service {name} has load-balancer class {} but there is no LoadBalancer {lb_name} to realise it: create one (it gives the provider), or name an existing one with the {ANNOTATION_LOAD_BALANCER_REF} annotation",
+            "Service {name} has load-balancer class {} but there is no LoadBalancer {lb_name} to realise it: create one (it gives the provider), or name an existing one with the {ANNOTATION_SERVICE_LOAD_BALANCER_REF} annotation",
             crate::class::LOAD_BALANCER_CLASS
         )),
         Some(_) => taken_by.map(|other| {

@@ -14,7 +14,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::world::{World, WorldError};
+use crate::sim::world::{World, WorldError};
 
 /// Results of one run of the external endpoints benchmark.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,0 +1,164 @@
+//! The Cluster side of a LoadBalancer: its Cluster, pause, and `Cluster.spec.controlPlaneEndpoint`.
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_api::capi::Cluster;
+use capi_lb_api::conditions::DesiredCondition;
+use capi_lb_api::constants::{
+    ANNOTATION_LOAD_BALANCER_REF, ANNOTATION_PAUSED, DEFAULT_PORT, condition as c, reason as r,
+};
+use capi_lb_api::loadbalancer::{ControlPlane, EndpointHost};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::DynamicObject;
+use serde_json::json;
+
+use crate::context::Context;
+use crate::error::{Result, kube_err};
+
+use super::Reconciliation;
+
+impl Reconciliation<'_> {
+    /// The control-plane settings of this LoadBalancer: `spec.controlPlane`, or the defaults when
+    /// the Cluster (or its control-plane object) names it in the `loadBalancerRef` annotation.
+    pub(super) async fn control_plane(&self, cluster: &Cluster) -> Option<ControlPlane> {
+        if let Some(settings) = &self.lb.spec.control_plane {
+            return Some(settings.clone());
+        }
+        let name = self.identity.name.as_str();
+        let names_us = |annotations: &std::collections::BTreeMap<String, String>| {
+            annotations
+                .get(ANNOTATION_LOAD_BALANCER_REF)
+                .map(String::as_str)
+                == Some(name)
+        };
+        if names_us(cluster.annotations()) {
+            return Some(ControlPlane::default());
+        }
+        let (group, kind, cp_name) = cluster.control_plane_ref()?;
+        let resource = self.ctx.kinds.resolve(&group, &kind).await.ok()?;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
+        let control_plane = api.get_opt(&cp_name).await.ok()??;
+        names_us(control_plane.annotations()).then(ControlPlane::default)
+    }
+
+    /// Publish the endpoint to `Cluster.spec.controlPlaneEndpoint` while it is empty (never
+    /// overwriting another value) and say how it stands; `None` when this is not a control-plane
+    /// load balancer.
+    pub(super) async fn cluster_endpoint(&mut self) -> Result<Option<DesiredCondition>> {
+        let Some(cluster_name) = self.lb.spec.cluster_name.clone() else {
+            return Ok(None);
+        };
+        let Some(cluster) = self.cluster.clone() else {
+            return Ok(self.lb.spec.control_plane.as_ref().map(|_| {
+                DesiredCondition::false_(
+                    c::CLUSTER_ENDPOINT,
+                    r::CLUSTER_NOT_FOUND,
+                    format!("Cluster {}/{cluster_name} does not exist", self.namespace),
+                )
+            }));
+        };
+        let Some(settings) = self.control_plane(&cluster).await else {
+            return Ok(None);
+        };
+        if !settings.publish_endpoint {
+            return Ok(None);
+        }
+        let port = self
+            .lb
+            .spec
+            .ports
+            .first()
+            .map(|p| p.port)
+            .unwrap_or(DEFAULT_PORT);
+        let desired = match (&self.lb.spec.endpoint, settings.endpoint_host) {
+            (Some(endpoint), _) => Some((endpoint.host.clone(), endpoint.port)),
+            (None, EndpointHost::StableName) => self
+                .status
+                .endpoint
+                .as_ref()
+                .map(|e| (e.host.clone(), e.port)),
+            (None, EndpointHost::ProviderAddress) => self
+                .status
+                .addresses
+                .first()
+                .map(|a| (a.address.clone(), port)),
+        };
+        let Some((host, port)) = desired else {
+            return Ok(Some(DesiredCondition::false_(
+                c::CLUSTER_ENDPOINT,
+                r::WAITING_FOR_ADDRESS,
+                "the provider has no address to publish to the Cluster yet",
+            )));
+        };
+        let current = cluster
+            .spec
+            .control_plane_endpoint
+            .clone()
+            .unwrap_or_default();
+        if current.is_empty() {
+            // First writer wins: the patch carries the resourceVersion read, so a concurrent write
+            // (CAPI filling it from the infrastructure cluster) makes it fail instead of overwriting.
+            let clusters: Api<Cluster> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+            let patch = json!({
+                "metadata": {"resourceVersion": cluster.resource_version()},
+                "spec": {"controlPlaneEndpoint": {"host": host, "port": port}},
+            });
+            clusters
+                .patch(
+                    &cluster_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+                .map_err(kube_err(
+                    "set controlPlaneEndpoint of",
+                    format!("Cluster {}/{cluster_name}", self.namespace),
+                ))?;
+        } else if current.host != host || current.port != port {
+            return Ok(Some(DesiredCondition::false_(
+                c::CLUSTER_ENDPOINT,
+                r::CLUSTER_ENDPOINT_MISMATCH,
+                format!(
+                    "Cluster {cluster_name} already has spec.controlPlaneEndpoint {}:{}; this LoadBalancer's endpoint is {host}:{port}. It was left unchanged: the endpoint is in the cluster's certificates and must not change",
+                    current.host, current.port
+                ),
+            )));
+        }
+        Ok(Some(DesiredCondition::true_(
+            c::CLUSTER_ENDPOINT,
+            r::CLUSTER_ENDPOINT_SET,
+            format!("Cluster {cluster_name} uses {host}:{port}"),
+        )))
+    }
+}
+
+/// The Cluster named by `spec.clusterName`, if it exists (a missing Cluster, or Cluster API not
+/// installed, is not an error).
+pub(super) async fn cluster_of(
+    ctx: &Context,
+    lb: &LoadBalancer,
+    namespace: &str,
+) -> Result<Option<Cluster>> {
+    let Some(cluster) = &lb.spec.cluster_name else {
+        return Ok(None);
+    };
+    let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), namespace);
+    clusters
+        .get_opt(cluster)
+        .await
+        .map_err(kube_err("get", format!("Cluster {namespace}/{cluster}")))
+}
+
+/// Why reconciliation of `lb` is paused, if it is: the CAPI pause annotation on the LoadBalancer, or
+/// `spec.paused` on its Cluster.
+pub(super) fn paused(lb: &LoadBalancer, cluster: Option<&Cluster>) -> Option<String> {
+    if lb.annotations().contains_key(ANNOTATION_PAUSED) {
+        return Some(format!(
+            "the LoadBalancer has the {ANNOTATION_PAUSED} annotation"
+        ));
+    }
+    cluster
+        .filter(|c| c.spec.paused == Some(true))
+        .map(|c| format!("Cluster {} has spec.paused set", c.name_any()))
+}

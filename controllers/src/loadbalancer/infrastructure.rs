@@ -1,0 +1,318 @@
+//! The infrastructure object: claim it (owner reference + finalizer), turn provider answers into
+//! states, write its status, and release it (provider deletion, then our metadata).
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_api::constants::{FIELD_MANAGER, INFRASTRUCTURE_FINALIZER, event, reason as r};
+use capi_lb_api::loadbalancer::InfrastructureRef;
+use capi_lb_providers::{DeleteRequest, LoadBalancerIdentity, Progress, ProviderError};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject};
+use serde_json::{Map, Value, json};
+
+use super::status::{InfraState, infrastructure_condition, publication_condition, ready_condition};
+use crate::context::{Context, Outcome};
+use crate::error::{Error, Result, kube_err};
+use crate::metadata::{self, controller_of, is_controlled_by};
+use crate::publication;
+
+use super::{Access, Claim, Claimed, Reconciliation, Release, describe};
+
+impl Reconciliation<'_> {
+    /// Find the provider and the infrastructure object `infra_ref` names and claim the object
+    /// (controller owner reference + finalizer), or say why not.
+    pub(super) async fn claim_infra(&self, infra_ref: &InfrastructureRef) -> Result<Claim> {
+        let Some(provider) = self
+            .ctx
+            .providers
+            .get(&infra_ref.api_group, &infra_ref.kind)
+        else {
+            return Ok(Claim::Refused(
+                r::PROVIDER_NOT_ENABLED,
+                format!(
+                    "no enabled provider handles {}.{}; enabled: {}",
+                    infra_ref.kind,
+                    infra_ref.api_group,
+                    self.ctx.providers.describe()
+                ),
+            ));
+        };
+        let resource = provider.infrastructure_resource();
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
+        let Some(infra) = api
+            .get_opt(&infra_ref.name)
+            .await
+            .map_err(kube_err("get", format!("{infra_ref}")))?
+        else {
+            return Ok(Claim::Missing(format!(
+                "{} {}/{} does not exist",
+                infra_ref.kind, self.namespace, infra_ref.name
+            )));
+        };
+        if let Some(owner) = controller_of(&infra)
+            && owner.uid != self.identity.uid
+        {
+            return Ok(Claim::Refused(
+                r::INFRASTRUCTURE_IN_USE,
+                format!(
+                    "{} {} is already used by {} {}; each LoadBalancer needs its own infrastructure object",
+                    infra_ref.kind, infra_ref.name, owner.kind, owner.name
+                ),
+            ));
+        }
+        if infra.metadata.deletion_timestamp.is_some() {
+            return Ok(Claim::Deleting);
+        }
+        let Some(owner) = publication::controller_ref(self.lb) else {
+            return Err(Error::MissingField(describe(self.lb), "uid"));
+        };
+        let infra = metadata::claim(&api, &infra, owner, INFRASTRUCTURE_FINALIZER)
+            .await
+            .map_err(kube_err("claim", format!("{infra_ref}")))?;
+        Ok(Claim::Claimed(Box::new(Claimed {
+            provider,
+            api,
+            resource,
+            infra,
+        })))
+    }
+
+    /// Stop after an infrastructure problem: report it, keep everything else. Targets still move
+    /// as far as they can without the provider (hooks of targets that were never members are
+    /// released; states of members are kept until the provider can be asked).
+    pub(super) async fn infra_problem(
+        self,
+        reason: &'static str,
+        message: String,
+    ) -> Result<Outcome> {
+        let access = Access::NotConverged(format!(
+            "members cannot be converged until the infrastructure is ready: {message}"
+        ));
+        self.infra_stop(reason, message, access).await
+    }
+
+    pub(super) async fn infra_stop(
+        mut self,
+        reason: &'static str,
+        message: String,
+        access: Access<'_>,
+    ) -> Result<Outcome> {
+        let condition = infrastructure_condition(&InfraState::Problem { reason, message });
+        self.conditions
+            .push(ready_condition(&condition, None, false, None));
+        self.conditions.push(condition);
+        if let Some(selector) = self.selector.clone() {
+            let targets = self.move_targets(access, &mut Map::new()).await?;
+            self.record_targets(&selector, &targets);
+            self.conditions
+                .push(self.targets_condition(&selector, &targets));
+        }
+        self.finish().await
+    }
+
+    /// The infrastructure object is going (`reason` `InfrastructureDeleting`) or gone
+    /// (`InfrastructureNotFound`) while the provider may still hold a load balancer for it: delete
+    /// that load balancer, release the object, and withdraw the published addresses.
+    pub(super) async fn infra_going(
+        mut self,
+        spec_ref: &InfrastructureRef,
+        reason: &'static str,
+        what: &str,
+    ) -> Result<Outcome> {
+        let (message, gone) = match release(self.ctx, self.lb, &self.identity, spec_ref, false)
+            .await?
+        {
+            Release::Done(changes) => {
+                self.note(false, event::LOAD_BALANCER_DELETED, changes);
+                self.status.infrastructure_ref = None;
+                self.status.addresses.clear();
+                let report = publication::publish_lb(&self.ctx.client, self.lb, &[], false).await?;
+                self.note(false, event::ENDPOINT_WITHDRAWN, report.changes);
+                self.conditions
+                    .push(publication_condition(&report.state, false));
+                (
+                    format!("{spec_ref} {what}; its load balancer was deleted"),
+                    true,
+                )
+            }
+            Release::Pending(message, retry) => {
+                self.outcome = self.outcome.min(Some(retry));
+                (format!("{spec_ref} {what}: {message}"), false)
+            }
+            Release::Blocked(_, message) => (format!("{spec_ref} {what}: {message}"), false),
+        };
+        let access = if gone {
+            Access::Gone
+        } else {
+            Access::NotConverged(format!("members cannot be converged: {message}"))
+        };
+        self.infra_stop(reason, message, access).await
+    }
+
+    /// Turn a provider error into an infrastructure state (and a requeue for transient ones).
+    pub(super) fn provider_problem(
+        &mut self,
+        provider: &str,
+        op: &str,
+        error: ProviderError,
+    ) -> InfraState {
+        match error {
+            ProviderError::Transient {
+                message,
+                retry_after,
+            } => {
+                self.backoff();
+                if let Some(after) = retry_after {
+                    self.outcome = self.outcome.min(Some(after));
+                }
+                InfraState::Problem {
+                    reason: r::PROVIDER_ERROR,
+                    message: format!("{provider} provider {op} failed, retrying: {message}"),
+                }
+            }
+            ProviderError::Permanent { reason, message } => InfraState::Problem {
+                reason: r::PROVIDER_FAILED,
+                message: format!("{provider} provider {op} failed ({reason}): {message}"),
+            },
+        }
+    }
+
+    pub(super) async fn write_infra_status(
+        &self,
+        api: &Api<DynamicObject>,
+        resource: &ApiResource,
+        infra: &DynamicObject,
+        status: Map<String, Value>,
+    ) -> Result<()> {
+        let current = infra.data.get("status");
+        // A null asks for the field to be absent, and absent is what a stored null looks like.
+        let unchanged = status.iter().all(|(k, v)| {
+            let stored = current.and_then(|s| s.get(k));
+            stored == Some(v) || (v.is_null() && stored.is_none_or(Value::is_null))
+        });
+        if unchanged {
+            return Ok(());
+        }
+        let patch = json!({
+            "apiVersion": resource.api_version,
+            "kind": resource.kind,
+            "status": status,
+        });
+        api.patch_status(
+            &infra.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(kube_err(
+            "apply status of",
+            format!("{} {}", resource.kind, infra.name_any()),
+        ))?;
+        Ok(())
+    }
+}
+
+/// Release one infrastructure object of `lb`: provider delete (when anything may have been
+/// provisioned with it), then drop our finalizer (and owner reference).
+pub(super) async fn release(
+    ctx: &Context,
+    lb: &LoadBalancer,
+    identity: &LoadBalancerIdentity,
+    infra_ref: &InfrastructureRef,
+    keep_owner_reference: bool,
+) -> Result<Release> {
+    // Provisioned by us when it is (or was) serving, or a migration brought it up.
+    let recorded = lb.status.as_ref().is_some_and(|s| {
+        s.infrastructure_ref.as_ref() == Some(infra_ref)
+            || s.migration
+                .as_ref()
+                .is_some_and(|m| &m.from == infra_ref || &m.to == infra_ref)
+    });
+    let Some(provider) = ctx.providers.get(&infra_ref.api_group, &infra_ref.kind) else {
+        return Ok(if recorded {
+            Release::Blocked(
+                r::PROVIDER_NOT_ENABLED,
+                format!(
+                    "no enabled provider handles {}.{}, so its cloud resources cannot be deleted; enable it (enabled: {})",
+                    infra_ref.kind,
+                    infra_ref.api_group,
+                    ctx.providers.describe()
+                ),
+            )
+        } else {
+            // Never provisioned by us: nothing to release.
+            Release::Done(Vec::new())
+        });
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &identity.namespace,
+        &provider.infrastructure_resource(),
+    );
+    let infra = api
+        .get_opt(&infra_ref.name)
+        .await
+        .map_err(kube_err("get", format!("{infra_ref}")))?;
+    let ours = infra
+        .as_ref()
+        .is_some_and(|i| is_controlled_by(i, &identity.uid));
+    if !ours && !recorded {
+        return Ok(Release::Done(Vec::new()));
+    }
+    let outcome = provider
+        .delete(DeleteRequest {
+            identity,
+            infra: infra.as_ref().filter(|_| ours),
+        })
+        .await;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(ProviderError::Transient {
+            message,
+            retry_after,
+        }) => {
+            let delay = retry_after.unwrap_or_else(|| ctx.backoff(&identity.uid));
+            return Ok(Release::Pending(
+                format!(
+                    "{} provider delete failed, retrying: {message}",
+                    provider.name()
+                ),
+                delay,
+            ));
+        }
+        Err(ProviderError::Permanent { reason, message }) => {
+            return Ok(Release::Blocked(
+                r::PROVIDER_FAILED,
+                format!(
+                    "{} provider delete failed ({reason}): {message}",
+                    provider.name()
+                ),
+            ));
+        }
+    };
+    match outcome.progress {
+        Progress::Pending {
+            message,
+            retry_after,
+            ..
+        } => Ok(Release::Pending(message, retry_after)),
+        Progress::Done => {
+            let mut changes = outcome.changes;
+            if let Some(infra) = infra.as_ref().filter(|_| ours) {
+                metadata::release(
+                    &api,
+                    infra,
+                    &identity.uid,
+                    INFRASTRUCTURE_FINALIZER,
+                    keep_owner_reference,
+                )
+                .await
+                .map_err(kube_err("release", format!("{infra_ref}")))?;
+                changes.push(format!("released {infra_ref}"));
+            }
+            ctx.reset_backoff(&identity.uid);
+            Ok(Release::Done(changes))
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Targets and members: the serving set, member convergence through the provider, and the targets
+//! moved through their lifecycle around it.
+
+use std::time::Duration;
+
+use capi_lb_api::constants::{CAPI_GROUP, MACHINE_KIND, event};
+use capi_lb_api::loadbalancer::TargetKind;
+use capi_lb_api::target::{TargetKeys, TargetState};
+use capi_lb_providers::{DesiredMember, MemberIntent, MemberStatus, MembersRequest, Progress};
+use kube::core::Selector;
+
+use serde_json::{Map, Value};
+
+use super::lifecycle::{Members, Settings};
+use super::status::{InfraState, MembersState, TargetsState};
+use super::targets;
+use crate::class;
+use crate::error::{Result, kube_err};
+
+use super::{Access, Reconciliation};
+
+impl Reconciliation<'_> {
+    /// The members a load balancer taking over should start with: the endpoints of the bound
+    /// Service that serve, or every target that wants in, with an address, past its gates.
+    /// `Ok(Err(message))` when the target kind cannot be listed.
+    pub(super) async fn serving_members(
+        &self,
+        selector: &Selector,
+    ) -> Result<std::result::Result<Vec<DesiredMember>, String>> {
+        if let Some(binding) = &self.binding {
+            let serving = class::members(binding)
+                .into_iter()
+                .filter(|m| matches!(m.intent, MemberIntent::Serve(_)))
+                .collect();
+            return Ok(Ok(serving));
+        }
+        let kind = &self.lb.spec.target_kind;
+        let objects = match self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await {
+            Ok(resource) => targets::list(&self.ctx.client, &resource, &self.namespace)
+                .await
+                .map_err(kube_err("list", format!("{kind}")))?,
+            Err(message) => return Ok(Err(message)),
+        };
+        let keys = TargetKeys::new(&self.namespace, &self.identity.name);
+        Ok(Ok(targets::observe(
+            objects,
+            selector,
+            &keys,
+            &self.lb.spec,
+        )
+        .into_iter()
+        .filter(|t| t.observed.wants_in() && t.observed.gates_pending.is_empty())
+        .filter_map(|t| {
+            let address = t.observed.address.clone()?;
+            Some(DesiredMember::serve(t.observed.name.clone(), address))
+        })
+        .collect()))
+    }
+
+    /// Move the targets through their lifecycle around one member convergence: hooks first, then
+    /// the provider, then the states (see [`targets::Pass`]).
+    /// Converge `desired` through `access`: the members state for the condition, and the members
+    /// the provider has (`None`: unknown).
+    pub(super) async fn converge(
+        &mut self,
+        access: Access<'_>,
+        desired: &[DesiredMember],
+        infra_status: &mut Map<String, Value>,
+    ) -> (MembersState, Option<Vec<MemberStatus>>) {
+        match access {
+            Access::Converge {
+                provider,
+                infra,
+                listeners,
+            } => {
+                let result = provider
+                    .converge_members(MembersRequest {
+                        identity: &self.identity,
+                        infra,
+                        listeners,
+                        members: desired,
+                    })
+                    .await;
+                match result {
+                    Ok(out) => {
+                        self.note(false, event::MEMBERS_CHANGED, out.changes);
+                        if let Some(retry) = out.progress.retry_after() {
+                            self.outcome = self.outcome.min(Some(retry));
+                        }
+                        infra_status.extend(out.status);
+                        // A problem the provider names (e.g. a member it cannot create) goes
+                        // into TargetsReady; the members it reported are still known.
+                        let state = match out.progress {
+                            Progress::Pending {
+                                reason: Some(reason),
+                                message,
+                                ..
+                            } if reason.is_problem() => MembersState::Problem {
+                                reason: reason.name,
+                                message,
+                            },
+                            _ => MembersState::Converged,
+                        };
+                        (state, Some(out.members))
+                    }
+                    Err(error) => {
+                        match self.provider_problem(provider.name(), "member update", error) {
+                            InfraState::Problem { reason, message } => {
+                                (MembersState::Problem { reason, message }, None)
+                            }
+                            _ => (MembersState::NotConverged(String::new()), None),
+                        }
+                    }
+                }
+            }
+            Access::NotConverged(why) => (MembersState::NotConverged(why), None),
+            Access::Gone => (
+                MembersState::NotConverged("the load balancer was deleted".into()),
+                Some(Vec::new()),
+            ),
+        }
+    }
+
+    pub(super) async fn move_targets(
+        &mut self,
+        access: Access<'_>,
+        infra_status: &mut Map<String, Value>,
+    ) -> Result<TargetsState> {
+        // A changed target kind (including a LoadBalancer that starts realising a Service: its
+        // targets become the Service's endpoints): the objects of the previous kind are no longer
+        // targets, and lose our annotations and hooks.
+        let kind = &self.lb.spec.target_kind;
+        if let Some(previous) = self.status.target_kind.as_deref()
+            && previous != kind.to_string()
+            && let Some((old_kind, old_group)) = previous.split_once('.')
+        {
+            let old = TargetKind {
+                api_group: old_group.to_string(),
+                kind: old_kind.to_string(),
+            };
+            let released = targets::release_all(self.ctx, self.lb, &old).await?;
+            self.note(false, event::DELETION_HOOKS_RELEASED, released);
+        }
+        // A LoadBalancer realising a Service of capi-lb's class: the Service's endpoints.
+        if let Some(binding) = self.binding.clone() {
+            let desired = class::members(&binding);
+            let (members_state, members) = self.converge(access, &desired, infra_status).await;
+            return Ok(TargetsState::Listed {
+                targets: super::status::views(&desired, members.as_deref()),
+                members: members_state,
+            });
+        }
+
+        let Some(selector) = self.selector.clone() else {
+            return Ok(TargetsState::Unavailable("the spec is invalid".into()));
+        };
+        let pass = targets::Pass {
+            ctx: self.ctx,
+            lb: self.lb,
+            keys: TargetKeys::new(&self.namespace, &self.identity.name),
+            selector: &selector,
+            settings: Settings {
+                drain: Duration::from_secs(u64::try_from(self.lb.spec.drain_seconds).unwrap_or(0)),
+                hooks: kind.api_group == CAPI_GROUP && kind.kind == MACHINE_KIND,
+                release_hooks: self.cluster_deleting,
+            },
+        };
+        let prepared = match pass.prepare().await? {
+            Ok(prepared) => prepared,
+            Err(message) => return Ok(TargetsState::Unavailable(message)),
+        };
+        let desired = prepared.desired_members();
+        let (members_state, members) = self.converge(access, &desired, infra_status).await;
+        let known = members.as_deref().map_or(Members::Unknown, Members::Known);
+        let completed = pass.complete(prepared, known).await?;
+        self.note(false, event::TARGET_STATE_CHANGED, completed.transitions);
+        for (reason, what, names) in [
+            (
+                event::DELETION_HOOKS_ADDED,
+                "added to",
+                completed.hooks_added,
+            ),
+            (
+                event::DELETION_HOOKS_RELEASED,
+                "released from",
+                completed.hooks_released,
+            ),
+        ] {
+            if !names.is_empty() {
+                let message = format!("deletion hooks {what} {}", names.join(", "));
+                self.note(false, reason, vec![message]);
+            }
+        }
+        self.outcome = self.outcome.min(completed.requeue_after);
+        Ok(TargetsState::Listed {
+            targets: completed.views,
+            members: members_state,
+        })
+    }
+
+    pub(super) fn record_targets(&mut self, selector: &Selector, targets: &TargetsState) {
+        self.status.target_kind = Some(self.lb.spec.target_kind.to_string());
+        self.status.target_selector = Some(selector.to_string());
+        if let TargetsState::Listed { targets, .. } = targets {
+            // Selected targets, and deselected ones until they are removed.
+            let tracked = targets
+                .iter()
+                .filter(|t| t.selected || t.state != TargetState::Removed);
+            self.status.targets = tracked.clone().map(|t| t.name.clone()).collect();
+            self.status.active_targets = tracked
+                .filter(|t| t.state == TargetState::Active)
+                .map(|t| t.name.clone())
+                .collect();
+        }
+        self.status.ready_targets = Some(format!(
+            "{}/{}",
+            self.status.active_targets.len(),
+            self.status.targets.len()
+        ));
+    }
+}

@@ -1,0 +1,285 @@
+//! A change of `spec.infrastructureRef`, make-before-break: bring the new load balancer up while
+//! the old one serves, switch, drain, delete the old one; or cancel.
+
+use std::time::Duration;
+
+use capi_lb_api::conditions::DesiredCondition;
+use capi_lb_api::constants::{condition as c, event, reason as r};
+use capi_lb_api::loadbalancer::{InfrastructureMigration, InfrastructureRef};
+use capi_lb_providers::{EnsureRequest, MemberState, MembersRequest, Progress};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::core::Selector;
+
+use super::status::InfraState;
+use crate::error::Result;
+
+use super::infrastructure::release;
+use super::{BringUp, Claim, Reconciliation, Release, listeners};
+
+impl Reconciliation<'_> {
+    /// Which infrastructure object serves in this pass, moving a change of `spec.infrastructureRef`
+    /// forward make-before-break: bring the new one up and populate it while the old one serves,
+    /// switch once it is ready, delete the old one after `spec.drainSeconds`. A new one that cannot
+    /// be brought up leaves the old one serving; going back before the switch cancels.
+    pub(super) async fn migrate(
+        &mut self,
+        spec_ref: &InfrastructureRef,
+        selector: &Selector,
+    ) -> Result<InfrastructureRef> {
+        let Some(serving) = self.status.infrastructure_ref.clone() else {
+            return Ok(spec_ref.clone());
+        };
+        let migration = self.status.migration.clone();
+        if &serving == spec_ref {
+            return match migration {
+                // Switched already: the old one drains, then goes.
+                Some(m) if &m.to == spec_ref => {
+                    self.finish_switch(m).await?;
+                    Ok(serving)
+                }
+                // Back to the serving one before the switch: release the half-built new one.
+                Some(m) => {
+                    self.cancel(&m.to).await?;
+                    Ok(serving)
+                }
+                None => Ok(serving),
+            };
+        }
+        // Migrating to spec_ref. A different earlier target (changed mid-way) is released first.
+        if let Some(m) = &migration
+            && &m.to != spec_ref
+            && m.to != serving
+            && !self.cancel(&m.to).await?
+        {
+            return Ok(serving);
+        }
+        let mut m = match migration {
+            Some(m) if &m.to == spec_ref => m,
+            _ => InfrastructureMigration {
+                from: serving.clone(),
+                to: spec_ref.clone(),
+                switched_at: None,
+            },
+        };
+        match self.bring_up(spec_ref, selector).await? {
+            BringUp::Ready => {
+                m.switched_at = Some(Time(self.ctx.clock.now()));
+                self.note(
+                    false,
+                    r::MIGRATION_DRAINING,
+                    vec![format!(
+                        "switched from {} to {spec_ref}; {} is deleted after {}s of drain",
+                        m.from, m.from, self.lb.spec.drain_seconds
+                    )],
+                );
+                self.finish_switch(m).await?;
+                Ok(spec_ref.clone())
+            }
+            BringUp::Waiting(message) => {
+                self.conditions.push(DesiredCondition::true_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_PROVISIONING,
+                    format!("bringing up {spec_ref} while {serving} serves: {message}"),
+                ));
+                self.status.migration = Some(m);
+                Ok(serving)
+            }
+            BringUp::Failed(reason, message) => {
+                self.conditions.push(DesiredCondition::true_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_BLOCKED,
+                    format!("{spec_ref} cannot be brought up ({reason}): {message}; {serving} keeps serving"),
+                ));
+                self.status.migration = Some(m);
+                Ok(serving)
+            }
+        }
+    }
+
+    /// After the switch: wait for the drain time, then delete the old load balancer.
+    pub(super) async fn finish_switch(&mut self, m: InfrastructureMigration) -> Result<()> {
+        let now = self.ctx.clock.now();
+        let switched = m.switched_at.as_ref().map_or(now, |t| t.0);
+        let drain = jiff::SignedDuration::from_secs(i64::from(self.lb.spec.drain_seconds.max(0)));
+        let deadline = switched.checked_add(drain).unwrap_or(now);
+        let (from, to) = (m.from.clone(), m.to.clone());
+        if now < deadline {
+            let wait = Duration::try_from(deadline.duration_since(now)).unwrap_or_default();
+            self.outcome = self.outcome.min(Some(wait));
+            self.conditions.push(DesiredCondition::true_(
+                c::INFRASTRUCTURE_MIGRATION,
+                r::MIGRATION_DRAINING,
+                format!("switched to {to}; {from} keeps serving existing connections until {deadline}, then it is deleted"),
+            ));
+            self.status.migration = Some(m);
+            return Ok(());
+        }
+        self.status.migration = Some(m);
+        match release(self.ctx, self.lb, &self.identity, &from, false).await? {
+            Release::Done(changes) => {
+                self.note(false, event::INFRASTRUCTURE_RELEASED, changes);
+                self.status.migration = None;
+                self.conditions.push(DesiredCondition::false_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_COMPLETE,
+                    format!("migrated from {from} to {to}"),
+                ));
+            }
+            Release::Pending(message, retry) => {
+                self.outcome = self.outcome.min(Some(retry));
+                self.conditions.push(DesiredCondition::true_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_DRAINING,
+                    format!("switched to {to}; deleting {from}: {message}"),
+                ));
+            }
+            Release::Blocked(reason, message) => {
+                self.conditions.push(DesiredCondition::true_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_BLOCKED,
+                    format!("switched to {to}, but {from} cannot be deleted ({reason}): {message}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Release a half-built migration target. True when it is gone.
+    pub(super) async fn cancel(&mut self, target: &InfrastructureRef) -> Result<bool> {
+        match release(self.ctx, self.lb, &self.identity, target, false).await? {
+            Release::Done(changes) => {
+                self.note(false, event::INFRASTRUCTURE_RELEASED, changes);
+                self.status.migration = None;
+                self.conditions.push(DesiredCondition::false_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_CANCELLED,
+                    format!(
+                        "the migration to {target} was cancelled; its load balancer was deleted"
+                    ),
+                ));
+                Ok(true)
+            }
+            Release::Pending(message, retry) => {
+                self.outcome = self.outcome.min(Some(retry));
+                self.conditions.push(DesiredCondition::true_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_CANCELLED,
+                    format!("cancelling the migration to {target}: {message}"),
+                ));
+                Ok(false)
+            }
+            Release::Blocked(reason, message) => {
+                self.conditions.push(DesiredCondition::true_(
+                    c::INFRASTRUCTURE_MIGRATION,
+                    r::MIGRATION_BLOCKED,
+                    format!("cannot release {target} ({reason}): {message}"),
+                ));
+                Ok(false)
+            }
+        }
+    }
+
+    /// Bring the new infrastructure's load balancer up and populate it with the serving members,
+    /// without touching the targets (their states and hooks follow the serving load balancer).
+    pub(super) async fn bring_up(
+        &mut self,
+        target: &InfrastructureRef,
+        selector: &Selector,
+    ) -> Result<BringUp> {
+        let (provider, api, resource, infra) = match self.claim_infra(target).await? {
+            Claim::Claimed(c) => (c.provider, c.api, c.resource, c.infra),
+            Claim::Missing(message) => {
+                return Ok(BringUp::Failed(r::INFRASTRUCTURE_NOT_FOUND, message));
+            }
+            Claim::Deleting => {
+                return Ok(BringUp::Failed(
+                    r::INFRASTRUCTURE_DELETING,
+                    format!("{target} is being deleted"),
+                ));
+            }
+            Claim::Refused(reason, message) => return Ok(BringUp::Failed(reason, message)),
+        };
+        let listeners = listeners(self.lb);
+        let ensured = provider
+            .ensure(EnsureRequest {
+                identity: &self.identity,
+                infra: &infra,
+                listeners: &listeners,
+            })
+            .await;
+        let out = match ensured {
+            Ok(out) => out,
+            Err(error) => {
+                return Ok(
+                    match self.provider_problem(provider.name(), "ensure", error) {
+                        InfraState::Problem { reason, message } => BringUp::Failed(reason, message),
+                        _ => BringUp::Waiting(String::new()),
+                    },
+                );
+            }
+        };
+        self.note(false, event::LOAD_BALANCER_CREATED, out.changes);
+        let mut infra_status = out.status;
+        if let Progress::Pending {
+            message,
+            retry_after,
+            ..
+        } = out.progress
+        {
+            self.outcome = self.outcome.min(Some(retry_after));
+            self.write_infra_status(&api, &resource, &infra, infra_status)
+                .await?;
+            return Ok(BringUp::Waiting(message));
+        }
+        if out.addresses.is_empty() {
+            self.write_infra_status(&api, &resource, &infra, infra_status)
+                .await?;
+            return Ok(BringUp::Waiting("it has no address yet".into()));
+        }
+        let desired = match self.serving_members(selector).await? {
+            Ok(desired) => desired,
+            Err(message) => return Ok(BringUp::Waiting(message)),
+        };
+        let converged = provider
+            .converge_members(MembersRequest {
+                identity: &self.identity,
+                infra: &infra,
+                listeners: &listeners,
+                members: &desired,
+            })
+            .await;
+        let result = match converged {
+            Ok(out) => {
+                self.note(false, event::MEMBERS_CHANGED, out.changes);
+                infra_status.extend(out.status);
+                let active = desired.iter().all(|d| {
+                    out.members
+                        .iter()
+                        .any(|m| m.name == d.name && m.state == MemberState::Active)
+                });
+                if let Some(retry) = out.progress.retry_after() {
+                    self.outcome = self.outcome.min(Some(retry));
+                }
+                if active {
+                    BringUp::Ready
+                } else {
+                    BringUp::Waiting(format!(
+                        "{} of {} members active",
+                        out.members
+                            .iter()
+                            .filter(|m| m.state == MemberState::Active)
+                            .count(),
+                        desired.len()
+                    ))
+                }
+            }
+            Err(error) => match self.provider_problem(provider.name(), "member update", error) {
+                InfraState::Problem { reason, message } => BringUp::Failed(reason, message),
+                _ => BringUp::Waiting(String::new()),
+            },
+        };
+        self.write_infra_status(&api, &resource, &infra, infra_status)
+            .await?;
+        Ok(result)
+    }
+}

@@ -1,0 +1,242 @@
+//! The LoadBalancer reconciler.
+//!
+//! One pass: honour pause, validate the spec (the CRD's own schema and CEL rules, evaluated again
+//! here), release a previously used infrastructure object if `infrastructureRef` changed, claim the
+//! infrastructure object (controller owner reference + finalizer, so its configuration outlives the
+//! cloud resources), ask the provider to ensure the load balancer, resolve the targets, converge the
+//! members, publish the `-ext` Service, and write the infrastructure object's status and the
+//! LoadBalancer's status — each only when it differs from what is stored. Nothing blocks: pending
+//! provider work and transient failures come back as a requeue delay.
+//!
+//! Deletion (finalizer): the provider deletes what it created (found by ownership tags), the
+//! infrastructure object is released, the published objects are removed, then the finalizer. Each
+//! step is idempotent and derived from the world, so a restart half-way continues where it stopped.
+
+mod cluster;
+mod deletion;
+mod infrastructure;
+pub mod lifecycle;
+mod members;
+mod migration;
+mod pass;
+pub mod status;
+pub mod targets;
+pub mod triggers;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_api::capi::Cluster;
+use capi_lb_api::conditions::DesiredCondition;
+use capi_lb_api::constants::{LOADBALANCER_FINALIZER, condition as c, reason as r};
+use capi_lb_api::loadbalancer::LoadBalancerStatus;
+use capi_lb_providers::{Listener, LoadBalancerIdentity, Provider};
+use kube::api::Api;
+use kube::core::{ApiResource, DynamicObject, Selector};
+use kube::{Resource, ResourceExt};
+
+use crate::class;
+use crate::context::{Context, Outcome};
+use crate::error::{Error, Result, kube_err};
+use crate::metadata;
+
+use cluster::{cluster_of, paused};
+use deletion::cleanup;
+
+/// Reconcile one LoadBalancer.
+pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outcome> {
+    let namespace = lb
+        .namespace()
+        .ok_or_else(|| Error::MissingField(describe(&lb), "namespace"))?;
+    let api: Api<LoadBalancer> = Api::namespaced(ctx.client.clone(), &namespace);
+    // Pause comes first, before deletion too: `clusterctl move` pauses, then deletes the objects it
+    // moved from the source cluster, and the cloud load balancer must survive that.
+    let cluster = cluster_of(&ctx, &lb, &namespace).await?;
+    if let Some(why) = paused(&lb, cluster.as_ref()) {
+        return Reconciliation::new(&lb, &ctx, api)?.pause(why).await;
+    }
+    if lb.meta().deletion_timestamp.is_some() {
+        return cleanup(&lb, &ctx, &api).await;
+    }
+    // The finalizer goes on before anything is created anywhere.
+    let lb = metadata::add_finalizer(&api, &lb, LOADBALANCER_FINALIZER)
+        .await
+        .map_err(kube_err("add finalizer to", describe(&lb)))?;
+    // Realising a Service of capi-lb's load-balancer class: the Service's ports.
+    let binding = class::binding(&ctx.client, &lb).await?;
+    let lb = match &binding {
+        Some(b) => class::effective(&lb, b),
+        None => lb,
+    };
+    let mut reconciliation = Reconciliation::new(&lb, &ctx, api)?;
+    reconciliation.binding = binding;
+    reconciliation.cluster_deleting = cluster
+        .as_ref()
+        .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+    reconciliation.cluster = cluster;
+    reconciliation.apply().await
+}
+
+fn describe(lb: &LoadBalancer) -> String {
+    format!(
+        "LoadBalancer {}/{}",
+        lb.namespace().unwrap_or_default(),
+        lb.name_any()
+    )
+}
+
+fn identity(lb: &LoadBalancer) -> Result<LoadBalancerIdentity> {
+    Ok(LoadBalancerIdentity {
+        namespace: lb.namespace().unwrap_or_default(),
+        name: lb.name_any(),
+        uid: lb
+            .uid()
+            .ok_or_else(|| Error::MissingField(describe(lb), "uid"))?,
+        cluster_name: lb.spec.cluster_name.clone(),
+    })
+}
+
+fn listeners(lb: &LoadBalancer) -> Vec<Listener> {
+    lb.spec
+        .ports
+        .iter()
+        .map(|p| Listener {
+            name: p.name.clone(),
+            port: p.port,
+            target_port: p.effective_target_port(),
+            protocol: p.protocol,
+        })
+        .collect()
+}
+
+/// Group changes from one phase into one Event.
+struct Note {
+    warning: bool,
+    reason: &'static str,
+    message: String,
+}
+
+/// What looking up and claiming an infrastructure object found.
+enum Claim {
+    /// Claimed.
+    Claimed(Box<Claimed>),
+    /// It does not exist (the message says which).
+    Missing(String),
+    /// It is being deleted.
+    Deleting,
+    /// It cannot be used: no provider for its kind, or another LoadBalancer controls it.
+    Refused(&'static str, String),
+}
+
+/// A claimed infrastructure object: its provider, API, kind and the object as claimed.
+struct Claimed {
+    provider: Arc<dyn Provider>,
+    api: Api<DynamicObject>,
+    resource: ApiResource,
+    infra: DynamicObject,
+}
+
+/// How bringing up a migration's new load balancer went.
+enum BringUp {
+    /// Provisioned, with an address, every member active: switch to it.
+    Ready,
+    /// Not yet; the message says what is awaited.
+    Waiting(String),
+    /// It cannot be brought up (reason, message); the old one keeps serving.
+    Failed(&'static str, String),
+}
+
+/// How releasing an infrastructure object went.
+enum Release {
+    /// Nothing of ours is left on it.
+    Done(Vec<String>),
+    /// The provider is still deleting.
+    Pending(String, Duration),
+    /// It cannot be released until the user acts (the message says how).
+    Blocked(&'static str, String),
+}
+
+/// State of one reconcile pass.
+struct Reconciliation<'a> {
+    lb: &'a LoadBalancer,
+    ctx: &'a Context,
+    api: Api<LoadBalancer>,
+    identity: LoadBalancerIdentity,
+    namespace: String,
+    /// The status being built, starting from the stored one.
+    status: LoadBalancerStatus,
+    /// Conditions computed in this pass (others are kept as they are).
+    conditions: Vec<DesiredCondition>,
+    notes: Vec<Note>,
+    outcome: Outcome,
+    /// A transient failure happened in this pass (back-off is kept, not reset).
+    transient_failure: bool,
+    /// The effective selector, once the spec is known to be valid.
+    selector: Option<Selector>,
+    /// The LoadBalancer's Cluster is being deleted: deletion hooks are released.
+    cluster_deleting: bool,
+    /// The Cluster named by `spec.clusterName`, when it exists.
+    cluster: Option<Cluster>,
+    /// The Service of capi-lb's class this LoadBalancer realises, if any.
+    binding: Option<class::Binding>,
+}
+
+/// How the members can be reached in this pass.
+enum Access<'a> {
+    /// Converge them through the provider.
+    Converge {
+        provider: &'a dyn Provider,
+        infra: &'a DynamicObject,
+        listeners: &'a [Listener],
+    },
+    /// They cannot be converged now (the message says why); their state is unknown.
+    NotConverged(String),
+    /// The provider's load balancer was deleted: there are no members.
+    Gone,
+}
+
+impl<'a> Reconciliation<'a> {
+    fn new(lb: &'a LoadBalancer, ctx: &'a Context, api: Api<LoadBalancer>) -> Result<Self> {
+        Ok(Self {
+            identity: identity(lb)?,
+            namespace: lb.namespace().unwrap_or_default(),
+            status: lb.status.clone().unwrap_or_default(),
+            lb,
+            ctx,
+            api,
+            conditions: Vec::new(),
+            notes: Vec::new(),
+            outcome: Outcome::done(),
+            transient_failure: false,
+            selector: None,
+            cluster_deleting: false,
+            cluster: None,
+            binding: None,
+        })
+    }
+
+    fn note(&mut self, warning: bool, reason: &'static str, changes: Vec<String>) {
+        if !changes.is_empty() {
+            self.notes.push(Note {
+                warning,
+                reason,
+                message: changes.join("; "),
+            });
+        }
+    }
+
+    /// Retry a transient failure with back-off.
+    fn backoff(&mut self) {
+        self.transient_failure = true;
+        let delay = self.ctx.backoff(&self.identity.uid);
+        self.outcome = self.outcome.min(Some(delay));
+    }
+
+    /// Paused: touch nothing but the Paused condition.
+    async fn pause(mut self, why: String) -> Result<Outcome> {
+        self.conditions
+            .push(DesiredCondition::true_(c::PAUSED, r::PAUSED, why));
+        self.finish().await
+    }
+}

@@ -1,0 +1,310 @@
+//! The pass over a LoadBalancer that exists and is not paused: validate the spec, bring the serving
+//! infrastructure up, move the targets, publish, and finish with the status and Events.
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_api::conditions::{DesiredCondition, merge_conditions};
+use capi_lb_api::constants::{FIELD_MANAGER, condition as c, event, reason as r};
+use capi_lb_api::loadbalancer::{LoadBalancerAddress, LoadBalancerStatus};
+use capi_lb_api::validation::check;
+use capi_lb_providers::{EnsureRequest, Progress};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::Selector;
+use kube::{Resource, ResourceExt};
+
+use serde_json::{Map, json};
+
+use super::status::{
+    InfraState, TargetsState, infrastructure_condition, publication_condition, ready_condition,
+    targets_condition,
+};
+use crate::class;
+use crate::context::Outcome;
+use crate::error::{Result, kube_err};
+use crate::publication;
+
+use super::{Access, Claim, Note, Reconciliation, describe, listeners};
+
+impl Reconciliation<'_> {
+    pub(super) async fn apply(mut self) -> Result<Outcome> {
+        self.conditions.push(DesiredCondition::false_(
+            c::PAUSED,
+            r::NOT_PAUSED,
+            "reconciliation is not paused",
+        ));
+
+        // The spec, checked against the CRD's own schema and CEL rules.
+        let selector = match check(self.lb)
+            .map_err(|e| e.to_string())
+            .and_then(|()| self.lb.effective_selector().map_err(|e| e.to_string()))
+        {
+            Ok(selector) => selector,
+            Err(message) => {
+                self.conditions.push(DesiredCondition::false_(
+                    c::READY,
+                    r::INVALID_SPEC,
+                    format!("invalid spec, nothing was changed: {message}"),
+                ));
+                return self.finish().await;
+            }
+        };
+        let selector = match &self.binding {
+            Some(b) => Selector::from_iter([(
+                capi_lb_api::constants::LABEL_SERVICE_NAME.to_string(),
+                b.service.name_any(),
+            )]),
+            None => selector,
+        };
+        self.selector = Some(selector.clone());
+
+        // A changed infrastructureRef migrates make-before-break; `spec_ref` is what serves now.
+        let wanted = self.lb.spec.infrastructure_ref.clone();
+        let spec_ref = self.migrate(&wanted, &selector).await?;
+
+        // The provider and its infrastructure object.
+        let (provider, infra_api, infra_resource, infra) = match self.claim_infra(&spec_ref).await?
+        {
+            Claim::Claimed(c) => (c.provider, c.api, c.resource, c.infra),
+            // Gone without our finalizer having run (someone removed it): the provider may still
+            // hold a load balancer for it.
+            Claim::Missing(_) if self.status.infrastructure_ref.as_ref() == Some(&spec_ref) => {
+                return self
+                    .infra_going(&spec_ref, r::INFRASTRUCTURE_NOT_FOUND, "no longer exists")
+                    .await;
+            }
+            Claim::Missing(message) => {
+                return self
+                    .infra_problem(r::INFRASTRUCTURE_NOT_FOUND, message)
+                    .await;
+            }
+            Claim::Deleting => {
+                return self
+                    .infra_going(&spec_ref, r::INFRASTRUCTURE_DELETING, "is being deleted")
+                    .await;
+            }
+            Claim::Refused(reason, message) => return self.infra_problem(reason, message).await,
+        };
+        self.status.infrastructure_ref = Some(spec_ref.clone());
+
+        // Ensure the load balancer.
+        let listeners = listeners(self.lb);
+        let ensured = provider
+            .ensure(EnsureRequest {
+                identity: &self.identity,
+                infra: &infra,
+                listeners: &listeners,
+            })
+            .await;
+        let (infra_state, mut infra_status) = match ensured {
+            Ok(out) => {
+                let reason = if out.created {
+                    event::LOAD_BALANCER_CREATED
+                } else {
+                    event::LOAD_BALANCER_UPDATED
+                };
+                self.note(false, reason, out.changes);
+                if out.addresses != self.status.addresses {
+                    let describe = |a: &[LoadBalancerAddress]| {
+                        a.iter()
+                            .map(|a| a.address.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    };
+                    let message = format!(
+                        "addresses changed from [{}] to [{}]",
+                        describe(&self.status.addresses),
+                        describe(&out.addresses)
+                    );
+                    self.note(false, event::ADDRESSES_CHANGED, vec![message]);
+                    self.status.addresses = out.addresses;
+                }
+                let state = match out.progress {
+                    Progress::Done => InfraState::Provisioned,
+                    Progress::Pending {
+                        message,
+                        retry_after,
+                        reason,
+                    } => {
+                        self.outcome = self.outcome.min(Some(retry_after));
+                        match reason {
+                            Some(reason) => InfraState::Waiting { reason, message },
+                            None => InfraState::Provisioning(message),
+                        }
+                    }
+                };
+                (state, out.status)
+            }
+            Err(error) => {
+                let state = self.provider_problem(provider.name(), "ensure", error);
+                (state, Map::new())
+            }
+        };
+        let infra_ready = infra_state == InfraState::Provisioned;
+
+        // Targets and members.
+        let access = if infra_ready {
+            Access::Converge {
+                provider: provider.as_ref(),
+                infra: &infra,
+                listeners: &listeners,
+            }
+        } else {
+            Access::NotConverged("members are added once the load balancer is provisioned".into())
+        };
+        let targets = self.move_targets(access, &mut infra_status).await?;
+        self.record_targets(&selector, &targets);
+
+        // The provider's view, on the infrastructure object.
+        if !infra_status.is_empty() {
+            self.write_infra_status(&infra_api, &infra_resource, &infra, infra_status)
+                .await?;
+        }
+
+        // Publication.
+        let infra_condition = infrastructure_condition(&infra_state);
+        let published = if matches!(infra_state, InfraState::Problem { .. }) {
+            None
+        } else {
+            let report = publication::publish_lb(
+                &self.ctx.client,
+                self.lb,
+                &self.status.addresses,
+                infra_ready,
+            )
+            .await?;
+            // A conflict is reported through the EndpointPublished condition's Warning event.
+            self.note(false, event::ENDPOINT_PUBLISHED, report.changes);
+            Some(report.state)
+        };
+        self.status.endpoint = self
+            .lb
+            .stable_endpoint(&self.ctx.config.cluster_domain, &self.status.addresses);
+        let publication_condition = published
+            .as_ref()
+            .map(|p| publication_condition(p, infra_ready));
+        let endpoint = self
+            .status
+            .endpoint
+            .as_ref()
+            .map(|e| format!("{}:{}", e.host, e.port));
+        self.conditions.push(ready_condition(
+            &infra_condition,
+            publication_condition.as_ref(),
+            !self.status.addresses.is_empty(),
+            endpoint.as_deref(),
+        ));
+        self.conditions.push(infra_condition);
+        self.conditions
+            .push(self.targets_condition(&selector, &targets));
+        if let Some(pc) = publication_condition {
+            self.conditions.push(pc);
+        }
+        if let Some(cc) = self.cluster_endpoint().await? {
+            self.conditions.push(cc);
+        }
+        // The realised Service gets the provider's address as its ingress.
+        if let Some(binding) = &self.binding
+            && infra_ready
+        {
+            let host = self.status.endpoint.as_ref().map(|e| e.host.clone());
+            let changes = class::write_back(
+                &self.ctx.client,
+                binding,
+                &self.status.addresses,
+                host.as_deref(),
+            )
+            .await?;
+            self.note(false, event::ENDPOINT_PUBLISHED, changes);
+        }
+        self.finish().await
+    }
+
+    pub(super) fn targets_condition(
+        &self,
+        selector: &Selector,
+        targets: &TargetsState,
+    ) -> DesiredCondition {
+        let types: Vec<&str> = self
+            .lb
+            .spec
+            .target_address_types
+            .iter()
+            .map(|t| t.as_str())
+            .collect();
+        targets_condition(
+            targets,
+            &self.lb.spec.target_kind.to_string(),
+            &selector.to_string(),
+            &types.join(", "),
+        )
+    }
+
+    /// Compute the final status, write it if it changed, and emit Events for what changed.
+    pub(super) async fn finish(mut self) -> Result<Outcome> {
+        let now = Time(self.ctx.clock.now());
+        let previous = self.lb.status.clone().unwrap_or_default();
+        let generation = self.lb.meta().generation;
+        self.status.conditions =
+            merge_conditions(&previous.conditions, &self.conditions, generation, &now);
+        self.status.ready = capi_lb_api::conditions::is_true(&self.status.conditions, c::READY);
+        self.status.observed_generation = generation;
+
+        // Events: changes made, and conditions that changed status or reason.
+        for d in &self.conditions {
+            let before = capi_lb_api::conditions::find(&previous.conditions, d.type_);
+            let changed = before.is_none_or(|b| {
+                b.status != capi_lb_api::conditions::status_str(d.status) || b.reason != d.reason
+            });
+            // Pausing and unpausing are both worth an Event; "not paused" on first sight is not.
+            let unpaused = d.type_ == c::PAUSED && !d.status && before.is_some();
+            let quiet = d.type_ == c::PAUSED && !d.status && before.is_none();
+            if changed && !quiet && (d.status || unpaused || d.type_ == c::READY || d.warning) {
+                self.notes.push(Note {
+                    warning: !d.status && d.warning,
+                    reason: d.reason,
+                    message: format!("{}: {}", d.type_, d.message),
+                });
+            }
+        }
+        if self.status != previous {
+            write_status(&self.api, self.lb, &self.status).await?;
+        }
+        if !self.transient_failure {
+            self.ctx.reset_backoff(&self.identity.uid);
+        }
+        let reference = self.lb.object_ref(&());
+        for note in self.notes {
+            self.ctx
+                .events
+                .publish(
+                    &reference,
+                    note.warning,
+                    note.reason,
+                    "Reconcile",
+                    note.message,
+                )
+                .await;
+        }
+        Ok(self.outcome)
+    }
+}
+
+pub(super) async fn write_status(
+    api: &Api<LoadBalancer>,
+    lb: &LoadBalancer,
+    status: &LoadBalancerStatus,
+) -> Result<()> {
+    let patch = json!({
+        "apiVersion": LoadBalancer::api_version(&()),
+        "kind": LoadBalancer::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &lb.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(kube_err("apply status of", describe(lb)))?;
+    Ok(())
+}

@@ -1,0 +1,523 @@
+//! Watch triggers: which LoadBalancers an event on a watched object concerns.
+//!
+//! `run` watches more kinds than LoadBalancers (infrastructure objects, Machines, Clusters, Services
+//! of capi-lb's class and their EndpointSlices, objects providers create, capi-lb's own `-ext`
+//! objects). Each event is mapped to the LoadBalancers it concerns by the functions here, which are
+//! pure: they read a [`Triggers`] index that the LoadBalancer watch keeps up to date
+//! ([`Triggers::event`]), so a Machine event looks up the LoadBalancers by its labels and
+//! annotations instead of scanning every LoadBalancer.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_api::capi::{Cluster, Machine};
+use capi_lb_api::constants::{
+    LABEL_LB_NAME, LABEL_SERVICE_NAME, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX,
+    TARGET_SINCE_PREFIX, TARGET_STATE_PREFIX,
+};
+use capi_lb_api::target::target_key;
+use capi_lb_providers::provider::tags;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::{ApiResource, DynamicObject, Expression, Selector, SelectorExt};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use crate::class;
+
+type Ref = ObjectRef<LoadBalancer>;
+/// (namespace, name) of a LoadBalancer.
+type Key = (String, String);
+
+fn to_ref((namespace, name): &Key) -> Ref {
+    lb_ref(namespace, name)
+}
+
+fn lb_ref(namespace: &str, name: &str) -> Ref {
+    ObjectRef::new(name).within(namespace)
+}
+
+/// What the triggers need to know of one LoadBalancer.
+#[derive(Clone, Debug, PartialEq)]
+struct Summary {
+    /// `spec.infrastructureRef`: (group, kind, name).
+    infrastructure: (String, String, String),
+    /// `spec.clusterName`.
+    cluster: Option<String>,
+    /// The Service of capi-lb's class it is bound to (its `service` annotation).
+    service: Option<String>,
+    /// It targets Machines.
+    machines: bool,
+    /// The selector of its Machines; `None` when it targets another kind or the selector is invalid.
+    selector: Option<Selector>,
+}
+
+impl Summary {
+    fn of(lb: &LoadBalancer) -> Self {
+        let r = &lb.spec.infrastructure_ref;
+        let machines = lb.spec.target_kind.kind == Machine::kind(&());
+        Self {
+            infrastructure: (r.api_group.clone(), r.kind.clone(), r.name.clone()),
+            cluster: lb.spec.cluster_name.clone(),
+            service: lb.annotations().get(class::ANNOTATION_SERVICE).cloned(),
+            machines,
+            selector: machines.then(|| lb.effective_selector().ok()).flatten(),
+        }
+    }
+
+    /// The (label, value) pairs a Machine must carry to be selected, one of which is enough to
+    /// find the LoadBalancer; empty when the selector has no equality (it is then checked for every
+    /// Machine of the namespace).
+    fn label_keys(&self) -> Vec<(String, String)> {
+        let Some(selector) = &self.selector else {
+            return Vec::new();
+        };
+        // The first expression that pins a label to values: every selected Machine has one of them.
+        for expression in selector.clone() {
+            match expression {
+                Expression::Equal(key, value) => return vec![(key, value)],
+                Expression::In(key, values) => {
+                    return values.into_iter().map(|v| (key.clone(), v)).collect();
+                }
+                _ => {}
+            }
+        }
+        Vec::new()
+    }
+}
+
+/// The LoadBalancers by what their triggers look up.
+#[derive(Debug, Default)]
+struct Index {
+    summaries: HashMap<Key, Summary>,
+    /// (namespace, label, value) -> Machine-targeting LoadBalancers selecting on it.
+    by_label: HashMap<(String, String, String), BTreeSet<Key>>,
+    /// namespace -> Machine-targeting LoadBalancers without an equality in their selector.
+    unindexed: HashMap<String, BTreeSet<Key>>,
+    /// target key (the suffix of capi-lb's annotations on targets) -> LoadBalancer.
+    by_target_key: HashMap<String, Key>,
+}
+
+impl Index {
+    fn insert(&mut self, lb: &LoadBalancer) {
+        let (Some(namespace), name) = (lb.namespace(), lb.name_any()) else {
+            return;
+        };
+        let r: Key = (namespace.clone(), name.clone());
+        let summary = Summary::of(lb);
+        if self.summaries.get(&r) == Some(&summary) {
+            return;
+        }
+        self.remove(&r);
+        if summary.selector.is_some() {
+            let keys = summary.label_keys();
+            if keys.is_empty() {
+                self.unindexed
+                    .entry(namespace.clone())
+                    .or_default()
+                    .insert(r.clone());
+            }
+            for (key, value) in keys {
+                self.by_label
+                    .entry((namespace.clone(), key, value))
+                    .or_default()
+                    .insert(r.clone());
+            }
+        }
+        self.by_target_key
+            .insert(target_key(&namespace, &name), r.clone());
+        self.summaries.insert(r, summary);
+    }
+
+    fn remove(&mut self, r: &Key) {
+        if self.summaries.remove(r).is_none() {
+            return;
+        }
+        let namespace = r.0.clone();
+        self.by_label.retain(|_, refs| {
+            refs.remove(r);
+            !refs.is_empty()
+        });
+        if let Some(refs) = self.unindexed.get_mut(&namespace) {
+            refs.remove(r);
+        }
+        self.by_target_key.remove(&target_key(&namespace, &r.1));
+    }
+
+    fn in_namespace<'a>(
+        &'a self,
+        namespace: &'a str,
+    ) -> impl Iterator<Item = (&'a Key, &'a Summary)> + 'a {
+        self.summaries.iter().filter(move |(r, _)| r.0 == namespace)
+    }
+}
+
+/// The index of LoadBalancers the watch triggers read, kept current by the LoadBalancer watch.
+#[derive(Debug, Default)]
+pub struct Triggers {
+    index: RwLock<Index>,
+    /// LoadBalancers of a relist in progress (between `Init` and `InitDone`).
+    relist: RwLock<Option<Vec<LoadBalancer>>>,
+}
+
+impl Triggers {
+    /// An empty index.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An index of `lbs`.
+    pub fn of<'a>(lbs: impl IntoIterator<Item = &'a LoadBalancer>) -> Self {
+        let triggers = Self::new();
+        for lb in lbs {
+            triggers.apply(lb);
+        }
+        triggers
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Index> {
+        self.index.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Index> {
+        self.index.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A LoadBalancer was created or changed.
+    pub fn apply(&self, lb: &LoadBalancer) {
+        self.write().insert(lb);
+    }
+
+    /// A LoadBalancer is gone.
+    pub fn delete(&self, lb: &LoadBalancer) {
+        if let Some(namespace) = lb.namespace() {
+            self.write().remove(&(namespace, lb.name_any()));
+        }
+    }
+
+    /// Follow one event of the LoadBalancer watch (a relist replaces the index once it is complete).
+    pub fn event(&self, event: &watcher::Event<LoadBalancer>) {
+        let mut relist = self.relist.write().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            watcher::Event::Apply(lb) => self.apply(lb),
+            watcher::Event::Delete(lb) => self.delete(lb),
+            watcher::Event::Init => *relist = Some(Vec::new()),
+            watcher::Event::InitApply(lb) => relist.get_or_insert_with(Vec::new).push(lb.clone()),
+            watcher::Event::InitDone => {
+                let mut index = Index::default();
+                for lb in relist.take().unwrap_or_default() {
+                    index.insert(&lb);
+                }
+                *self.write() = index;
+            }
+        }
+    }
+
+    /// LoadBalancers whose `infrastructureRef` names `obj`, an object of kind `ar`.
+    pub fn referencing(&self, ar: &ApiResource, obj: &DynamicObject) -> Vec<Ref> {
+        let Some(namespace) = obj.namespace() else {
+            return Vec::new();
+        };
+        let wanted = (ar.group.clone(), ar.kind.clone(), obj.name_any());
+        self.read()
+            .in_namespace(&namespace)
+            .filter(|(_, s)| s.infrastructure == wanted)
+            .map(|(r, _)| to_ref(r))
+            .collect()
+    }
+
+    /// LoadBalancers that deal with `obj` (a Machine): those whose target selector matches it, and
+    /// those whose annotations are still on it (it was deselected and is being removed, or it holds
+    /// their deletion hooks).
+    pub fn selecting(&self, obj: &DynamicObject) -> Vec<Ref> {
+        let Some(namespace) = obj.namespace() else {
+            return Vec::new();
+        };
+        let labels = obj.labels();
+        let index = self.read();
+        let mut found: BTreeSet<Key> = BTreeSet::new();
+        let candidates = labels
+            .iter()
+            .filter_map(|(k, v)| {
+                index
+                    .by_label
+                    .get(&(namespace.clone(), k.clone(), v.clone()))
+            })
+            .chain(index.unindexed.get(&namespace))
+            .flatten();
+        for r in candidates {
+            let matches = index
+                .summaries
+                .get(r)
+                .and_then(|s| s.selector.as_ref())
+                .is_some_and(|selector| selector.matches(labels));
+            if matches {
+                found.insert(r.clone());
+            }
+        }
+        for key in obj.annotations().keys() {
+            let suffix = [
+                TARGET_STATE_PREFIX,
+                TARGET_SINCE_PREFIX,
+                PRE_DRAIN_HOOK_PREFIX,
+                PRE_TERMINATE_HOOK_PREFIX,
+            ]
+            .iter()
+            .find_map(|prefix| key.strip_prefix(prefix));
+            if let Some(r) = suffix.and_then(|s| index.by_target_key.get(s))
+                && r.0 == namespace
+                && index.summaries.get(r).is_some_and(|s| s.machines)
+            {
+                found.insert(r.clone());
+            }
+        }
+        found.iter().map(to_ref).collect()
+    }
+
+    /// LoadBalancers that deal with `svc`: the one that realises it when it is of capi-lb's class,
+    /// and those bound to it (its name in their `service` annotation) whatever it has become, since
+    /// a Service that names another LoadBalancer, leaves the class or is deleted must be let go of.
+    pub fn bound_to_service(&self, svc: &Service) -> Vec<Ref> {
+        let Some(namespace) = svc.namespace() else {
+            return Vec::new();
+        };
+        let name = svc.name_any();
+        let realising = class::is_ours(svc).then(|| class::realised_by(svc));
+        let mut keys: Vec<Key> = self
+            .read()
+            .in_namespace(&namespace)
+            .filter(|(r, s)| {
+                s.service.as_deref() == Some(name.as_str())
+                    && realising.as_deref() != Some(r.1.as_str())
+            })
+            .map(|(r, _)| r.clone())
+            .collect();
+        keys.sort();
+        let mut refs: Vec<Ref> = keys.iter().map(to_ref).collect();
+        if let Some(lb) = realising {
+            refs.push(lb_ref(&namespace, &lb));
+        }
+        refs
+    }
+
+    /// The LoadBalancer bound to the Service an EndpointSlice (labelled with its Service) belongs
+    /// to.
+    pub fn bound_to_slice(&self, slice: &EndpointSlice) -> Option<Ref> {
+        let namespace = slice.namespace()?;
+        let service = slice.labels().get(LABEL_SERVICE_NAME)?;
+        self.read()
+            .in_namespace(&namespace)
+            .filter(|(_, s)| s.service.as_ref() == Some(service))
+            .map(|(r, _)| r)
+            .min()
+            .map(to_ref)
+    }
+
+    /// LoadBalancers whose `spec.clusterName` is `cluster`.
+    pub fn of_cluster(&self, cluster: &Cluster) -> Vec<Ref> {
+        let Some(namespace) = cluster.namespace() else {
+            return Vec::new();
+        };
+        let name = cluster.name_any();
+        let mut keys: Vec<Key> = self
+            .read()
+            .in_namespace(&namespace)
+            .filter(|(_, s)| s.cluster.as_deref() == Some(name.as_str()))
+            .map(|(r, _)| r.clone())
+            .collect();
+        keys.sort();
+        keys.iter().map(to_ref).collect()
+    }
+}
+
+/// The LoadBalancer an EndpointSlice capi-lb manages belongs to (its LoadBalancer label).
+pub fn managed_slice(slice: &EndpointSlice) -> Option<Ref> {
+    let namespace = slice.namespace()?;
+    let lb = slice.labels().get(LABEL_LB_NAME)?;
+    Some(lb_ref(&namespace, lb))
+}
+
+/// The LoadBalancer an object a provider created through the Kubernetes API belongs to (the name
+/// annotation that goes with the UID label, see [`tags`]).
+pub fn by_tags(meta: &ObjectMeta) -> Option<Ref> {
+    let namespace = meta.namespace.as_ref()?;
+    let annotations: &BTreeMap<String, String> = meta.annotations.as_ref()?;
+    Some(lb_ref(namespace, annotations.get(tags::NAME)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capi_lb_api::target::TargetKeys;
+    use serde_json::json;
+
+    fn lb(namespace: &str, name: &str, spec: serde_json::Value) -> LoadBalancer {
+        let mut spec = spec;
+        spec.as_object_mut().unwrap().entry("infrastructureRef").or_insert(json!({
+            "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryLoadBalancer", "name": name
+        }));
+        serde_json::from_value(json!({
+            "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn machine(namespace: &str, name: &str, labels: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        }))
+        .unwrap()
+    }
+
+    fn names(refs: Vec<Ref>) -> Vec<String> {
+        refs.into_iter()
+            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+            .collect()
+    }
+
+    fn selector(labels: serde_json::Value) -> serde_json::Value {
+        json!({"selector": {"matchLabels": labels}})
+    }
+
+    #[test]
+    fn machines_map_to_the_load_balancers_selecting_them() {
+        let cp = lb("a", "cp", selector(json!({"role": "cp"})));
+        let workers = lb(
+            "a",
+            "workers",
+            json!({"selector": {"matchExpressions": [
+            {"key": "role", "operator": "In", "values": ["worker", "infra"]}]}}),
+        );
+        let any = lb(
+            "a",
+            "any",
+            json!({"selector": {"matchExpressions": [
+            {"key": "role", "operator": "Exists"}]}}),
+        );
+        let elsewhere = lb("b", "cp", selector(json!({"role": "cp"})));
+        let services = lb(
+            "a",
+            "svc",
+            json!({
+            "targetKind": {"apiGroup": "", "kind": "Service"}, "selector": {"matchLabels": {"role": "cp"}}}),
+        );
+        let t = Triggers::of([&cp, &workers, &any, &elsewhere, &services]);
+        assert_eq!(
+            names(t.selecting(&machine("a", "m", json!({"role": "cp"})))),
+            ["a/any", "a/cp"]
+        );
+        assert_eq!(
+            names(t.selecting(&machine("a", "m", json!({"role": "infra"})))),
+            ["a/any", "a/workers"]
+        );
+        assert_eq!(
+            names(t.selecting(&machine("a", "m", json!({})))),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            names(t.selecting(&machine("b", "m", json!({"role": "cp"})))),
+            ["b/cp"]
+        );
+        // A selector change moves the LoadBalancer in the index; a deletion removes it.
+        t.apply(&lb("a", "cp", selector(json!({"role": "gone"}))));
+        t.delete(&any);
+        assert_eq!(
+            names(t.selecting(&machine("a", "m", json!({"role": "cp"})))),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn machines_carrying_a_load_balancers_annotations_map_to_it() {
+        let cp = lb("a", "cp", selector(json!({"role": "cp"})));
+        let t = Triggers::of([&cp]);
+        for key in TargetKeys::new("a", "cp").all() {
+            let mut m = machine("a", "m", json!({"role": "other"}));
+            m.metadata.annotations = Some([(key.to_string(), "x".to_string())].into());
+            assert_eq!(names(t.selecting(&m)), ["a/cp"], "{key}");
+        }
+        // Another namespace's LoadBalancer of the same name has other keys.
+        let mut m = machine("a", "m", json!({}));
+        m.metadata.annotations =
+            Some([(TargetKeys::new("b", "cp").state.clone(), "x".to_string())].into());
+        assert!(t.selecting(&m).is_empty());
+    }
+
+    #[test]
+    fn infrastructure_objects_map_to_the_load_balancers_referencing_them() {
+        let t = Triggers::of([&lb("a", "cp", json!({})), &lb("b", "cp", json!({}))]);
+        let ar = ApiResource {
+            group: "infrastructure.cluster.x-k8s.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "infrastructure.cluster.x-k8s.io/v1alpha1".into(),
+            kind: "InMemoryLoadBalancer".into(),
+            plural: "inmemoryloadbalancers".into(),
+        };
+        let obj = |ns: &str, name: &str| DynamicObject::new(name, &ar).within(ns);
+        assert_eq!(names(t.referencing(&ar, &obj("a", "cp"))), ["a/cp"]);
+        assert!(t.referencing(&ar, &obj("a", "other")).is_empty());
+        let other_kind = ApiResource {
+            kind: "KubeDCLoadBalancer".into(),
+            ..ar.clone()
+        };
+        assert!(t.referencing(&other_kind, &obj("a", "cp")).is_empty());
+    }
+
+    #[test]
+    fn clusters_services_and_slices_map_to_their_load_balancers() {
+        let mut bound = lb("a", "cp", json!({"clusterName": "c1"}));
+        bound.metadata.annotations =
+            Some([(class::ANNOTATION_SERVICE.to_string(), "web".to_string())].into());
+        let t = Triggers::of([&bound, &lb("a", "other", json!({"clusterName": "c2"}))]);
+        let cluster: Cluster = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c1", "namespace": "a"}, "spec": {}}))
+        .unwrap();
+        assert_eq!(names(t.of_cluster(&cluster)), ["a/cp"]);
+        // The bound Service, whatever it has become, and the LoadBalancer a class Service names.
+        let service = |annotations: serde_json::Value, class: Option<&str>| -> Service {
+            serde_json::from_value(json!({
+                "metadata": {"name": "web", "namespace": "a", "annotations": annotations},
+                "spec": {"type": "LoadBalancer", "loadBalancerClass": class}}))
+            .unwrap()
+        };
+        assert_eq!(
+            names(t.bound_to_service(&service(json!({}), None))),
+            ["a/cp"]
+        );
+        let moved = service(
+            json!({class::ANNOTATION_SERVICE_LOAD_BALANCER_REF: "other"}),
+            Some(class::LOAD_BALANCER_CLASS),
+        );
+        assert_eq!(names(t.bound_to_service(&moved)), ["a/cp", "a/other"]);
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {"name": "web-x", "namespace": "a", "labels": {LABEL_SERVICE_NAME: "web"}},
+            "addressType": "IPv4", "endpoints": []}))
+        .unwrap();
+        assert_eq!(t.bound_to_slice(&slice).map(|r| r.name), Some("cp".into()));
+    }
+
+    #[test]
+    fn a_relist_replaces_the_index_once_complete() {
+        let t = Triggers::of([&lb("a", "old", json!({"clusterName": "c"}))]);
+        let cluster: Cluster = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c", "namespace": "a"}, "spec": {}}))
+        .unwrap();
+        t.event(&watcher::Event::Init);
+        t.event(&watcher::Event::InitApply(lb(
+            "a",
+            "new",
+            json!({"clusterName": "c"}),
+        )));
+        // Until the relist is done, the old index answers.
+        assert_eq!(names(t.of_cluster(&cluster)), ["a/old"]);
+        t.event(&watcher::Event::InitDone);
+        assert_eq!(names(t.of_cluster(&cluster)), ["a/new"]);
+    }
+}

@@ -1,0 +1,279 @@
+//! The Octavia load balancer itself: finding and adopting one this LoadBalancer owns by its tags,
+//! creating it together with all its listeners in one call, deleting it, and the top of `ensure`
+//! (what to do in each provisioning status, recreating one in ERROR, then its children and its
+//! floating IP).
+
+use std::time::Duration;
+
+use capi_lb_api::octavia::{ListenerStatus, OctaviaProvider as Driver};
+use serde_json::{Value, json};
+
+use super::OctaviaProvider;
+use super::api::{ApiVersion, Request, Session};
+use super::documents::{LbRecord, Tree, decode};
+use super::naming::{description, lb_name, owned, uid_tag};
+use super::reason;
+use super::run::Run;
+use super::settings::Settings;
+use super::stop::{POLL, Stop};
+use crate::provider::{Listener, LoadBalancerIdentity, Progress};
+
+impl OctaviaProvider {
+    /// The load balancers this LoadBalancer owns, oldest first: by tag (API 2.5+), else by name
+    /// and the UID in the description.
+    pub(super) async fn find_owned(
+        &self,
+        session: &Session,
+        identity: &LoadBalancerIdentity,
+        infra_uid: Option<&str>,
+    ) -> Result<Vec<LbRecord>, Stop> {
+        let request = if session.version >= ApiVersion::TAGS {
+            Request::get("lbaas/loadbalancers").query("tags", uid_tag(identity))
+        } else {
+            Request::get("lbaas/loadbalancers").query("name", lb_name(identity))
+        };
+        let body = session
+            .expect(self.observer(), "loadbalancer.list", request)
+            .await?;
+        let list: Vec<LbRecord> = decode(
+            body.get("loadbalancers").cloned().unwrap_or(json!([])),
+            "loadbalancer.list",
+        )?;
+        let mut owned: Vec<LbRecord> = list
+            .into_iter()
+            .filter(|r| owned(r, identity, infra_uid) && r.provisioning_status != "DELETED")
+            .collect();
+        owned.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        Ok(owned)
+    }
+
+    /// Find the load balancer: the one in the status, else adopt one found by its tags.
+    async fn locate(&self, session: &Session, run: &mut Run<'_>) -> Result<Option<Tree>, Stop> {
+        if let Some(id) = run.status.load_balancer_id.clone() {
+            // An ID from the status is trusted once this process has seen its tags (it created,
+            // adopted or checked it); a status naming a load balancer that is not ours is ignored.
+            let trusted = self.verified.lock().is_ok_and(|v| v.contains(&id))
+                || self.verify(session, run, &id).await?;
+            if trusted {
+                if let Some(tree) = self.tree(session, &id, false).await? {
+                    return Ok(Some(tree));
+                }
+                run.changes
+                    .push(format!("Octavia load balancer {id} is gone; looking again"));
+            }
+            run.forget_lb();
+        }
+        let found = self
+            .find_owned(session, run.identity, run.infra.uid.as_deref())
+            .await?;
+        let Some(record) = found
+            .into_iter()
+            .find(|r| r.provisioning_status != "PENDING_DELETE")
+        else {
+            return Ok(None);
+        };
+        run.status.load_balancer_id = Some(record.id.clone());
+        run.status.vip_address = record.vip_address.clone();
+        run.status.vip_port_id = record.vip_port_id.clone();
+        run.changes.push(format!(
+            "adopted Octavia load balancer {} (found by its ownership tags)",
+            record.id
+        ));
+        self.mark_verified(&record.id);
+        self.tree(session, &record.id, false).await
+    }
+
+    fn mark_verified(&self, id: &str) {
+        if let Ok(mut verified) = self.verified.lock() {
+            verified.insert(id.to_string());
+        }
+    }
+
+    /// Whether load balancer `id` (from the status) carries this LoadBalancer's ownership tags.
+    /// Gone counts as ours (nothing to protect); not ours is reported in the changes.
+    async fn verify(&self, session: &Session, run: &mut Run<'_>, id: &str) -> Result<bool, Stop> {
+        let Some(body) = session
+            .expect_or_gone(
+                self.observer(),
+                "loadbalancer.get",
+                Request::get(format!("lbaas/loadbalancers/{id}")),
+            )
+            .await?
+        else {
+            return Ok(true);
+        };
+        let record: LbRecord = decode(
+            body.get("loadbalancer").cloned().unwrap_or(Value::Null),
+            "loadbalancer.get",
+        )?;
+        if owned(&record, run.identity, run.infra.uid.as_deref()) {
+            self.mark_verified(id);
+            return Ok(true);
+        }
+        run.changes.push(format!(
+            "the status names Octavia load balancer {id}, which does not carry this LoadBalancer's ownership tags; it is left alone"
+        ));
+        Ok(false)
+    }
+
+    /// Body of a load balancer with all its listeners, pools and health monitors (single-call
+    /// create).
+    fn lb_body(&self, run: &Run<'_>, listeners: &[Listener], version: ApiVersion) -> Value {
+        let spec = &run.infra.spec;
+        let mut lb = json!({
+            "name": run.lb_name(),
+            "description": description(run.identity),
+            "listeners": listeners.iter().map(|l| self.listener_body(run, l, version)).collect::<Vec<_>>(),
+        });
+        if let Value::Object(o) = &mut lb {
+            if let Some(subnet) = &spec.vip.subnet_id {
+                o.insert("vip_subnet_id".into(), json!(subnet));
+            }
+            if let Some(network) = &spec.vip.network_id {
+                o.insert("vip_network_id".into(), json!(network));
+            }
+            if let Some(address) = &spec.vip.address {
+                o.insert("vip_address".into(), json!(address));
+            }
+            if let Some(provider) = spec.provider {
+                let name = match provider {
+                    Driver::Amphora => "amphora",
+                    Driver::Ovn => "ovn",
+                };
+                o.insert("provider".into(), json!(name));
+            }
+            if let Some(flavor) = &spec.flavor_id {
+                o.insert("flavor_id".into(), json!(flavor));
+            }
+            if let Some(zone) = &spec.availability_zone {
+                o.insert("availability_zone".into(), json!(zone));
+            }
+            if version >= ApiVersion::TAGS {
+                o.insert("tags".into(), json!(run.tags()));
+            }
+        }
+        lb
+    }
+
+    async fn create(
+        &self,
+        session: &Session,
+        run: &mut Run<'_>,
+        listeners: &[Listener],
+    ) -> Result<Progress, Stop> {
+        let lb = self.lb_body(run, listeners, session.version);
+        let body = session
+            .expect(
+                self.observer(),
+                "loadbalancer.create",
+                Request::post("lbaas/loadbalancers", json!({ "loadbalancer": lb })),
+            )
+            .await?;
+        let record: LbRecord = decode(
+            body.get("loadbalancer").cloned().unwrap_or(Value::Null),
+            "loadbalancer.create",
+        )?;
+        run.created = true;
+        self.mark_verified(&record.id);
+        run.status.load_balancer_id = Some(record.id.clone());
+        run.status.vip_address = record.vip_address.clone();
+        run.status.vip_port_id = record.vip_port_id.clone();
+        run.status.provisioning_status = Some(record.provisioning_status.clone());
+        run.status.ready = false;
+        run.status.listeners = listeners
+            .iter()
+            .map(|l| ListenerStatus {
+                port: l.port,
+                applied: Some(Settings::new(&run.infra, l, session.version).applied()),
+                ..Default::default()
+            })
+            .collect();
+        run.changes.push(format!(
+            "created Octavia load balancer {} with {} listener(s)",
+            record.id,
+            listeners.len()
+        ));
+        Ok(run.pending("PENDING_CREATE"))
+    }
+
+    /// `ensure`: the load balancer, then its children, then its floating IP; one write per call.
+    pub(super) async fn ensure_inner(
+        &self,
+        run: &mut Run<'_>,
+        listeners: &[Listener],
+    ) -> Result<Progress, Stop> {
+        let session = self.session(&run.infra).await?;
+        run.status.api_version = Some(session.version.to_string());
+        run.infra.check_version(session.version)?;
+        let Some(tree) = self.locate(&session, run).await? else {
+            return self.create(&session, run, listeners).await;
+        };
+        run.status.provisioning_status = Some(tree.provisioning_status.clone());
+        run.status.operating_status = Some(tree.operating_status.clone());
+        match tree.provisioning_status.as_str() {
+            "ACTIVE" => run.status.pending_since = None,
+            "ERROR" => return self.on_error(&session, run, &tree).await,
+            "DELETED" => {
+                run.forget_lb();
+                return Ok(Progress::pending("Octavia load balancer deleted", POLL));
+            }
+            state => {
+                run.status.ready = false;
+                return Ok(run.pending(state));
+            }
+        }
+        let mut progress = self
+            .converge_children(&session, run, &tree, listeners)
+            .await?;
+        if progress.is_done() {
+            progress = self.converge_floating_ip(&session, run).await?;
+        }
+        run.status.ready = progress.is_done();
+        Ok(progress)
+    }
+
+    async fn on_error(
+        &self,
+        session: &Session,
+        run: &mut Run<'_>,
+        tree: &Tree,
+    ) -> Result<Progress, Stop> {
+        run.status.ready = false;
+        if !run.infra.spec.recreate_on_error {
+            return Ok(Progress::pending_because(
+                reason::LOAD_BALANCER_ERROR,
+                format!(
+                    "Octavia load balancer {} is in ERROR (terminal; operating status {}). Octavia's logs say why; set recreateOnError: true to have capi-lb delete and recreate it",
+                    tree.id, tree.operating_status
+                ),
+                Duration::from_secs(60),
+            ));
+        }
+        self.delete_lb(session, &tree.id).await?;
+        run.changes.push(format!(
+            "deleting Octavia load balancer {} in ERROR to recreate it (recreateOnError)",
+            tree.id
+        ));
+        Ok(Progress::pending_because(
+            reason::LOAD_BALANCER_ERROR,
+            format!(
+                "Octavia load balancer {} was in ERROR; deleting it to recreate it",
+                tree.id
+            ),
+            POLL,
+        ))
+    }
+
+    /// Delete load balancer `id` with everything on it (404: already gone).
+    pub(super) async fn delete_lb(&self, session: &Session, id: &str) -> Result<(), Stop> {
+        self.forget_tree(id);
+        session
+            .expect_or_gone(
+                self.observer(),
+                "loadbalancer.delete",
+                Request::delete(format!("lbaas/loadbalancers/{id}")).query("cascade", "true"),
+            )
+            .await
+            .map(|_| ())
+    }
+}
