@@ -46,9 +46,10 @@ impl DesiredCondition {
 }
 
 impl DesiredCondition {
-    /// The same condition, reported as a problem (a Warning Event) when it turns False.
-    pub fn as_problem(mut self) -> Self {
-        self.warning = !self.status;
+    /// The same condition, reported as a problem (a Warning Event) when it is False and
+    /// `problem` says so (e.g. a provider reason of problem severity).
+    pub fn problem_if(mut self, problem: bool) -> Self {
+        self.warning |= problem && !self.status;
         self
     }
 }

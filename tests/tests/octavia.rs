@@ -339,7 +339,16 @@ async fn writes_while_pending_are_retried_and_never_fail_the_reconcile() {
     let tag = uid_tag(&lb);
     let id = octavia_status(&world, "cp").await.load_balancer_id.unwrap();
 
-    // Someone else updates the load balancer: it is PENDING_UPDATE for about a second, and any
+    // A listener option changes and a new target arrives (before the operator's update, so that
+    // the reconcile below runs right after it, inside its short PENDING_UPDATE window even on a
+    // loaded machine).
+    patch_olb(&world, json!({"listener": {"timeoutClientDataMs": 120000}})).await;
+    let m3: Machine = serde_json::from_value(machine("cp-m3", "cp", "10.0.0.13").build()).unwrap();
+    Api::<Machine>::namespaced(world.client(), NS)
+        .create(&PostParams::default(), &m3)
+        .await
+        .unwrap();
+    // Then someone else updates the load balancer: it is PENDING_UPDATE for about a second, and any
     // write on it or its children is refused with 409 meanwhile.
     // (The operator retries while the worker finishes the member update's flow, as one must.)
     let mut attempts = 0;
@@ -356,13 +365,6 @@ async fn writes_while_pending_are_retried_and_never_fail_the_reconcile() {
         assert!(code == 409 && attempts < 40, "{code} {body}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    // A listener option changes and a new target arrives at the same moment.
-    patch_olb(&world, json!({"listener": {"timeoutClientDataMs": 120000}})).await;
-    let m3: Machine = serde_json::from_value(machine("cp-m3", "cp", "10.0.0.13").build()).unwrap();
-    Api::<Machine>::namespaced(world.client(), NS)
-        .create(&PostParams::default(), &m3)
-        .await
-        .unwrap();
     world.reconcile(NS, "cp").await.unwrap();
     let lb = get_lb(&world, "cp").await;
     assert_eq!(cond(&lb, "InfrastructureReady").1, "LoadBalancerPending");

@@ -4,7 +4,9 @@
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::constants::{FIELD_MANAGER, INFRASTRUCTURE_FINALIZER, event, reason as r};
 use capi_lb_api::loadbalancer::InfrastructureRef;
-use capi_lb_providers::{DeleteRequest, LoadBalancerIdentity, Progress, ProviderError};
+use capi_lb_providers::{
+    DeleteRequest, EnsureRequest, LoadBalancerIdentity, Progress, ProviderError,
+};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
@@ -16,12 +18,13 @@ use crate::error::{Error, Result, kube_err};
 use crate::metadata::{self, controller_of, is_controlled_by};
 use crate::publication;
 
-use super::{Access, Claim, Claimed, Reconciliation, Release, describe};
+use super::{Access, Claim, Claimed, Reconciliation, Release, describe, listeners};
 
 impl Reconciliation<'_> {
-    /// Find the provider and the infrastructure object `infra_ref` names and claim the object
-    /// (controller owner reference + finalizer), or say why not.
-    pub(super) async fn claim_infra(&self, infra_ref: &InfrastructureRef) -> Result<Claim> {
+    /// Find the provider and the infrastructure object `infra_ref` names, claim the object
+    /// (controller owner reference + finalizer) and ask the provider to ensure its load balancer;
+    /// or say why the object cannot be used.
+    pub(super) async fn claim_and_ensure(&self, infra_ref: &InfrastructureRef) -> Result<Claim> {
         let Some(provider) = self
             .ctx
             .providers
@@ -70,11 +73,21 @@ impl Reconciliation<'_> {
         let infra = metadata::claim(&api, &infra, owner, INFRASTRUCTURE_FINALIZER)
             .await
             .map_err(kube_err("claim", format!("{infra_ref}")))?;
+        let listeners = listeners(self.lb);
+        let ensured = provider
+            .ensure(EnsureRequest {
+                identity: &self.identity,
+                infra: &infra,
+                listeners: &listeners,
+            })
+            .await;
         Ok(Claim::Claimed(Box::new(Claimed {
             provider,
             api,
             resource,
             infra,
+            listeners,
+            ensured,
         })))
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use capi_lb_api::conditions::DesiredCondition;
 use capi_lb_api::constants::{condition as c, event, reason as r};
 use capi_lb_api::loadbalancer::{InfrastructureMigration, InfrastructureRef};
-use capi_lb_providers::{EnsureRequest, MemberState, MembersRequest, Progress};
+use capi_lb_providers::{MemberState, MembersRequest, Progress};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::Selector;
 
@@ -14,7 +14,7 @@ use super::status::InfraState;
 use crate::error::Result;
 
 use super::infrastructure::release;
-use super::{BringUp, Claim, Reconciliation, Release, listeners};
+use super::{BringUp, Claim, Claimed, Reconciliation, Release};
 
 impl Reconciliation<'_> {
     /// Which infrastructure object serves in this pass, moving a change of `spec.infrastructureRef`
@@ -186,8 +186,15 @@ impl Reconciliation<'_> {
         target: &InfrastructureRef,
         selector: &Selector,
     ) -> Result<BringUp> {
-        let (provider, api, resource, infra) = match self.claim_infra(target).await? {
-            Claim::Claimed(c) => (c.provider, c.api, c.resource, c.infra),
+        let Claimed {
+            provider,
+            api,
+            resource,
+            infra,
+            listeners,
+            ensured,
+        } = match self.claim_and_ensure(target).await? {
+            Claim::Claimed(c) => *c,
             Claim::Missing(message) => {
                 return Ok(BringUp::Failed(r::INFRASTRUCTURE_NOT_FOUND, message));
             }
@@ -199,14 +206,6 @@ impl Reconciliation<'_> {
             }
             Claim::Refused(reason, message) => return Ok(BringUp::Failed(reason, message)),
         };
-        let listeners = listeners(self.lb);
-        let ensured = provider
-            .ensure(EnsureRequest {
-                identity: &self.identity,
-                infra: &infra,
-                listeners: &listeners,
-            })
-            .await;
         let out = match ensured {
             Ok(out) => out,
             Err(error) => {

@@ -31,7 +31,7 @@ use capi_lb_api::capi::Cluster;
 use capi_lb_api::conditions::DesiredCondition;
 use capi_lb_api::constants::{LOADBALANCER_FINALIZER, condition as c, reason as r};
 use capi_lb_api::loadbalancer::LoadBalancerStatus;
-use capi_lb_providers::{Listener, LoadBalancerIdentity, Provider};
+use capi_lb_providers::{EnsureOutcome, Listener, LoadBalancerIdentity, Provider, ProviderError};
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, Selector};
 use kube::{Resource, ResourceExt};
@@ -129,12 +129,15 @@ enum Claim {
     Refused(&'static str, String),
 }
 
-/// A claimed infrastructure object: its provider, API, kind and the object as claimed.
+/// A claimed infrastructure object: its provider, API, kind, the object as claimed, the listeners
+/// asked for and the provider's answer to `ensure`.
 struct Claimed {
     provider: Arc<dyn Provider>,
     api: Api<DynamicObject>,
     resource: ApiResource,
     infra: DynamicObject,
+    listeners: Vec<Listener>,
+    ensured: std::result::Result<EnsureOutcome, ProviderError>,
 }
 
 /// How bringing up a migration's new load balancer went.

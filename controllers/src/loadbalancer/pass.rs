@@ -6,7 +6,7 @@ use capi_lb_api::conditions::{DesiredCondition, merge_conditions};
 use capi_lb_api::constants::{FIELD_MANAGER, condition as c, event, reason as r};
 use capi_lb_api::loadbalancer::{LoadBalancerAddress, LoadBalancerStatus};
 use capi_lb_api::validation::check;
-use capi_lb_providers::{EnsureRequest, Progress};
+use capi_lb_providers::Progress;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::Selector;
@@ -23,7 +23,7 @@ use crate::context::Outcome;
 use crate::error::{Result, kube_err};
 use crate::publication;
 
-use super::{Access, Claim, Note, Reconciliation, describe, listeners};
+use super::{Access, Claim, Claimed, Note, Reconciliation, describe};
 
 impl Reconciliation<'_> {
     pub(super) async fn apply(mut self) -> Result<Outcome> {
@@ -61,10 +61,9 @@ impl Reconciliation<'_> {
         let wanted = self.lb.spec.infrastructure_ref.clone();
         let spec_ref = self.migrate(&wanted, &selector).await?;
 
-        // The provider and its infrastructure object.
-        let (provider, infra_api, infra_resource, infra) = match self.claim_infra(&spec_ref).await?
-        {
-            Claim::Claimed(c) => (c.provider, c.api, c.resource, c.infra),
+        // The provider and its infrastructure object, and the load balancer ensured.
+        let claimed = match self.claim_and_ensure(&spec_ref).await? {
+            Claim::Claimed(c) => *c,
             // Gone without our finalizer having run (someone removed it): the provider may still
             // hold a load balancer for it.
             Claim::Missing(_) if self.status.infrastructure_ref.as_ref() == Some(&spec_ref) => {
@@ -85,16 +84,14 @@ impl Reconciliation<'_> {
             Claim::Refused(reason, message) => return self.infra_problem(reason, message).await,
         };
         self.status.infrastructure_ref = Some(spec_ref.clone());
-
-        // Ensure the load balancer.
-        let listeners = listeners(self.lb);
-        let ensured = provider
-            .ensure(EnsureRequest {
-                identity: &self.identity,
-                infra: &infra,
-                listeners: &listeners,
-            })
-            .await;
+        let Claimed {
+            provider,
+            api: infra_api,
+            resource: infra_resource,
+            infra,
+            listeners,
+            ensured,
+        } = claimed;
         let (infra_state, mut infra_status) = match ensured {
             Ok(out) => {
                 let reason = if out.created {

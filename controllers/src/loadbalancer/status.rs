@@ -92,13 +92,8 @@ pub fn infrastructure_condition(infra: &InfraState) -> DesiredCondition {
             DesiredCondition::false_(c::INFRASTRUCTURE_READY, r::PROVISIONING, message.clone())
         }
         InfraState::Waiting { reason, message } => {
-            let condition =
-                DesiredCondition::false_(c::INFRASTRUCTURE_READY, reason.name, message.clone());
-            if reason.is_problem() {
-                condition.as_problem()
-            } else {
-                condition
-            }
+            DesiredCondition::false_(c::INFRASTRUCTURE_READY, reason.name, message.clone())
+                .problem_if(reason.is_problem())
         }
         InfraState::Problem { reason, message } => {
             DesiredCondition::false_(c::INFRASTRUCTURE_READY, reason, message.clone())
@@ -245,15 +240,8 @@ pub fn targets_condition(
                 targets.iter().filter(|t| t.selected).count()
             )]),
         ),
-        Some(reason) => {
-            let condition =
-                DesiredCondition::false_(c::TARGETS_READY, reason, with_notes(problems));
-            if members_problem {
-                condition.as_problem()
-            } else {
-                condition
-            }
-        }
+        Some(reason) => DesiredCondition::false_(c::TARGETS_READY, reason, with_notes(problems))
+            .problem_if(members_problem),
     }
 }
 
@@ -381,6 +369,29 @@ pub fn views(desired: &[DesiredMember], members: Option<&[MemberStatus]>) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_provider_reason_warns_by_its_severity() {
+        let waiting = |reason| {
+            infrastructure_condition(&InfraState::Waiting {
+                reason,
+                message: "m".into(),
+            })
+        };
+        let wait = waiting(Reason::wait("EIpNotReady"));
+        assert_eq!((wait.reason, wait.warning), ("EIpNotReady", false));
+        let problem = waiting(Reason::problem("EIpStuck"));
+        assert_eq!((problem.reason, problem.warning), ("EIpStuck", true));
+        // capi-lb's own reasons carry theirs.
+        assert!(
+            infrastructure_condition(&InfraState::Problem {
+                reason: r::PROVIDER_FAILED,
+                message: "m".into()
+            })
+            .warning
+        );
+        assert!(!infrastructure_condition(&InfraState::Provisioning("m".into())).warning);
+    }
 
     fn target(name: &str, address: Option<&str>, state: TargetState) -> TargetView {
         TargetView {
