@@ -297,4 +297,7 @@ pub mod event {
     /// Deletion hooks were released from Machines (their member is gone, they are no longer
     /// selected, or the Cluster or LoadBalancer is being deleted).
     pub const DELETION_HOOKS_RELEASED: &str = "DeletionHooksReleased";
+    /// A LoadBalancer the API stored cannot be read by this version of capi-lb (typically written
+    /// through a newer CRD): it is left as it is until it changes; the others go on.
+    pub const UNREADABLE: &str = "Unreadable";
 }

@@ -119,6 +119,9 @@ pub struct Outcome {
     /// Reconcile again after this long; `None` means "only when something changes" (plus the
     /// periodic resync in `run`).
     pub requeue_after: Option<Duration>,
+    /// Only a change of the object itself can help (its spec is invalid): no periodic resync
+    /// either, unless a requeue was asked for.
+    pub until_changed: bool,
 }
 
 impl Outcome {
@@ -131,12 +134,22 @@ impl Outcome {
     pub fn requeue(after: Duration) -> Self {
         Self {
             requeue_after: Some(after),
+            until_changed: false,
+        }
+    }
+
+    /// Nothing to do until the object changes.
+    pub fn until_changed() -> Self {
+        Self {
+            requeue_after: None,
+            until_changed: true,
         }
     }
 
     /// The earlier of two requeue requests.
     pub fn min(self, other: Option<Duration>) -> Self {
         Self {
+            until_changed: self.until_changed,
             requeue_after: match (self.requeue_after, other) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -155,18 +168,32 @@ pub enum Policy {
     Annotated,
 }
 
-/// Configuration of the `-ext` publisher.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Configuration of the `-ext` publisher (flags of `capi-lb run`).
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct ExternalEndpoints {
-    /// Run the publisher at all.
+    /// Publish a stable `<svc>-ext` endpoint for Services of type LoadBalancer.
+    #[arg(
+        id = "external_endpoints",
+        long = "external-endpoints",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        env = "CAPI_LB_EXTERNAL_ENDPOINTS"
+    )]
     pub enabled: bool,
-    /// Default policy.
+    /// Which LoadBalancer Services get one when they carry no
+    /// `loadbalancer.cluster.x-k8s.io/external-endpoint` annotation.
+    #[arg(id = "external_endpoints_policy", long = "external-endpoints-policy", value_enum, default_value_t = Policy::All)]
     pub policy: Policy,
-    /// Default suffix.
+    /// Default suffix of the published Service.
+    #[arg(id = "external_endpoints_suffix", long = "external-endpoints-suffix", default_value = DEFAULT_PUBLICATION_SUFFIX)]
     pub suffix: String,
-    /// Take over `-ext` objects of kube-dc's publisher (migration).
+    /// Take over `-ext` Services and Endpoints made by kube-dc's publisher (labels
+    /// `kube-dc.com/managed-by=service-lb-controller`), to migrate from it.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub adopt_kube_dc: bool,
-    /// Also write legacy v1 Endpoints.
+    /// Also write legacy v1 Endpoints for the `-ext` Services (for consumers that do not read
+    /// EndpointSlices).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub legacy_endpoints: bool,
 }
 

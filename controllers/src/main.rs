@@ -4,12 +4,9 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use capi_lb::context::{ExternalEndpoints, Policy};
 use capi_lb::run::RunOptions;
 use capi_lb::sim::simulate::{Options, Source};
-use capi_lb_api::constants::{DEFAULT_CLUSTER_DOMAIN, DEFAULT_PUBLICATION_SUFFIX};
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
@@ -41,72 +38,7 @@ enum LogFormat {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the controller against the cluster in KUBECONFIG (or the in-cluster configuration).
-    Run {
-        /// Watch only this namespace (default: all namespaces).
-        #[arg(long, env = "CAPI_LB_NAMESPACE")]
-        namespace: Option<String>,
-        /// Cluster DNS domain used in published endpoint names.
-        #[arg(long, default_value = DEFAULT_CLUSTER_DOMAIN, env = "CAPI_LB_CLUSTER_DOMAIN")]
-        cluster_domain: String,
-        /// Providers to enable (comma-separated).
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "inmemory",
-            env = "CAPI_LB_PROVIDERS",
-            value_parser = clap::builder::PossibleValuesParser::new(capi_lb_providers::catalog::names())
-        )]
-        providers: Vec<String>,
-        /// LoadBalancers reconciled at the same time.
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
-        concurrency: u16,
-        /// Seconds between reconciles of an unchanged LoadBalancer (repairs drift in the cloud).
-        #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(10..))]
-        resync_seconds: u64,
-        /// Publish a stable `<svc>-ext` endpoint for Services of type LoadBalancer.
-        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "CAPI_LB_EXTERNAL_ENDPOINTS")]
-        external_endpoints: bool,
-        /// Which LoadBalancer Services get one when they carry no
-        /// `loadbalancer.cluster.x-k8s.io/external-endpoint` annotation.
-        #[arg(long, value_enum, default_value_t = Policy::All)]
-        external_endpoints_policy: Policy,
-        /// Default suffix of the published Service.
-        #[arg(long, default_value = DEFAULT_PUBLICATION_SUFFIX)]
-        external_endpoints_suffix: String,
-        /// Take over `-ext` Services and Endpoints made by kube-dc's publisher (labels
-        /// `kube-dc.com/managed-by=service-lb-controller`), to migrate from it.
-        #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
-        adopt_kube_dc: bool,
-        /// Also write legacy v1 Endpoints for the `-ext` Services (for consumers that do not read
-        /// EndpointSlices).
-        #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
-        legacy_endpoints: bool,
-        /// Serve /metrics, /livez and /readyz on this address ("off" to disable).
-        #[arg(
-            long,
-            default_value = "0.0.0.0:8080",
-            env = "CAPI_LB_METRICS_BIND_ADDRESS"
-        )]
-        metrics_bind_address: String,
-        /// Reconcile only while holding a Lease, so that several replicas can run.
-        #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
-        leader_elect: bool,
-        /// Namespace of the leader Lease (default: the pod's namespace from POD_NAMESPACE).
-        #[arg(long, env = "POD_NAMESPACE")]
-        leader_election_namespace: Option<String>,
-        /// Name of the leader Lease.
-        #[arg(long, default_value = "capi-lb-leader")]
-        leader_election_id: String,
-        /// Seconds a Lease stays valid after its last renewal: the longest failover time.
-        #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(5..=300))]
-        lease_duration_seconds: u64,
-        /// The leader renews this many seconds before the Lease expires.
-        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
-        lease_grace_seconds: u64,
-        /// Reconcile only LoadBalancers labelled cluster.x-k8s.io/watch-filter=<value> (clusterctl).
-        #[arg(long, env = "CAPI_LB_WATCH_FILTER")]
-        watch_filter: Option<String>,
-    },
+    Run(Box<RunOptions>),
     /// Measure how fast an ingress IP change of a LoadBalancer Service reaches its `-ext`
     /// EndpointSlice, with N Services in an in-memory cluster (see docs/benchmarks.md).
     Bench {
@@ -197,80 +129,14 @@ async fn main() -> ExitCode {
     });
     match command {
         Command::Bench { services, changes } => bench(&services, changes).await,
-        Command::Run {
-            namespace,
-            cluster_domain,
-            providers,
-            concurrency,
-            resync_seconds,
-            external_endpoints,
-            external_endpoints_policy,
-            external_endpoints_suffix,
-            adopt_kube_dc,
-            legacy_endpoints,
-            metrics_bind_address,
-            leader_elect,
-            leader_election_namespace,
-            leader_election_id,
-            lease_duration_seconds,
-            lease_grace_seconds,
-            watch_filter,
-        } => {
+        Command::Run(options) => {
             init_logging(cli.log_format, "info");
-            let metrics_address = match metrics_bind_address.as_str() {
-                "off" | "" | "0" => None,
-                address => match address.parse() {
-                    Ok(address) => Some(address),
-                    Err(e) => {
-                        tracing::error!("--metrics-bind-address {address:?}: {e}");
-                        return ExitCode::from(2);
-                    }
-                },
-            };
-            let leader_election = if leader_elect {
-                if lease_grace_seconds >= lease_duration_seconds {
-                    tracing::error!(
-                        "--lease-grace-seconds must be shorter than --lease-duration-seconds"
-                    );
-                    return ExitCode::from(2);
-                }
-                let Some(namespace) = leader_election_namespace else {
-                    tracing::error!(
-                        "--leader-elect needs --leader-election-namespace (or POD_NAMESPACE)"
-                    );
-                    return ExitCode::from(2);
-                };
-                let identity = std::env::var("POD_NAME")
-                    .or_else(|_| std::env::var("HOSTNAME"))
-                    .unwrap_or_else(|_| format!("capi-lb-{}", std::process::id()));
-                Some(capi_lb::run::LeaderElection {
-                    namespace,
-                    lease_name: leader_election_id,
-                    identity,
-                    duration_seconds: lease_duration_seconds,
-                    grace_seconds: lease_grace_seconds,
-                })
-            } else {
-                None
-            };
-            let options = RunOptions {
-                namespace,
-                cluster_domain,
-                providers,
-                concurrency,
-                resync: Duration::from_secs(resync_seconds),
-                external: ExternalEndpoints {
-                    enabled: external_endpoints,
-                    policy: external_endpoints_policy,
-                    suffix: external_endpoints_suffix,
-                    adopt_kube_dc,
-                    legacy_endpoints,
-                },
-                metrics_address,
-                leader_election,
-                watch_filter,
-            };
-            match capi_lb::run::run(options).await {
+            if let Err(e) = options.check() {
+                tracing::error!("{e}");
+                eprintln!("capi-lb run: {e}");
+                return ExitCode::from(2);
+            }
+            match capi_lb::run::run(*options).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");
@@ -356,5 +222,108 @@ async fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<RunOptions, clap::Error> {
+        let cli = Cli::try_parse_from(["capi-lb", "run"].iter().chain(args))?;
+        match cli.command {
+            Some(Command::Run(options)) => Ok(*options),
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_without_flags_has_the_documented_defaults() {
+        let options = run(&[]).unwrap();
+        let mut expected = RunOptions::new(vec!["inmemory".into()]);
+        expected.metrics_address = Some("0.0.0.0:8080".parse().unwrap());
+        assert_eq!(format!("{options:?}"), format!("{expected:?}"));
+    }
+
+    #[test]
+    fn each_flag_fills_its_field() {
+        let options = run(&[
+            "--namespace=capi",
+            "--providers=octavia,kubedc",
+            "--resync-seconds=30",
+            "--metrics-bind-address=off",
+            "--external-endpoints=false",
+            "--external-endpoints-policy=annotated",
+            "--external-endpoints-suffix=-lb",
+            "--adopt-kube-dc=true",
+            "--legacy-endpoints=true",
+            "--leader-elect=true",
+            "--leader-election-namespace=capi-lb-system",
+            "--leader-election-id=lease",
+            "--lease-duration-seconds=20",
+            "--lease-grace-seconds=4",
+            "--watch-filter=w",
+        ])
+        .unwrap();
+        assert_eq!(options.namespace.as_deref(), Some("capi"));
+        assert_eq!(options.providers, ["octavia", "kubedc"]);
+        assert_eq!(options.resync, Duration::from_secs(30));
+        assert_eq!(options.metrics_address, None);
+        let external = &options.external;
+        assert!(!external.enabled && external.adopt_kube_dc && external.legacy_endpoints);
+        assert_eq!(external.policy, capi_lb::context::Policy::Annotated);
+        assert_eq!(external.suffix, "-lb");
+        let election = &options.leader_election;
+        assert_eq!(election.lease(), Ok(Some(("capi-lb-system", "lease"))));
+        assert_eq!((election.duration_seconds, election.grace_seconds), (20, 4));
+        assert_eq!(options.watch_filter.as_deref(), Some("w"));
+        assert!(options.check().is_ok());
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_flag_named() {
+        for (flag, says) in [
+            ("--resync-seconds=5", "at least 10 seconds"),
+            ("--resync-seconds=soon", "not a number of seconds"),
+            (
+                "--metrics-bind-address=localhost",
+                "not an address and port",
+            ),
+            ("--concurrency=0", "--concurrency"),
+        ] {
+            let error = run(&[flag]).unwrap_err().to_string();
+            assert!(error.contains(says), "{flag}: {error}");
+            let name = flag.split('=').next().unwrap();
+            assert!(error.contains(name), "{flag}: {error}");
+        }
+    }
+
+    #[test]
+    fn contradicting_leader_election_flags_are_refused() {
+        let grace = run(&[
+            "--leader-elect=true",
+            "--leader-election-namespace=x",
+            "--lease-duration-seconds=5",
+            "--lease-grace-seconds=5",
+        ])
+        .unwrap();
+        let error = grace.check().unwrap_err().to_string();
+        assert!(
+            error.contains("--lease-grace-seconds must be shorter"),
+            "{error}"
+        );
+        // Without leader election the lease settings are not used, so they are not checked.
+        let off = run(&["--lease-duration-seconds=5", "--lease-grace-seconds=5"]).unwrap();
+        assert!(off.check().is_ok());
     }
 }

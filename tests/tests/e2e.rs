@@ -487,13 +487,14 @@ async fn a_standby_replica_takes_over_within_the_lease_duration() {
     let lease_name = unique_name("capi-lb-e2e-leader");
     let replica = |identity: &str| {
         let mut options = t.options(&["inmemory"]);
-        options.leader_election = Some(LeaderElection {
-            namespace: "capi-lb-system".into(),
+        options.leader_election = LeaderElection {
+            enabled: true,
+            namespace: Some("capi-lb-system".into()),
             lease_name: lease_name.clone(),
             identity: identity.into(),
             duration_seconds: 6,
             grace_seconds: 2,
-        });
+        };
         t.spawn(options)
     };
     let leases: Api<Lease> = Api::namespaced(t.client.clone(), "capi-lb-system");

@@ -283,6 +283,11 @@ async fn a_custom_suffix_moves_the_endpoint_and_a_bad_one_changes_nothing() {
         .collect();
     assert_eq!(invalid.len(), 1, "reported once: {invalid:?}");
     assert!(invalid[0].warning);
+    let outcome = world.reconcile_service(NS, "etcd").await.unwrap();
+    assert!(
+        outcome.until_changed,
+        "waits for a change, no resync: {outcome:?}"
+    );
 }
 
 #[tokio::test]

@@ -575,6 +575,7 @@ async fn an_invalid_spec_gets_a_clear_condition_and_changes_nothing() {
     .await;
     let outcome = world.reconcile(NS, "cp").await.unwrap();
     assert_eq!(outcome.requeue_after, None, "permanent: wait for a change");
+    assert!(outcome.until_changed, "not even the periodic resync");
     settle(&world).await;
     let lb = get_lb(&world, "cp").await;
     let c = condition(&lb, "Ready");
@@ -606,6 +607,7 @@ async fn an_invalid_spec_gets_a_clear_condition_and_changes_nothing() {
     .await;
     settle(&world).await;
     assert!(get_lb(&world, "cp").await.status.unwrap().ready);
+    assert!(!world.reconcile(NS, "cp").await.unwrap().until_changed);
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ fn options(providers: &[&str]) -> RunOptions {
         resync: Duration::from_secs(60),
         external: Default::default(),
         metrics_address: None,
-        leader_election: None,
+        leader_election: Default::default(),
         watch_filter: None,
     }
 }

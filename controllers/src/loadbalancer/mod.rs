@@ -29,7 +29,7 @@ use std::time::Duration;
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Cluster;
 use capi_lb_api::conditions::DesiredCondition;
-use capi_lb_api::constants::{LOADBALANCER_FINALIZER, condition as c, reason as r};
+use capi_lb_api::constants::{LOADBALANCER_FINALIZER, condition as c, event, reason as r};
 use capi_lb_api::loadbalancer::LoadBalancerStatus;
 use capi_lb_providers::{EnsureOutcome, Listener, LoadBalancerIdentity, Provider, ProviderError};
 use kube::api::Api;
@@ -43,6 +43,37 @@ use crate::metadata;
 
 use cluster::{cluster_of, paused};
 use deletion::cleanup;
+use triggers::Watched;
+
+/// Reconcile what the LoadBalancer watch yields. A LoadBalancer this version cannot read (e.g. a
+/// field value from a newer CRD) gets a Warning Event and waits for a change: nothing is done for it
+/// (not even deletion, whose cleanup needs its spec), and the watch goes on for the others.
+pub async fn reconcile_watched(watched: Arc<Watched>, ctx: Arc<Context>) -> Result<Outcome> {
+    match &watched.0 {
+        Ok(lb) => reconcile(Arc::new(lb.clone()), ctx).await,
+        Err(invalid) => {
+            let deleting = if invalid.metadata.deletion_timestamp.is_some() {
+                " Its deletion waits too: the cleanup of its load balancer needs its spec."
+            } else {
+                ""
+            };
+            ctx.events
+                .publish(
+                    &watched.object_ref(&()),
+                    true,
+                    event::UNREADABLE,
+                    "Reconcile",
+                    format!(
+                        "this version of capi-lb cannot read the object ({}); nothing was changed \
+                         and it is not retried until it changes (or capi-lb is upgraded).{deleting}",
+                        invalid.error
+                    ),
+                )
+                .await;
+            Ok(Outcome::until_changed())
+        }
+    }
+}
 
 /// Reconcile one LoadBalancer.
 pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outcome> {

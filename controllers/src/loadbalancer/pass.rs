@@ -6,13 +6,13 @@ use capi_lb_api::conditions::{DesiredCondition, merge_conditions};
 use capi_lb_api::constants::{FIELD_MANAGER, condition as c, event, reason as r};
 use capi_lb_api::loadbalancer::{LoadBalancerAddress, LoadBalancerStatus};
 use capi_lb_api::validation::check;
-use capi_lb_providers::Progress;
+use capi_lb_providers::{EnsureOutcome, Progress};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::Selector;
 use kube::{Resource, ResourceExt};
 
-use serde_json::{Map, json};
+use serde_json::{Map, Value, json};
 
 use super::status::{
     InfraState, TargetsState, infrastructure_condition, publication_condition, ready_condition,
@@ -32,28 +32,10 @@ impl Reconciliation<'_> {
             r::NOT_PAUSED,
             "reconciliation is not paused",
         ));
-
-        // The spec, checked against the CRD's own schema and CEL rules.
-        let selector = match check(self.lb)
-            .map_err(|e| e.to_string())
-            .and_then(|()| self.lb.effective_selector().map_err(|e| e.to_string()))
-        {
-            Ok(selector) => selector,
-            Err(message) => {
-                self.conditions.push(DesiredCondition::false_(
-                    c::READY,
-                    r::INVALID_SPEC,
-                    format!("invalid spec, nothing was changed: {message}"),
-                ));
-                return self.finish().await;
-            }
-        };
-        let selector = match &self.binding {
-            Some(b) => Selector::from_iter([(
-                capi_lb_api::constants::LABEL_SERVICE_NAME.to_string(),
-                b.service.name_any(),
-            )]),
-            None => selector,
+        let Some(selector) = self.valid_selector() else {
+            // Only a change of the spec can help: no retries, no resync.
+            self.outcome = Outcome::until_changed();
+            return self.finish().await;
         };
         self.selector = Some(selector.clone());
 
@@ -93,44 +75,7 @@ impl Reconciliation<'_> {
             ensured,
         } = claimed;
         let (infra_state, mut infra_status) = match ensured {
-            Ok(out) => {
-                let reason = if out.created {
-                    event::LOAD_BALANCER_CREATED
-                } else {
-                    event::LOAD_BALANCER_UPDATED
-                };
-                self.note(false, reason, out.changes);
-                if out.addresses != self.status.addresses {
-                    let describe = |a: &[LoadBalancerAddress]| {
-                        a.iter()
-                            .map(|a| a.address.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    };
-                    let message = format!(
-                        "addresses changed from [{}] to [{}]",
-                        describe(&self.status.addresses),
-                        describe(&out.addresses)
-                    );
-                    self.note(false, event::ADDRESSES_CHANGED, vec![message]);
-                    self.status.addresses = out.addresses;
-                }
-                let state = match out.progress {
-                    Progress::Done => InfraState::Provisioned,
-                    Progress::Pending {
-                        message,
-                        retry_after,
-                        reason,
-                    } => {
-                        self.outcome = self.outcome.min(Some(retry_after));
-                        match reason {
-                            Some(reason) => InfraState::Waiting { reason, message },
-                            None => InfraState::Provisioning(message),
-                        }
-                    }
-                };
-                (state, out.status)
-            }
+            Ok(out) => self.ensured(out),
             Err(error) => {
                 let state = self.provider_problem(provider.name(), "ensure", error);
                 (state, Map::new())
@@ -156,9 +101,82 @@ impl Reconciliation<'_> {
             self.write_infra_status(&infra_api, &infra_resource, &infra, infra_status)
                 .await?;
         }
+        let targets_condition = self.targets_condition(&selector, &targets);
+        self.publish(&infra_state, targets_condition).await?;
+        self.finish().await
+    }
 
-        // Publication.
-        let infra_condition = infrastructure_condition(&infra_state);
+    /// The selector of a spec that passes the CRD's own schema and CEL rules (checked again here),
+    /// or `None` with the Ready condition saying why not. A LoadBalancer realising a Service
+    /// selects that Service's endpoints.
+    fn valid_selector(&mut self) -> Option<Selector> {
+        let checked = check(self.lb)
+            .map_err(|e| e.to_string())
+            .and_then(|()| self.lb.effective_selector().map_err(|e| e.to_string()));
+        match (checked, &self.binding) {
+            (Err(message), _) => {
+                self.conditions.push(DesiredCondition::false_(
+                    c::READY,
+                    r::INVALID_SPEC,
+                    format!("invalid spec, nothing was changed: {message}"),
+                ));
+                None
+            }
+            (Ok(_), Some(b)) => Some(Selector::from_iter([(
+                capi_lb_api::constants::LABEL_SERVICE_NAME.to_string(),
+                b.service.name_any(),
+            )])),
+            (Ok(selector), None) => Some(selector),
+        }
+    }
+
+    /// What the provider's ensure says: Events for what it changed, the addresses, and whether
+    /// the load balancer is provisioned.
+    fn ensured(&mut self, out: EnsureOutcome) -> (InfraState, Map<String, Value>) {
+        let reason = if out.created {
+            event::LOAD_BALANCER_CREATED
+        } else {
+            event::LOAD_BALANCER_UPDATED
+        };
+        self.note(false, reason, out.changes);
+        if out.addresses != self.status.addresses {
+            let describe = |a: &[LoadBalancerAddress]| {
+                a.iter()
+                    .map(|a| a.address.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let message = format!(
+                "addresses changed from [{}] to [{}]",
+                describe(&self.status.addresses),
+                describe(&out.addresses)
+            );
+            self.note(false, event::ADDRESSES_CHANGED, vec![message]);
+            self.status.addresses = out.addresses;
+        }
+        let state = match out.progress {
+            Progress::Done => InfraState::Provisioned,
+            Progress::Pending {
+                message,
+                retry_after,
+                reason,
+            } => {
+                self.outcome = self.outcome.min(Some(retry_after));
+                match reason {
+                    Some(reason) => InfraState::Waiting { reason, message },
+                    None => InfraState::Provisioning(message),
+                }
+            }
+        };
+        (state, out.status)
+    }
+
+    /// Publish the stable endpoint (the `-ext` Service, the Cluster's control-plane endpoint, the
+    /// realised Service's ingress) and set the conditions: Ready, InfrastructureReady, `targets`,
+    /// EndpointPublished and the cluster endpoint's.
+    async fn publish(&mut self, infra_state: &InfraState, targets: DesiredCondition) -> Result<()> {
+        let infra_ready = *infra_state == InfraState::Provisioned;
+        let infra_condition = infrastructure_condition(infra_state);
         let published = if matches!(infra_state, InfraState::Problem { .. }) {
             None
         } else {
@@ -191,8 +209,7 @@ impl Reconciliation<'_> {
             endpoint.as_deref(),
         ));
         self.conditions.push(infra_condition);
-        self.conditions
-            .push(self.targets_condition(&selector, &targets));
+        self.conditions.push(targets);
         if let Some(pc) = publication_condition {
             self.conditions.push(pc);
         }
@@ -213,7 +230,7 @@ impl Reconciliation<'_> {
             .await?;
             self.note(false, event::ENDPOINT_PUBLISHED, changes);
         }
-        self.finish().await
+        Ok(())
     }
 
     pub(super) fn targets_condition(

@@ -21,14 +21,18 @@ use capi_lb_providers::provider::tags;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::{ApiResource, DynamicObject, Expression, Selector, SelectorExt};
+use kube::core::{ApiResource, DeserializeGuard, DynamicObject, Expression, Selector, SelectorExt};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use crate::class;
 
-type Ref = ObjectRef<LoadBalancer>;
+/// What the LoadBalancer watch yields: a LoadBalancer, or the metadata of one that does not
+/// deserialize (e.g. written through a newer CRD), so that one bad object cannot stop the watch.
+pub type Watched = DeserializeGuard<LoadBalancer>;
+
+type Ref = ObjectRef<Watched>;
 /// (namespace, name) of a LoadBalancer.
 type Key = (String, String);
 
@@ -199,13 +203,21 @@ impl Triggers {
     }
 
     /// Follow one event of the LoadBalancer watch (a relist replaces the index once it is complete).
-    pub fn event(&self, event: &watcher::Event<LoadBalancer>) {
+    pub fn event(&self, event: &watcher::Event<Watched>) {
         let mut relist = self.relist.write().unwrap_or_else(PoisonError::into_inner);
         match event {
-            watcher::Event::Apply(lb) => self.apply(lb),
-            watcher::Event::Delete(lb) => self.delete(lb),
+            watcher::Event::Apply(DeserializeGuard(Ok(lb))) => self.apply(lb),
+            // Nothing maps to an object that cannot be read; its own change triggers it.
+            watcher::Event::Apply(invalid) | watcher::Event::Delete(invalid) => {
+                if let Some(namespace) = invalid.namespace() {
+                    self.write().remove(&(namespace, invalid.name_any()));
+                }
+            }
             watcher::Event::Init => *relist = Some(Vec::new()),
-            watcher::Event::InitApply(lb) => relist.get_or_insert_with(Vec::new).push(lb.clone()),
+            watcher::Event::InitApply(DeserializeGuard(Ok(lb))) => {
+                relist.get_or_insert_with(Vec::new).push(lb.clone());
+            }
+            watcher::Event::InitApply(DeserializeGuard(Err(_))) => {}
             watcher::Event::InitDone => {
                 let mut index = Index::default();
                 for lb in relist.take().unwrap_or_default() {
@@ -510,14 +522,41 @@ mod tests {
             "metadata": {"name": "c", "namespace": "a"}, "spec": {}}))
         .unwrap();
         t.event(&watcher::Event::Init);
-        t.event(&watcher::Event::InitApply(lb(
+        t.event(&watcher::Event::InitApply(DeserializeGuard(Ok(lb(
             "a",
             "new",
             json!({"clusterName": "c"}),
-        )));
+        )))));
         // Until the relist is done, the old index answers.
         assert_eq!(names(t.of_cluster(&cluster)), ["a/old"]);
         t.event(&watcher::Event::InitDone);
         assert_eq!(names(t.of_cluster(&cluster)), ["a/new"]);
+    }
+
+    #[test]
+    fn an_object_that_does_not_deserialize_maps_nothing_and_stops_nothing() {
+        let t = Triggers::of([&lb("a", "cp", json!({"clusterName": "c"}))]);
+        let cluster: Cluster = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c", "namespace": "a"}, "spec": {}}))
+        .unwrap();
+        assert_eq!(names(t.of_cluster(&cluster)), ["a/cp"]);
+        // The same LoadBalancer rewritten with a protocol this version does not know.
+        let mut json = serde_json::to_value(lb("a", "cp", json!({"clusterName": "c"}))).unwrap();
+        json["spec"]["ports"] = json!([{"name": "x", "port": 1, "protocol": "QUIC"}]);
+        let invalid: Watched = serde_json::from_value(json).unwrap();
+        assert!(invalid.0.is_err());
+        t.event(&watcher::Event::Apply(invalid.clone()));
+        assert!(t.of_cluster(&cluster).is_empty());
+        // A relist that meets it skips it and keeps the others.
+        t.event(&watcher::Event::Init);
+        t.event(&watcher::Event::InitApply(invalid));
+        t.event(&watcher::Event::InitApply(DeserializeGuard(Ok(lb(
+            "a",
+            "other",
+            json!({"clusterName": "c"}),
+        )))));
+        t.event(&watcher::Event::InitDone);
+        assert_eq!(names(t.of_cluster(&cluster)), ["a/other"]);
     }
 }

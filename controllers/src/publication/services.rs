@@ -278,7 +278,8 @@ pub async fn reconcile_service(
                     )
                     .await;
             }
-            return Ok(Outcome::done());
+            // Only a change of the Service can help.
+            return Ok(Outcome::until_changed());
         }
         Decision::Withdraw(why) => Err(why),
         Decision::Publish(desired) => Ok(desired),
