@@ -131,98 +131,100 @@ async fn main() -> ExitCode {
         Command::Bench { services, changes } => bench(&services, changes).await,
         Command::Run(options) => {
             init_logging(cli.log_format, "info");
-            if let Err(e) = options.check() {
-                tracing::error!("{e}");
-                eprintln!("capi-lb run: {e}");
-                return ExitCode::from(2);
-            }
-            match capi_lb::run::run(*options).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!("{e}");
-                    eprintln!("capi-lb: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            run(*options).await
         }
-        Command::Manifests { output_dir } => {
-            match capi_lb::install::manifests::write(&output_dir) {
-                Ok(written) => {
-                    for path in written {
-                        eprintln!("wrote {path}");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("capi-lb manifests: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+        Command::Manifests { output_dir } => finish(
+            "manifests",
+            capi_lb::install::manifests::write(&output_dir),
+            wrote,
+        ),
+        Command::Crds {
+            output_dir: Some(dir),
+        } => finish("crds", capi_lb::install::crds::write(&dir), wrote),
+        Command::Crds { output_dir: None } => {
+            finish("crds", capi_lb::install::crds::all_yaml(), |yaml| {
+                print!("{yaml}");
+                ExitCode::SUCCESS
+            })
         }
-        Command::Crds { output_dir } => match output_dir {
-            Some(dir) => match capi_lb::install::crds::write(&dir) {
-                Ok(files) => {
-                    for f in files {
-                        eprintln!("wrote {f}");
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("capi-lb crds: {e}");
-                    ExitCode::FAILURE
-                }
-            },
-            None => match capi_lb::install::crds::all_yaml() {
-                Ok(yaml) => {
-                    print!("{yaml}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("capi-lb crds: {e}");
-                    ExitCode::FAILURE
-                }
-            },
-        },
         Command::Simulate {
             files,
             expect_ready,
         } => {
             // Reconciler logs would drown the report; RUST_LOG=info shows them.
             init_logging(cli.log_format, "error");
-            let sources = if files.is_empty() {
-                vec![Source {
-                    name: "<embedded examples/quickstart.yaml>".into(),
-                    text: QUICKSTART.into(),
-                }]
-            } else {
-                match capi_lb::sim::simulate::read(&files) {
-                    Ok(sources) => sources,
-                    Err(e) => {
-                        eprintln!("capi-lb simulate: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            };
-            match capi_lb::sim::simulate::simulate(&sources, &Options { expect_ready }).await {
-                Ok(simulation) => {
-                    print!("{}", simulation.output);
-                    if expect_ready && !simulation.not_ready.is_empty() {
-                        eprintln!(
-                            "capi-lb simulate: not Ready: {}",
-                            simulation.not_ready.join(", ")
-                        );
-                        ExitCode::from(2)
-                    } else {
-                        ExitCode::SUCCESS
-                    }
-                }
-                Err(e) => {
-                    eprintln!("capi-lb simulate: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            simulate(&files, expect_ready).await
         }
     }
+}
+
+/// `capi-lb run`: 2 for flags that contradict each other, 1 when the controller fails.
+async fn run(options: RunOptions) -> ExitCode {
+    if let Err(e) = options.check() {
+        tracing::error!("{e}");
+        eprintln!("capi-lb run: {e}");
+        return ExitCode::from(2);
+    }
+    match capi_lb::run::run(options).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("capi-lb: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `capi-lb simulate`: the embedded quickstart without files; 2 with `--expect-ready` when a
+/// LoadBalancer is not Ready at the end.
+async fn simulate(files: &[PathBuf], expect_ready: bool) -> ExitCode {
+    let sources = if files.is_empty() {
+        vec![Source {
+            name: "<embedded examples/quickstart.yaml>".into(),
+            text: QUICKSTART.into(),
+        }]
+    } else {
+        match capi_lb::sim::simulate::read(files) {
+            Ok(sources) => sources,
+            Err(e) => return finish("simulate", Err(e), |()| ExitCode::SUCCESS),
+        }
+    };
+    let simulation = capi_lb::sim::simulate::simulate(&sources, &Options { expect_ready }).await;
+    finish("simulate", simulation, |simulation| {
+        print!("{}", simulation.output);
+        if expect_ready && !simulation.not_ready.is_empty() {
+            eprintln!(
+                "capi-lb simulate: not Ready: {}",
+                simulation.not_ready.join(", ")
+            );
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        }
+    })
+}
+
+/// The exit status of `command`: what `done` makes of its result, or its error on stderr.
+fn finish<T, E: std::fmt::Display>(
+    command: &str,
+    result: Result<T, E>,
+    done: impl FnOnce(T) -> ExitCode,
+) -> ExitCode {
+    match result {
+        Ok(value) => done(value),
+        Err(e) => {
+            eprintln!("capi-lb {command}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Name the files written.
+fn wrote(paths: Vec<String>) -> ExitCode {
+    for path in paths {
+        eprintln!("wrote {path}");
+    }
+    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

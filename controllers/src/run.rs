@@ -568,109 +568,158 @@ async fn loadbalancer_controller(
             .inspect_ok(move |event| triggers.event(event))
             .applied_objects()
     };
-    let mut controller = Controller::for_stream(lb_events, store.clone())
-        .owns(
-            api::<Service>(client, ns),
-            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")),
-        )
-        .watches(
-            api::<EndpointSlice>(client, ns),
-            watcher::Config::default().labels(&format!(
-                "{LABEL_ENDPOINTSLICE_MANAGED_BY}={ENDPOINTSLICE_MANAGED_BY_VALUE}"
-            )),
-            |slice: EndpointSlice| triggers::managed_slice(&slice),
-        );
+    let watches = Watches {
+        client,
+        ns,
+        triggers,
+    };
+    let controller = Controller::for_stream(lb_events, store.clone());
+    let controller = watches.published(controller);
+    let controller = watches.infrastructure(controller, registry);
+    let controller = watches.class_services(controller);
+    let controller = watches.provider_objects(controller, registry).await?;
+    let controller = watches.cluster_api(controller, options.resync).await?;
+    Ok((controller, store))
+}
 
-    for ar in registry.resources() {
-        let triggers = triggers.clone();
-        let mapped = ar.clone();
-        controller = controller.watches_with(
-            dynamic_api(client, ns, &ar),
-            ar.clone(),
-            watcher::Config::default(),
-            move |obj: DynamicObject| triggers.referencing(&mapped, &obj),
-        );
+/// Adds the watches that trigger the LoadBalancer controller, by what they watch.
+struct Watches<'a> {
+    client: &'a kube::Client,
+    ns: Option<&'a str>,
+    triggers: Arc<Triggers>,
+}
+
+impl Watches<'_> {
+    /// The Services capi-lb owns and the EndpointSlices it manages.
+    fn published(&self, controller: Controller<Watched>) -> Controller<Watched> {
+        controller
+            .owns(
+                api::<Service>(self.client, self.ns),
+                watcher::Config::default()
+                    .labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")),
+            )
+            .watches(
+                api::<EndpointSlice>(self.client, self.ns),
+                watcher::Config::default().labels(&format!(
+                    "{LABEL_ENDPOINTSLICE_MANAGED_BY}={ENDPOINTSLICE_MANAGED_BY_VALUE}"
+                )),
+                |slice: EndpointSlice| triggers::managed_slice(&slice),
+            )
     }
 
-    // Services of capi-lb's load-balancer class, and their EndpointSlices, drive the LoadBalancer
-    // that realises them, and the LoadBalancers still bound to them (annotated with the Service's
-    // name): when a Service names another LoadBalancer or leaves the class, those let its
-    // endpoints go.
-    {
-        let triggers = triggers.clone();
+    /// Every enabled provider's infrastructure kind, mapped to the LoadBalancers that reference
+    /// the object.
+    fn infrastructure(
+        &self,
+        mut controller: Controller<Watched>,
+        registry: &ProviderRegistry,
+    ) -> Controller<Watched> {
+        for ar in registry.resources() {
+            let triggers = self.triggers.clone();
+            let mapped = ar.clone();
+            controller = controller.watches_with(
+                dynamic_api(self.client, self.ns, &ar),
+                ar.clone(),
+                watcher::Config::default(),
+                move |obj: DynamicObject| triggers.referencing(&mapped, &obj),
+            );
+        }
+        controller
+    }
+
+    /// Services of capi-lb's load-balancer class, and their EndpointSlices: they drive the
+    /// LoadBalancer that realises them, and the LoadBalancers still bound to them (annotated with
+    /// the Service's name), so that when a Service names another LoadBalancer or leaves the class,
+    /// those let its endpoints go.
+    fn class_services(&self, controller: Controller<Watched>) -> Controller<Watched> {
+        let (services, slices) = (self.triggers.clone(), self.triggers.clone());
+        controller
+            .watches(
+                api::<Service>(self.client, self.ns),
+                watcher::Config::default(),
+                move |svc: Service| services.bound_to_service(&svc),
+            )
+            .watches(
+                api::<EndpointSlice>(self.client, self.ns),
+                watcher::Config::default().labels(LABEL_SERVICE_NAME),
+                move |slice: EndpointSlice| slices.bound_to_slice(&slice),
+            )
+    }
+
+    /// Objects providers create through the Kubernetes API (kube-dc: the LoadBalancer Service and
+    /// each catalog entry's owned kinds such as the EIp), by the owning LoadBalancer's UID label
+    /// and name annotation. An owned kind that is not installed is not watched (with a warning).
+    async fn provider_objects(
+        &self,
+        mut controller: Controller<Watched>,
+        registry: &ProviderRegistry,
+    ) -> Result<Controller<Watched>, RunError> {
         controller = controller.watches(
-            api::<Service>(client, ns),
-            watcher::Config::default(),
-            move |svc: Service| triggers.bound_to_service(&svc),
+            api::<Service>(self.client, self.ns),
+            watcher::Config::default().labels(tags::UID),
+            move |svc: Service| triggers::by_tags(&svc.metadata),
         );
-    }
-    {
-        let triggers = triggers.clone();
-        controller = controller.watches(
-            api::<EndpointSlice>(client, ns),
-            watcher::Config::default().labels(LABEL_SERVICE_NAME),
-            move |slice: EndpointSlice| triggers.bound_to_slice(&slice),
-        );
-    }
-
-    // Objects providers create through the Kubernetes API (kube-dc: the LoadBalancer Service and
-    // the EIp) carry the owning LoadBalancer's UID label and name annotation.
-    controller = controller.watches(
-        api::<Service>(client, ns),
-        watcher::Config::default().labels(tags::UID),
-        move |svc: Service| triggers::by_tags(&svc.metadata),
-    );
-    for entry in catalog::CATALOG
-        .iter()
-        .filter(|e| registry.names().contains(&e.name))
-    {
-        for owned in entry.owned_kinds {
-            let ar = owned.api_resource();
-            if installed(client, &ar.group, &ar.kind)
-                .await
-                .map_err(RunError::Connect)?
-            {
-                controller = controller.watches_with(
-                    dynamic_api(client, ns, &ar),
-                    ar.clone(),
-                    watcher::Config::default().labels(tags::UID),
-                    move |obj: DynamicObject| triggers::by_tags(&obj.metadata),
-                );
-            } else {
-                tracing::warn!("{}", owned.missing);
+        for entry in catalog::CATALOG
+            .iter()
+            .filter(|e| registry.names().contains(&e.name))
+        {
+            for owned in entry.owned_kinds {
+                let ar = owned.api_resource();
+                if installed(self.client, &ar.group, &ar.kind)
+                    .await
+                    .map_err(RunError::Connect)?
+                {
+                    controller = controller.watches_with(
+                        dynamic_api(self.client, self.ns, &ar),
+                        ar.clone(),
+                        watcher::Config::default().labels(tags::UID),
+                        move |obj: DynamicObject| triggers::by_tags(&obj.metadata),
+                    );
+                } else {
+                    tracing::warn!("{}", owned.missing);
+                }
             }
         }
+        Ok(controller)
     }
 
-    let machine = ApiResource::erase::<Machine>(&());
-    if installed(client, &machine.group, &machine.kind)
-        .await
-        .map_err(RunError::Connect)?
-    {
-        let triggers = triggers.clone();
-        controller = controller.watches_with(
-            dynamic_api(client, ns, &machine),
-            machine.clone(),
-            watcher::Config::default(),
-            move |obj: DynamicObject| triggers.selecting(&obj),
-        );
-    } else {
-        tracing::warn!(
-            "Cluster API Machines are not installed: not watching them (resync every {:?})",
-            options.resync
-        );
+    /// Cluster API Machines (mapped to the LoadBalancers whose selector matches them or whose
+    /// annotations they carry) and Clusters (by `spec.clusterName`), when installed.
+    async fn cluster_api(
+        &self,
+        mut controller: Controller<Watched>,
+        resync: Duration,
+    ) -> Result<Controller<Watched>, RunError> {
+        let machine = ApiResource::erase::<Machine>(&());
+        if installed(self.client, &machine.group, &machine.kind)
+            .await
+            .map_err(RunError::Connect)?
+        {
+            let triggers = self.triggers.clone();
+            controller = controller.watches_with(
+                dynamic_api(self.client, self.ns, &machine),
+                machine.clone(),
+                watcher::Config::default(),
+                move |obj: DynamicObject| triggers.selecting(&obj),
+            );
+        } else {
+            tracing::warn!(
+                "Cluster API Machines are not installed: not watching them (resync every {resync:?})"
+            );
+        }
+        if installed(self.client, &Cluster::group(&()), &Cluster::kind(&()))
+            .await
+            .map_err(RunError::Connect)?
+        {
+            let triggers = self.triggers.clone();
+            controller = controller.watches(
+                api::<Cluster>(self.client, self.ns),
+                watcher::Config::default(),
+                move |cluster: Cluster| triggers.of_cluster(&cluster),
+            );
+        }
+        Ok(controller)
     }
-    if installed(client, &Cluster::group(&()), &Cluster::kind(&()))
-        .await
-        .map_err(RunError::Connect)?
-    {
-        controller = controller.watches(
-            api::<Cluster>(client, ns),
-            watcher::Config::default(),
-            move |cluster: Cluster| triggers.of_cluster(&cluster),
-        );
-    }
-    Ok((controller, store))
 }
 
 /// Ready once the LoadBalancer cache is synced (standby replicas already are); the managed

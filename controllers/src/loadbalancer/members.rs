@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use super::lifecycle::{Members, Settings};
 use super::status::{InfraState, MembersState, TargetsState};
-use super::targets;
+use super::targets::{self, Listing};
 use crate::class;
 use crate::error::{Result, kube_err};
 
@@ -22,43 +22,38 @@ use super::{Access, Reconciliation};
 impl Reconciliation<'_> {
     /// The members a load balancer taking over should start with: the endpoints of the bound
     /// Service that serve, or every target that wants in, with an address, past its gates.
-    /// `Ok(Err(message))` when the target kind cannot be listed.
+    /// [`Listing::Unavailable`] when the target kind cannot be listed.
     pub(super) async fn serving_members(
         &self,
         selector: &Selector,
-    ) -> Result<std::result::Result<Vec<DesiredMember>, String>> {
+    ) -> Result<Listing<Vec<DesiredMember>>> {
         if let Some(binding) = &self.binding {
             let serving = class::members(binding)
                 .into_iter()
                 .filter(|m| matches!(m.intent, MemberIntent::Serve(_)))
                 .collect();
-            return Ok(Ok(serving));
+            return Ok(Listing::Listed(serving));
         }
         let kind = &self.lb.spec.target_kind;
         let objects = match self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await {
             Ok(resource) => targets::list(&self.ctx.client, &resource, &self.namespace)
                 .await
                 .map_err(kube_err("list", format!("{kind}")))?,
-            Err(message) => return Ok(Err(message)),
+            Err(message) => return Ok(Listing::Unavailable(message)),
         };
         let keys = TargetKeys::new(&self.namespace, &self.identity.name);
-        Ok(Ok(targets::observe(
-            objects,
-            selector,
-            &keys,
-            &self.lb.spec,
-        )
-        .into_iter()
-        .filter(|t| t.observed.wants_in() && t.observed.gates_pending.is_empty())
-        .filter_map(|t| {
-            let address = t.observed.address.clone()?;
-            Some(DesiredMember::serve(t.observed.name.clone(), address))
-        })
-        .collect()))
+        Ok(Listing::Listed(
+            targets::observe(objects, selector, &keys, &self.lb.spec)
+                .into_iter()
+                .filter(|t| t.observed.wants_in() && t.observed.gates_pending.is_empty())
+                .filter_map(|t| {
+                    let address = t.observed.address.clone()?;
+                    Some(DesiredMember::serve(t.observed.name.clone(), address))
+                })
+                .collect(),
+        ))
     }
 
-    /// Move the targets through their lifecycle around one member convergence: hooks first, then
-    /// the provider, then the states (see [`targets::Pass`]).
     /// Converge `desired` through `access`: the members state for the condition, and the members
     /// the provider has (`None`: unknown).
     pub(super) async fn converge(
@@ -121,6 +116,8 @@ impl Reconciliation<'_> {
         }
     }
 
+    /// Move the targets through their lifecycle around one member convergence: hooks first, then
+    /// the provider, then the states (see [`targets::Pass`]).
     pub(super) async fn move_targets(
         &mut self,
         access: Access<'_>,
@@ -166,8 +163,8 @@ impl Reconciliation<'_> {
             },
         };
         let prepared = match pass.prepare().await? {
-            Ok(prepared) => prepared,
-            Err(message) => return Ok(TargetsState::Unavailable(message)),
+            Listing::Listed(prepared) => prepared,
+            Listing::Unavailable(message) => return Ok(TargetsState::Unavailable(message)),
         };
         let desired = prepared.desired_members();
         let (members_state, members) = self.converge(access, &desired, infra_status).await;

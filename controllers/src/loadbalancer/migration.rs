@@ -14,6 +14,7 @@ use super::status::InfraState;
 use crate::error::Result;
 
 use super::infrastructure::release;
+use super::targets::Listing;
 use super::{BringUp, Claim, Claimed, Reconciliation, Release};
 
 impl Reconciliation<'_> {
@@ -236,8 +237,8 @@ impl Reconciliation<'_> {
             return Ok(BringUp::Waiting("it has no address yet".into()));
         }
         let desired = match self.serving_members(selector).await? {
-            Ok(desired) => desired,
-            Err(message) => return Ok(BringUp::Waiting(message)),
+            Listing::Listed(desired) => desired,
+            Listing::Unavailable(message) => return Ok(BringUp::Waiting(message)),
         };
         let converged = provider
             .converge_members(MembersRequest {

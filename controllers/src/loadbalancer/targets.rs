@@ -192,6 +192,16 @@ pub struct Completed {
     pub hooks_released: Vec<String>,
 }
 
+/// Targets (or what was made of them), or why they cannot be had: the target kind is not served,
+/// or listing it failed.
+#[derive(Debug)]
+pub enum Listing<T> {
+    /// What the targets gave.
+    Listed(T),
+    /// Why there are none to work with.
+    Unavailable(String),
+}
+
 impl Pass<'_> {
     fn api(&self, resource: &ApiResource) -> Api<DynamicObject> {
         Api::namespaced_with(
@@ -203,18 +213,18 @@ impl Pass<'_> {
 
     /// First half: list and observe the targets, decide what to ask of the provider, and put the
     /// deletion hooks on every Machine that may have a member after the provider call (or release
-    /// them all when the Cluster is being deleted). `Ok(Err(message))` when the target kind cannot be
-    /// listed.
-    pub async fn prepare(&self) -> Result<Result<Prepared, String>> {
+    /// them all when the Cluster is being deleted). [`Listing::Unavailable`] when the target kind
+    /// cannot be listed.
+    pub async fn prepare(&self) -> Result<Listing<Prepared>> {
         let kind = &self.lb.spec.target_kind;
         let resource = match self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await {
             Ok(resource) => resource,
-            Err(message) => return Ok(Err(message)),
+            Err(message) => return Ok(Listing::Unavailable(message)),
         };
         let namespace = self.lb.namespace().unwrap_or_default();
         let objects = match list(&self.ctx.client, &resource, &namespace).await {
             Ok(objects) => objects,
-            Err(e) => return Ok(Err(format!("cannot list {kind}: {e}"))),
+            Err(e) => return Ok(Listing::Unavailable(format!("cannot list {kind}: {e}"))),
         };
         let mut targets = observe(objects, self.selector, &self.keys, &self.lb.spec);
         let now = self.ctx.clock.now();
@@ -255,7 +265,7 @@ impl Pass<'_> {
             targets.remove(i);
             intents.remove(i);
         }
-        Ok(Ok(Prepared {
+        Ok(Listing::Listed(Prepared {
             resource,
             targets,
             intents,
