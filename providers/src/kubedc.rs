@@ -28,18 +28,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use capi_lb_api::KubeDCLoadBalancer;
 use capi_lb_api::constants::{
-    ANNOTATION_EXTERNAL_ENDPOINT, DNS_LABEL_MAX, ENDPOINTSLICE_MANAGED_BY_VALUE, FIELD_MANAGER,
-    INFRASTRUCTURE_GROUP, LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_MANAGED_BY, LABEL_SERVICE_NAME,
-    LABEL_SKIP_MIRROR, MANAGED_BY_VALUE,
+    ANNOTATION_EXTERNAL_ENDPOINT, DNS_LABEL_MAX, FIELD_MANAGER, INFRASTRUCTURE_GROUP,
+    LABEL_MANAGED_BY, LABEL_SERVICE_NAME, MANAGED_BY_VALUE,
 };
 use capi_lb_api::kubedc::{EIp, EIpSpec};
 use capi_lb_api::loadbalancer::LoadBalancerAddress;
 use capi_lb_api::validation::parse;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{
-    EndpointAddress, EndpointSubset, Endpoints, ObjectReference, Service, ServicePort, ServiceSpec,
-};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::api::core::v1::{Endpoints, ObjectReference, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -50,6 +47,7 @@ use sha2::{Digest, Sha256};
 
 use crate::catalog::{Dependencies, Entry, OwnedKind};
 use crate::clock::SharedClock;
+use crate::endpoints::{self, EndpointObjects, ServiceEndpoints};
 use crate::error::{INVALID_CONFIGURATION, ProviderError};
 use crate::provider::{
     DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, Listener, LoadBalancerIdentity,
@@ -156,6 +154,17 @@ pub const STUCK_AFTER: Duration = Duration::from_secs(300);
 const POLL: Duration = Duration::from_secs(5);
 /// How often to look again while kube-dc is not installed or a name is taken.
 const SLOW_POLL: Duration = Duration::from_secs(60);
+
+/// How far one step of [`Provider::ensure`] got: what it made or found, or the progress to report
+/// when the reconcile has to stop there (kube-dc is not installed, a name is taken, the EIp named in
+/// `spec.eipName` does not exist). API failures are not a step's outcome but a [`ProviderError`].
+#[derive(Debug)]
+enum Step<T> {
+    /// The step is done; carry on with this.
+    Ready(T),
+    /// Stop here and report this progress (pending, with its condition reason).
+    Wait(Progress),
+}
 
 /// The kube-dc provider.
 #[derive(Clone)]
@@ -405,26 +414,27 @@ impl KubeDcProvider {
         }
     }
 
-    /// Find or create the EIp. `Err(progress)` when the caller must stop and report.
+    /// Find or create the EIp: the EIp and whether it was created just now, or
+    /// [`Step::Wait`] when the caller must stop and report.
     async fn ensure_eip(
         &self,
         infra: &Infra,
         identity: &LoadBalancerIdentity,
         changes: &mut Vec<String>,
-    ) -> Result<Result<(EIp, bool), Progress>, ProviderError> {
+    ) -> Result<Step<(EIp, bool)>, ProviderError> {
         let (name, owned) = infra.eip();
         let api = self.eips(&infra.namespace);
         let found = match api.get_opt(&name).await {
             Ok(found) => found,
-            Err(e) if is_not_found(&e) => return Ok(Err(not_installed())),
+            Err(e) if is_not_found(&e) => return Ok(Step::Wait(not_installed())),
             Err(e) => return Err(api_error(&format!("get EIp {name}"), e)),
         };
         if found.is_none() && !self.kube_dc_installed(&infra.namespace).await? {
-            return Ok(Err(not_installed()));
+            return Ok(Step::Wait(not_installed()));
         }
         match (found, owned) {
-            (Some(eip), false) => Ok(Ok((eip, false))),
-            (None, false) => Ok(Err(Progress::pending_because(
+            (Some(eip), false) => Ok(Step::Ready((eip, false))),
+            (None, false) => Ok(Step::Wait(Progress::pending_because(
                 reason::EIP_NOT_FOUND,
                 format!(
                     "EIp {}/{name} named in spec.eipName does not exist; create it or fix spec.eipName",
@@ -433,9 +443,9 @@ impl KubeDcProvider {
                 SLOW_POLL,
             ))),
             (Some(eip), true) if !ours(&eip.metadata, identity, infra) => {
-                Ok(Err(conflict("EIp", &name, identity)))
+                Ok(Step::Wait(conflict("EIp", &name, identity)))
             }
-            (Some(eip), true) => Ok(Ok((eip, false))),
+            (Some(eip), true) => Ok(Step::Ready((eip, false))),
             (None, true) => {
                 let eip = EIp {
                     metadata: meta(&name, infra, identity),
@@ -449,19 +459,19 @@ impl KubeDcProvider {
                 };
                 let created = match api.create(&PostParams::default(), &eip).await {
                     Ok(created) => created,
-                    Err(e) if is_not_found(&e) => return Ok(Err(not_installed())),
+                    Err(e) if is_not_found(&e) => return Ok(Step::Wait(not_installed())),
                     Err(e) => return Err(api_error(&format!("create EIp {name}"), e)),
                 };
                 changes.push(format!(
                     "created EIp {name} ({})",
                     infra.spec.external_network_type.as_str()
                 ));
-                Ok(Ok((created, true)))
+                Ok(Step::Ready((created, true)))
             }
         }
     }
 
-    /// Create or update the LoadBalancer Service bound to `eip`. `Err(progress)` on a conflict.
+    /// Create or update the LoadBalancer Service bound to `eip`; [`Step::Wait`] on a conflict.
     async fn ensure_service(
         &self,
         infra: &Infra,
@@ -469,7 +479,7 @@ impl KubeDcProvider {
         eip: &str,
         listeners: &[Listener],
         changes: &mut Vec<String>,
-    ) -> Result<Result<Service, Progress>, ProviderError> {
+    ) -> Result<Step<Service>, ProviderError> {
         let name = infra.service_name();
         let api = self.services(&infra.namespace);
         let mut metadata = meta(&name, infra, identity);
@@ -497,7 +507,7 @@ impl KubeDcProvider {
             .map_err(|e| api_error(&format!("get Service {name}"), e))?;
         if let Some(existing) = &found {
             if !ours(&existing.metadata, identity, infra) {
-                return Ok(Err(conflict("Service", &name, identity)));
+                return Ok(Step::Wait(conflict("Service", &name, identity)));
             }
             let same = existing.spec.as_ref().and_then(|s| s.type_.as_deref())
                 == Some("LoadBalancer")
@@ -512,7 +522,7 @@ impl KubeDcProvider {
                         .any(|o| o.uid == d.uid && o.controller == d.controller)
                 });
             if same {
-                return Ok(Ok(existing.clone()));
+                return Ok(Step::Ready(existing.clone()));
             }
         }
         let applied = api
@@ -531,7 +541,7 @@ impl KubeDcProvider {
                 "created"
             }
         ));
-        Ok(Ok(applied))
+        Ok(Step::Ready(applied))
     }
 
     /// How long `eip` has been waiting, and what kube-dc says about it.
@@ -613,16 +623,43 @@ impl KubeDcProvider {
     }
 }
 
-fn endpoint_ports(listeners: &[Listener]) -> Vec<EndpointPort> {
-    listeners
-        .iter()
-        .map(|l| EndpointPort {
-            name: Some(l.name.clone()),
-            port: Some(l.target_port),
-            protocol: Some(l.protocol.as_str().to_string()),
-            app_protocol: None,
-        })
-        .collect()
+/// The EndpointSlices and Endpoints of the member Service `service`, owned by it. `members` maps a
+/// member's name (its `targetRef`) to its address and whether it drains. Every member is ready: kube-dc
+/// has no weights, so a draining member serves until it is left out. The endpoints' ports are the
+/// listeners' target ports. Without members, the Endpoints has no subsets (and there is no slice).
+fn member_endpoints(
+    infra: &Infra,
+    identity: &LoadBalancerIdentity,
+    service: &Service,
+    listeners: &[Listener],
+    members: &BTreeMap<String, (String, bool)>,
+) -> EndpointObjects {
+    let owner = service.controller_owner_ref(&()).map(|mut o| {
+        o.block_owner_deletion = Some(true);
+        o
+    });
+    endpoints::build(&ServiceEndpoints {
+        namespace: infra.namespace.clone(),
+        service_name: infra.service_name(),
+        labels: labels(identity, infra),
+        owner_references: owner.into_iter().collect(),
+        ports: listeners
+            .iter()
+            .map(|l| endpoints::Port {
+                name: Some(l.name.clone()),
+                port: l.target_port,
+                protocol: l.protocol.as_str().to_string(),
+            })
+            .collect(),
+        addresses: members
+            .iter()
+            .map(|(name, (address, _))| endpoints::Address {
+                ip: address.clone(),
+                ready: true,
+                target: Some(target_ref(name)),
+            })
+            .collect(),
+    })
 }
 
 fn target_ref(name: &str) -> ObjectReference {
@@ -655,8 +692,8 @@ impl Provider for KubeDcProvider {
             status,
         };
         let (eip, created) = match self.ensure_eip(&infra, identity, &mut changes).await? {
-            Ok(found) => found,
-            Err(progress) => {
+            Step::Ready(found) => found,
+            Step::Wait(progress) => {
                 if let Progress::Pending { message, .. } = &progress {
                     status.insert("ready".into(), json!(false));
                     status.insert("waitingFor".into(), json!(message));
@@ -672,8 +709,8 @@ impl Provider for KubeDcProvider {
             .ensure_service(&infra, identity, &eip_name, request.listeners, &mut changes)
             .await?
         {
-            Ok(service) => service,
-            Err(progress) => {
+            Step::Ready(service) => service,
+            Step::Wait(progress) => {
                 if let Progress::Pending { message, .. } = &progress {
                     status.insert("ready".into(), json!(false));
                     status.insert("waitingFor".into(), json!(message));
@@ -778,54 +815,13 @@ impl Provider for KubeDcProvider {
             changes.push(format!("removed member {name} from Service {service_name}"));
         }
 
-        let owner = service.controller_owner_ref(&()).map(|mut o| {
-            o.block_owner_deletion = Some(true);
-            vec![o]
-        });
-        let mut slice_labels = labels(identity, &infra);
-        slice_labels.insert(LABEL_SERVICE_NAME.into(), service_name.clone());
-        slice_labels.insert(
-            LABEL_ENDPOINTSLICE_MANAGED_BY.into(),
-            ENDPOINTSLICE_MANAGED_BY_VALUE.into(),
-        );
+        let built = member_endpoints(&infra, identity, &service, request.listeners, &members);
         let slices: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &infra.namespace);
         let apply = PatchParams::apply(FIELD_MANAGER).force();
         let mut keep = BTreeSet::new();
-        for (family, address_type, is_family) in [
-            ("ipv4", "IPv4", IpAddr::is_ipv4 as fn(&IpAddr) -> bool),
-            ("ipv6", "IPv6", IpAddr::is_ipv6 as fn(&IpAddr) -> bool),
-        ] {
-            let endpoints: Vec<Endpoint> = members
-                .iter()
-                .filter(|(_, (a, _))| a.parse::<IpAddr>().is_ok_and(|ip| is_family(&ip)))
-                .map(|(name, (address, _))| Endpoint {
-                    addresses: vec![address.clone()],
-                    conditions: Some(EndpointConditions {
-                        ready: Some(true),
-                        serving: Some(true),
-                        terminating: Some(false),
-                    }),
-                    target_ref: Some(target_ref(name)),
-                    ..Default::default()
-                })
-                .collect();
-            if endpoints.is_empty() {
-                continue;
-            }
-            let name = format!("{service_name}-{family}");
+        for desired in &built.slices {
+            let name = desired.name_any();
             keep.insert(name.clone());
-            let desired = EndpointSlice {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    namespace: Some(infra.namespace.clone()),
-                    labels: Some(slice_labels.clone()),
-                    owner_references: owner.clone(),
-                    ..Default::default()
-                },
-                address_type: address_type.into(),
-                endpoints,
-                ports: Some(endpoint_ports(request.listeners)),
-            };
             let existing = listed.iter().find(|s| s.name_any() == name);
             if existing.is_some_and(|s| !ours(&s.metadata, identity, &infra)) {
                 return Err(ProviderError::transient(format!(
@@ -839,7 +835,7 @@ impl Provider for KubeDcProvider {
             });
             if !same {
                 slices
-                    .patch(&name, &apply, &Patch::Apply(&desired))
+                    .patch(&name, &apply, &Patch::Apply(desired))
                     .await
                     .map_err(|e| api_error(&format!("apply EndpointSlice {name}"), e))?;
             }
@@ -855,38 +851,9 @@ impl Provider for KubeDcProvider {
             }
         }
 
-        // v1 Endpoints, which kube-dc's controller reads.
+        // v1 Endpoints, which kube-dc's controller reads (without subsets when there is no member).
         let endpoints_api: Api<Endpoints> = Api::namespaced(self.client.clone(), &infra.namespace);
-        let mut endpoints_labels = labels(identity, &infra);
-        endpoints_labels.insert(LABEL_SKIP_MIRROR.into(), "true".into());
-        let addresses: Vec<EndpointAddress> = members
-            .iter()
-            .map(|(name, (address, _))| EndpointAddress {
-                ip: address.clone(),
-                target_ref: Some(target_ref(name)),
-                ..Default::default()
-            })
-            .collect();
-        let subsets = if addresses.is_empty() {
-            Vec::new()
-        } else {
-            vec![EndpointSubset {
-                addresses: Some(addresses),
-                not_ready_addresses: None,
-                ports: Some(
-                    request
-                        .listeners
-                        .iter()
-                        .map(|l| k8s_openapi::api::core::v1::EndpointPort {
-                            name: Some(l.name.clone()),
-                            port: l.target_port,
-                            protocol: Some(l.protocol.as_str().to_string()),
-                            app_protocol: None,
-                        })
-                        .collect(),
-                ),
-            }]
-        };
+        let desired = built.endpoints;
         let observed = endpoints_api
             .get_opt(&service_name)
             .await
@@ -898,20 +865,11 @@ impl Provider for KubeDcProvider {
                 "Endpoints {service_name} exist and are not managed by capi-lb; they were left untouched"
             )));
         }
-        let same = observed
-            .as_ref()
-            .is_some_and(|e| e.subsets.clone().unwrap_or_default() == subsets);
+        let same = observed.as_ref().is_some_and(|e| {
+            e.subsets.as_deref().unwrap_or_default()
+                == desired.subsets.as_deref().unwrap_or_default()
+        });
         if !same {
-            let desired = Endpoints {
-                metadata: ObjectMeta {
-                    name: Some(service_name.clone()),
-                    namespace: Some(infra.namespace.clone()),
-                    labels: Some(endpoints_labels),
-                    owner_references: owner.clone(),
-                    ..Default::default()
-                },
-                subsets: Some(subsets),
-            };
             endpoints_api
                 .patch(&service_name, &apply, &Patch::Apply(&desired))
                 .await
@@ -1075,6 +1033,87 @@ mod tests {
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         );
+    }
+
+    #[test]
+    fn member_endpoints_are_ready_owned_by_the_service_and_point_at_target_ports() {
+        let identity = LoadBalancerIdentity {
+            namespace: "ns".into(),
+            name: "cp".into(),
+            uid: "lb-uid".into(),
+            cluster_name: None,
+        };
+        let infra = Infra {
+            name: "kdc".into(),
+            uid: Some("infra-uid".into()),
+            namespace: "ns".into(),
+            spec: capi_lb_api::KubeDCLoadBalancerSpec {
+                external_network_type: Default::default(),
+                eip_name: None,
+            },
+            owner: None,
+        };
+        let service = Service {
+            metadata: ObjectMeta {
+                name: Some("kdc-lb".into()),
+                namespace: Some("ns".into()),
+                uid: Some("svc-uid".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let listeners = [Listener {
+            name: "api".into(),
+            port: 6443,
+            target_port: 16443,
+            protocol: capi_lb_api::loadbalancer::Protocol::Tcp,
+        }];
+        let members = BTreeMap::from([
+            ("b".to_string(), ("2001:db8::2".to_string(), false)),
+            ("a".to_string(), ("10.0.0.1".to_string(), true)),
+        ]);
+        let built = member_endpoints(&infra, &identity, &service, &listeners, &members);
+        let names: Vec<_> = built.slices.iter().map(|s| s.name_any()).collect();
+        assert_eq!(names, ["kdc-lb-ipv4", "kdc-lb-ipv6"]);
+        let owners: Vec<_> = built.endpoints.owner_references().to_vec();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].uid, "svc-uid");
+        assert_eq!(owners[0].block_owner_deletion, Some(true));
+        for slice in &built.slices {
+            assert_eq!(slice.owner_references(), owners.as_slice());
+            assert_eq!(slice.labels().get(tags::UID), Some(&"lb-uid".to_string()));
+            let ports: Vec<_> = slice.ports.iter().flatten().map(|p| p.port).collect();
+            assert_eq!(ports, [Some(16443)]);
+        }
+        // A draining member is still ready: kube-dc has no weights.
+        let subsets = built.endpoints.subsets.clone().unwrap_or_default();
+        let addresses: Vec<_> = subsets[0]
+            .addresses
+            .iter()
+            .flatten()
+            .map(|a| (a.ip.as_str(), a.target_ref.clone().and_then(|t| t.name)))
+            .collect();
+        assert_eq!(
+            addresses,
+            [
+                ("10.0.0.1", Some("a".to_string())),
+                ("2001:db8::2", Some("b".to_string()))
+            ]
+        );
+        assert_eq!(subsets[0].not_ready_addresses, None);
+        assert_eq!(
+            subsets[0]
+                .ports
+                .iter()
+                .flatten()
+                .map(|p| p.port)
+                .collect::<Vec<_>>(),
+            [16443]
+        );
+
+        let empty = member_endpoints(&infra, &identity, &service, &listeners, &BTreeMap::new());
+        assert!(empty.slices.is_empty());
+        assert_eq!(empty.endpoints.subsets, Some(Vec::new()));
     }
 
     #[test]

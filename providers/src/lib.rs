@@ -5,6 +5,7 @@
 
 pub mod catalog;
 pub mod clock;
+pub mod endpoints;
 pub mod error;
 pub mod inmemory;
 pub mod kubedc;

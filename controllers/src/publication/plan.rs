@@ -8,14 +8,12 @@ use std::net::IpAddr;
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::constants::{
     ENDPOINTSLICE_MANAGED_BY_VALUE, LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_LB_NAME,
-    LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LABEL_SKIP_MIRROR, MANAGED_BY_VALUE,
-    MAX_ENDPOINTS_PER_SLICE,
+    LABEL_MANAGED_BY, LABEL_SKIP_MIRROR, MANAGED_BY_VALUE, MAX_ENDPOINTS_PER_SLICE,
 };
 use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
-use k8s_openapi::api::core::v1::{
-    EndpointAddress, EndpointSubset, Endpoints, Service, ServicePort, ServiceSpec,
-};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use capi_lb_providers::endpoints::{self, ServiceEndpoints};
+use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
@@ -216,7 +214,6 @@ pub fn lb_desired(
 /// The publication plan of `desired` by `publisher`.
 pub fn plan(publisher: &Publisher, desired: &Desired) -> Plan {
     let service_name = &desired.service_name;
-    let namespace = Some(publisher.namespace.clone());
     let classified = classify(&desired.addresses);
     let ports: Vec<ServicePort> = desired
         .ports
@@ -254,7 +251,7 @@ pub fn plan(publisher: &Publisher, desired: &Desired) -> Plan {
     let service = Service {
         metadata: ObjectMeta {
             name: Some(service_name.clone()),
-            namespace: namespace.clone(),
+            namespace: Some(publisher.namespace.clone()),
             labels: Some(publisher.labels.clone()),
             owner_references: Some(vec![publisher.owner.clone()]),
             ..Default::default()
@@ -262,94 +259,36 @@ pub fn plan(publisher: &Publisher, desired: &Desired) -> Plan {
         spec: Some(spec),
         status: None,
     };
-    let mut slice_labels = publisher.labels.clone();
-    slice_labels.insert(LABEL_SERVICE_NAME.into(), service_name.clone());
-    slice_labels.insert(
-        LABEL_ENDPOINTSLICE_MANAGED_BY.into(),
-        ENDPOINTSLICE_MANAGED_BY_VALUE.into(),
-    );
-    let slice_ports: Vec<EndpointPort> = desired
-        .ports
-        .iter()
-        .map(|p| EndpointPort {
-            name: p.name.clone(),
-            port: Some(p.port),
-            protocol: Some(p.protocol.clone()),
-            app_protocol: None,
-        })
-        .collect();
-    let ready = desired.ready;
-    let slices = [
-        ("IPv4", "ipv4", &classified.ipv4),
-        ("IPv6", "ipv6", &classified.ipv6),
-    ]
-    .into_iter()
-    .filter(|(_, _, ips)| !ips.is_empty())
-    .map(|(address_type, suffix, ips)| EndpointSlice {
-        metadata: ObjectMeta {
-            name: Some(format!("{service_name}-{suffix}")),
-            namespace: namespace.clone(),
-            labels: Some(slice_labels.clone()),
-            ..Default::default()
-        },
-        address_type: address_type.into(),
-        endpoints: ips
+    // The IPv4 addresses, then the IPv6 ones: the slices are split by family anyway, and the legacy
+    // Endpoints list them in this order. The slices carry no owner reference here: it is added at
+    // apply time.
+    let objects = endpoints::build(&ServiceEndpoints {
+        namespace: publisher.namespace.clone(),
+        service_name: service_name.clone(),
+        labels: publisher.labels.clone(),
+        owner_references: Vec::new(),
+        ports: desired
+            .ports
             .iter()
-            .map(|ip| Endpoint {
-                addresses: vec![ip.clone()],
-                conditions: Some(EndpointConditions {
-                    ready: Some(ready),
-                    serving: Some(ready),
-                    terminating: Some(false),
-                }),
-                ..Default::default()
+            .map(|p| endpoints::Port {
+                name: p.name.clone(),
+                port: p.port,
+                protocol: p.protocol.clone(),
             })
             .collect(),
-        ports: Some(slice_ports.clone()),
-    })
-    .collect();
-    let endpoints = (publisher.legacy_endpoints && has_ips).then(|| {
-        let mut labels = publisher.labels.clone();
-        labels.insert(LABEL_SKIP_MIRROR.into(), "true".into());
-        let addresses: Vec<EndpointAddress> = classified
+        addresses: classified
             .ipv4
             .iter()
             .chain(&classified.ipv6)
-            .map(|ip| EndpointAddress {
+            .map(|ip| endpoints::Address {
                 ip: ip.clone(),
-                ..Default::default()
+                ready: desired.ready,
+                target: None,
             })
-            .collect();
-        let (ready_addresses, not_ready) = if ready {
-            (Some(addresses), None)
-        } else {
-            (None, Some(addresses))
-        };
-        Endpoints {
-            metadata: ObjectMeta {
-                name: Some(service_name.clone()),
-                namespace: namespace.clone(),
-                labels: Some(labels),
-                ..Default::default()
-            },
-            subsets: Some(vec![EndpointSubset {
-                addresses: ready_addresses,
-                not_ready_addresses: not_ready,
-                ports: Some(
-                    desired
-                        .ports
-                        .iter()
-                        .map(|p| k8s_openapi::api::core::v1::EndpointPort {
-                            name: p.name.clone(),
-                            port: p.port,
-                            protocol: Some(p.protocol.clone()),
-                            app_protocol: None,
-                        })
-                        .collect(),
-                ),
-            }]),
-        }
+            .collect(),
     });
+    let slices = objects.slices;
+    let endpoints = (publisher.legacy_endpoints && has_ips).then_some(objects.endpoints);
     Plan {
         service,
         slices,
