@@ -135,39 +135,12 @@ pub fn targets_condition(
         }
         TargetsState::Listed { targets, members } => (targets, members),
     };
-    let names = |pred: &dyn Fn(&TargetView) -> bool| -> Vec<&str> {
-        targets
-            .iter()
-            .filter(|t| pred(t))
-            .map(|t| t.name.as_str())
-            .collect()
-    };
-    let active = names(&|t| t.wants_in && t.state == TargetState::Active);
-    let waiting = |t: &TargetView| t.wants_in && t.state != TargetState::Active;
-    let without = names(&|t| waiting(t) && !t.has_address);
-    let not_admitted = names(&|t| waiting(t) && t.has_address && !t.gates_pending.is_empty());
-    let joining = names(&|t| waiting(t) && t.has_address && t.gates_pending.is_empty());
-    let disabled = names(&|t| t.selected && t.state == TargetState::Disabled);
-    let draining: Vec<String> = targets
-        .iter()
-        .filter(|t| t.state.is_draining())
-        .map(|t| format!("{} ({})", t.name, t.state))
-        .collect();
-
     // Facts that do not make the condition false.
-    let mut notes = Vec::new();
-    if !disabled.is_empty() {
-        notes.push(format!("disabled: {}", list(&disabled)));
-    }
-    if !draining.is_empty() {
-        let refs: Vec<&str> = draining.iter().map(String::as_str).collect();
-        notes.push(format!("draining: {}", list(&refs)));
-    }
+    let notes = notes(targets);
     let with_notes = |mut parts: Vec<String>| {
         parts.extend(notes.iter().cloned());
         parts.join("; ")
     };
-
     if !targets.iter().any(|t| t.selected) {
         return DesiredCondition::false_(
             c::TARGETS_READY,
@@ -184,6 +157,67 @@ pub fn targets_condition(
             ]),
         );
     }
+    let (problems, reason) = problems(targets, members, address_types);
+    let members_problem = matches!(members, MembersState::Problem { .. });
+    let active = names(targets, |t| t.wants_in && t.state == TargetState::Active);
+    match reason {
+        None => DesiredCondition::true_(
+            c::TARGETS_READY,
+            r::TARGETS_ACTIVE,
+            with_notes(vec![format!(
+                "{} of {} targets active",
+                active.len(),
+                targets.iter().filter(|t| t.selected).count()
+            )]),
+        ),
+        Some(reason) => DesiredCondition::false_(c::TARGETS_READY, reason, with_notes(problems))
+            .problem_if(members_problem),
+    }
+}
+
+/// The names of the targets for which `pred` holds.
+fn names(targets: &[TargetView], pred: impl Fn(&TargetView) -> bool) -> Vec<&str> {
+    targets
+        .iter()
+        .filter(|t| pred(t))
+        .map(|t| t.name.as_str())
+        .collect()
+}
+
+/// Disabled and draining targets: worth saying, but they do not make TargetsReady false.
+fn notes(targets: &[TargetView]) -> Vec<String> {
+    let disabled = names(targets, |t| t.selected && t.state == TargetState::Disabled);
+    let draining: Vec<String> = targets
+        .iter()
+        .filter(|t| t.state.is_draining())
+        .map(|t| format!("{} ({})", t.name, t.state))
+        .collect();
+    let mut notes = Vec::new();
+    if !disabled.is_empty() {
+        notes.push(format!("disabled: {}", list(&disabled)));
+    }
+    if !draining.is_empty() {
+        let refs: Vec<&str> = draining.iter().map(String::as_str).collect();
+        notes.push(format!("draining: {}", list(&refs)));
+    }
+    notes
+}
+
+/// What keeps targets that want in from being active, and the reason of the first problem (the
+/// provider's member problem first); no reason when every one is active.
+fn problems(
+    targets: &[TargetView],
+    members: &MembersState,
+    address_types: &str,
+) -> (Vec<String>, Option<&'static str>) {
+    let waiting = |t: &TargetView| t.wants_in && t.state != TargetState::Active;
+    let without = names(targets, |t| waiting(t) && !t.has_address);
+    let not_admitted = names(targets, |t| {
+        waiting(t) && t.has_address && !t.gates_pending.is_empty()
+    });
+    let joining = names(targets, |t| {
+        waiting(t) && t.has_address && t.gates_pending.is_empty()
+    });
     let mut problems = Vec::new();
     let mut reason = None;
     if let MembersState::Problem {
@@ -194,7 +228,6 @@ pub fn targets_condition(
         problems.push(message.clone());
         reason = Some(*why);
     }
-    let members_problem = reason.is_some();
     if !without.is_empty() {
         problems.push(format!(
             "{} without a usable address (wanted {address_types}): {}",
@@ -230,19 +263,7 @@ pub fn targets_condition(
         problems.push(format!("{why}; target states are the last known ones"));
         reason = reason.or(Some(r::MEMBERS_UNKNOWN));
     }
-    match reason {
-        None => DesiredCondition::true_(
-            c::TARGETS_READY,
-            r::TARGETS_ACTIVE,
-            with_notes(vec![format!(
-                "{} of {} targets active",
-                active.len(),
-                targets.iter().filter(|t| t.selected).count()
-            )]),
-        ),
-        Some(reason) => DesiredCondition::false_(c::TARGETS_READY, reason, with_notes(problems))
-            .problem_if(members_problem),
-    }
+    (problems, reason)
 }
 
 /// The `EndpointPublished` condition. `infra_ready` tells whether the published addresses are
