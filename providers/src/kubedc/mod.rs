@@ -1,0 +1,231 @@
+//! The kube-dc provider: load balancers on OVN external IPs, realised the way kube-dc itself does it,
+//! through kube-dc's own controller.
+//!
+//! For a LoadBalancer whose `infrastructureRef` names a `KubeDCLoadBalancer` `<infra>`:
+//! - an `EIp` (`kube-dc.com/v1`) `<infra>-eip` with the spec's `externalNetworkType`, unless
+//!   `spec.eipName` names an existing EIp (the project's `default-gw`, or a pre-allocated one), which
+//!   is never modified or deleted; the address is `EIp.status.ipAddress` once `status.ready`;
+//! - a selectorless Service of `type: LoadBalancer` `<infra>-lb` bound to that EIp
+//!   (`service.nlb.kube-dc.com/bind-on-eip`, or `bind-on-default-gw-eip` for `default-gw`) with the
+//!   LoadBalancer's ports; kube-dc's controller programs OVN for it and fills its
+//!   `status.loadBalancer.ingress`;
+//! - the members as that Service's endpoints: EndpointSlices, plus v1 Endpoints because kube-dc's
+//!   controller reads Endpoints. kube-dc has no weights, so a draining member stays in the endpoints
+//!   until the reconciler removes it after the drain time.
+//!
+//! Everything it creates carries a controller owner reference to the `KubeDCLoadBalancer`, capi-lb's
+//! labels and the owning LoadBalancer's UID label, which is what ownership is decided on: an object
+//! with the same name that does not carry it is never touched (reported as `NameConflict`), and a
+//! restarted controller adopts what carries it. Nothing blocks: a not-ready EIp or a Service without
+//! ingress is `Pending` with its own condition reason, and so is a cluster without kube-dc's CRDs
+//! (the provider then waits for them to appear instead of failing).
+//!
+//! The files, lowest first (each uses only those above it; this one holds the [`KubeDcProvider`],
+//! its catalog entry and its `Provider` impl, which delegates to the others):
+//! - `reason`: the condition reasons; `step`: `Step`, polls and API errors;
+//! - `infra`: what the `KubeDCLoadBalancer` says, derived names, labels and ownership;
+//! - `eip` (the EIp, and what to say while it is not ready) and `service` (the LoadBalancer Service);
+//! - `members` (the Service's endpoints, for `converge_members`), then `delete`.
+
+mod delete;
+mod eip;
+mod infra;
+mod members;
+pub mod reason;
+mod service;
+mod step;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use capi_lb_api::KubeDCLoadBalancer;
+use capi_lb_api::constants::INFRASTRUCTURE_GROUP;
+use capi_lb_api::loadbalancer::LoadBalancerAddress;
+use kube::ResourceExt;
+use kube::core::ApiResource;
+use serde_json::{Map, json};
+
+use crate::catalog::{Dependencies, Entry, OwnedKind};
+use crate::clock::SharedClock;
+use crate::error::ProviderError;
+use crate::provider::{
+    DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MembersOutcome, MembersRequest,
+    Progress, Provider,
+};
+pub use eip::STUCK_AFTER;
+use infra::Infra;
+pub use infra::derived_name;
+use service::ingress_ips;
+pub use service::{BIND_ON_DEFAULT_GW, BIND_ON_EIP, DEFAULT_GW};
+use step::{POLL, Step};
+
+/// Name of the kube-dc provider for `--providers`.
+pub const NAME: &str = "kubedc";
+/// The kube-dc provider's catalog entry.
+pub const ENTRY: Entry = Entry {
+    name: NAME,
+    title: "kube-dc provider",
+    docs: "docs/providers/kubedc.md",
+    infrastructure: infrastructure_resource,
+    crd: <KubeDCLoadBalancer as kube::CustomResourceExt>::crd,
+    build,
+    owned_kinds: &[OwnedKind {
+        group: "kube-dc.com",
+        version: "v1",
+        kind: "EIp",
+        plural: "eips",
+        missing: "kube-dc's CRDs are not installed: LoadBalancers on kube-dc report KubeDCNotInstalled until they are",
+    }],
+    calls: &[
+        (
+            INFRASTRUCTURE_GROUP,
+            "kubedcloadbalancers",
+            &["get", "patch"],
+        ),
+        (
+            INFRASTRUCTURE_GROUP,
+            "kubedcloadbalancers/status",
+            &["patch"],
+        ),
+        (
+            INFRASTRUCTURE_GROUP,
+            "kubedcloadbalancers/finalizers",
+            &["update"],
+        ),
+        ("kube-dc.com", "eips", &["get", "list", "create", "delete"]),
+        // The LoadBalancer Service and its Endpoints, created by server-side apply.
+        ("", "services", &["create"]),
+        (
+            "",
+            "endpoints",
+            &["get", "create", "patch", "list", "delete"],
+        ),
+    ],
+    reasons: reason::ALL,
+};
+
+fn infrastructure_resource() -> ApiResource {
+    ApiResource::erase::<KubeDCLoadBalancer>(&())
+}
+
+fn build(dependencies: &Dependencies) -> Arc<dyn Provider> {
+    Arc::new(KubeDcProvider::new(
+        dependencies.client.clone(),
+        dependencies.clock.clone(),
+    ))
+}
+
+/// The kube-dc provider.
+#[derive(Clone)]
+pub struct KubeDcProvider {
+    client: kube::Client,
+    clock: SharedClock,
+}
+
+impl std::fmt::Debug for KubeDcProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeDcProvider").finish_non_exhaustive()
+    }
+}
+
+impl KubeDcProvider {
+    /// A provider that talks to kube-dc through `client`.
+    pub fn new(client: kube::Client, clock: SharedClock) -> Self {
+        Self { client, clock }
+    }
+}
+
+#[async_trait]
+impl Provider for KubeDcProvider {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn infrastructure_resource(&self) -> ApiResource {
+        infrastructure_resource()
+    }
+
+    async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
+        let identity = request.identity;
+        let infra = Infra::read(request.infra, identity)?;
+        let mut changes = Vec::new();
+        let mut status = Map::new();
+        let outcome = |progress: Progress, addresses, created, changes, status| EnsureOutcome {
+            progress,
+            addresses,
+            created,
+            changes,
+            status,
+        };
+        let (eip, created) = match self.ensure_eip(&infra, identity, &mut changes).await? {
+            Step::Ready(found) => found,
+            Step::Wait(progress) => {
+                if let Progress::Pending { message, .. } = &progress {
+                    status.insert("ready".into(), json!(false));
+                    status.insert("waitingFor".into(), json!(message));
+                }
+                return Ok(outcome(progress, Vec::new(), false, changes, status));
+            }
+        };
+        let eip_name = eip.name_any();
+        let (_, eip_owned) = infra.eip();
+        status.insert("eipName".into(), json!(eip_name));
+        status.insert("eipCreated".into(), json!(eip_owned));
+        let service = match self
+            .ensure_service(&infra, identity, &eip_name, request.listeners, &mut changes)
+            .await?
+        {
+            Step::Ready(service) => service,
+            Step::Wait(progress) => {
+                if let Progress::Pending { message, .. } = &progress {
+                    status.insert("ready".into(), json!(false));
+                    status.insert("waitingFor".into(), json!(message));
+                }
+                return Ok(outcome(progress, Vec::new(), created, changes, status));
+            }
+        };
+        status.insert("serviceName".into(), json!(service.name_any()));
+        let address = eip
+            .status
+            .as_ref()
+            .filter(|s| s.ready)
+            .and_then(|s| s.ip_address.clone())
+            .filter(|ip| ip.parse::<IpAddr>().is_ok());
+        status.insert("address".into(), json!(address));
+        let addresses: Vec<LoadBalancerAddress> = address
+            .iter()
+            .map(|a| LoadBalancerAddress::ip(a.clone()))
+            .collect();
+        let progress = match &address {
+            None => self.eip_waiting(&eip, self.clock.now()),
+            Some(ip) if !ingress_ips(&service).contains(ip) => Progress::pending_because(
+                reason::SERVICE_WITHOUT_INGRESS,
+                format!(
+                    "EIp {eip_name} has {ip}; waiting for kube-dc to put it on Service {} (status.loadBalancer.ingress)",
+                    service.name_any()
+                ),
+                POLL,
+            ),
+            Some(_) => Progress::Done,
+        };
+        let waiting = match &progress {
+            Progress::Pending { message, .. } => Some(message.clone()),
+            Progress::Done => None,
+        };
+        status.insert("ready".into(), json!(progress.is_done()));
+        status.insert("waitingFor".into(), json!(waiting));
+        Ok(outcome(progress, addresses, created, changes, status))
+    }
+
+    async fn converge_members(
+        &self,
+        request: MembersRequest<'_>,
+    ) -> Result<MembersOutcome, ProviderError> {
+        self.converge(request).await
+    }
+
+    async fn delete(&self, request: DeleteRequest<'_>) -> Result<DeleteOutcome, ProviderError> {
+        self.delete_owned(request).await
+    }
+}

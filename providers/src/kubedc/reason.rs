@@ -1,0 +1,27 @@
+//! Condition reasons of the kube-dc provider: what its conditions say while it waits for kube-dc,
+//! or on a problem only the user or the cluster's operator can fix.
+
+use crate::provider::Reason;
+
+/// kube-dc has not allocated the EIp yet.
+pub const EIP_NOT_READY: Reason = Reason::wait("EIpNotReady");
+/// The EIp has been pending for long (public IP quota exhausted, or kube-dc stuck).
+pub const EIP_STUCK: Reason = Reason::problem("EIpStuck");
+/// The EIp named in `spec.eipName` does not exist.
+pub const EIP_NOT_FOUND: Reason = Reason::problem("EIpNotFound");
+/// kube-dc has not put the EIp's address on the Service yet.
+pub const SERVICE_WITHOUT_INGRESS: Reason = Reason::wait("ServiceWithoutIngress");
+/// kube-dc's CRDs are not installed in this cluster.
+pub const KUBEDC_NOT_INSTALLED: Reason = Reason::problem("KubeDCNotInstalled");
+/// An object the provider would create exists and is not capi-lb's.
+pub const NAME_CONFLICT: Reason = Reason::problem(capi_lb_api::constants::reason::NAME_CONFLICT);
+
+/// Every reason above.
+pub const ALL: &[Reason] = &[
+    EIP_NOT_READY,
+    EIP_STUCK,
+    EIP_NOT_FOUND,
+    SERVICE_WITHOUT_INGRESS,
+    KUBEDC_NOT_INSTALLED,
+    NAME_CONFLICT,
+];

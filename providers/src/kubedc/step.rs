@@ -1,0 +1,57 @@
+//! What every step of the provider shares: [`Step`], how often to look again, API errors, and the
+//! progress reported when kube-dc is not installed or a name is taken.
+
+use std::time::Duration;
+
+use super::reason;
+use crate::error::ProviderError;
+use crate::provider::{LoadBalancerIdentity, Progress};
+
+/// How often to look again while waiting for kube-dc.
+pub(super) const POLL: Duration = Duration::from_secs(5);
+/// How often to look again while kube-dc is not installed or a name is taken.
+pub(super) const SLOW_POLL: Duration = Duration::from_secs(60);
+
+/// How far one step of [`Provider::ensure`](crate::provider::Provider::ensure) got: what it made or
+/// found, or the progress to report when the reconcile has to stop there (kube-dc is not installed, a
+/// name is taken, the EIp named in `spec.eipName` does not exist). API failures are not a step's
+/// outcome but a [`ProviderError`].
+#[derive(Debug)]
+pub(super) enum Step<T> {
+    /// The step is done; carry on with this.
+    Ready(T),
+    /// Stop here and report this progress (pending, with its condition reason).
+    Wait(Progress),
+}
+
+/// A failed API call as a transient error: `<what>: <error>`.
+pub(super) fn api_error(what: &str, e: kube::Error) -> ProviderError {
+    ProviderError::transient(format!("{what}: {e}"))
+}
+
+/// Whether the API answered 404.
+pub(super) fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// Pending on `NameConflict`: `kind` `name` exists and is not capi-lb's.
+pub(super) fn conflict(kind: &str, name: &str, identity: &LoadBalancerIdentity) -> Progress {
+    Progress::pending_because(
+        reason::NAME_CONFLICT,
+        format!(
+            "{kind} {}/{name} already exists and is not managed by capi-lb for LoadBalancer {}; it was left untouched. Delete or rename it, or use another KubeDCLoadBalancer name",
+            identity.namespace,
+            identity.display()
+        ),
+        SLOW_POLL,
+    )
+}
+
+/// Pending on `KubeDCNotInstalled`.
+pub(super) fn not_installed() -> Progress {
+    Progress::pending_because(
+        reason::KUBEDC_NOT_INSTALLED,
+        "kube-dc's CRDs (eips.kube-dc.com) are not installed in this cluster; the kube-dc provider waits for them",
+        SLOW_POLL,
+    )
+}
