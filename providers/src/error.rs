@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+use capi_lb_api::validation::{Validated, parse};
+use kube::core::DynamicObject;
+
 /// A provider failure.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderError {
@@ -46,3 +49,21 @@ impl ProviderError {
 
 /// Reason of a permanent error caused by an invalid infrastructure object.
 pub const INVALID_CONFIGURATION: &str = "InvalidConfiguration";
+
+/// The infrastructure object `infra` as its kind `K`, with the CRD's defaults applied and checked
+/// against its schema and CEL rules as the apiserver would. An invalid one is a permanent
+/// [`INVALID_CONFIGURATION`] error naming the object and the field.
+pub fn read_infrastructure<K: Validated>(infra: &DynamicObject) -> Result<K, ProviderError> {
+    let invalid = |e: &dyn std::fmt::Display| {
+        ProviderError::permanent(
+            INVALID_CONFIGURATION,
+            format!(
+                "{} {} is invalid: {e}",
+                K::crd().spec.names.kind,
+                infra.metadata.name.as_deref().unwrap_or_default()
+            ),
+        )
+    };
+    let value = serde_json::to_value(infra).map_err(|e| invalid(&e))?;
+    parse::<K>(&value).map_err(|e| invalid(&e))
+}

@@ -19,7 +19,6 @@ use capi_lb_api::inmemory::{
     FailureType, InMemoryLoadBalancerSpec, InjectedFailure, ProviderOperation,
 };
 use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
-use capi_lb_api::validation::parse;
 use ipnet::IpNet;
 use jiff::Timestamp;
 use kube::core::{ApiResource, DynamicObject};
@@ -27,7 +26,7 @@ use serde_json::{Map, Value, json};
 
 use crate::catalog::{Dependencies, Entry};
 use crate::clock::{SharedClock, after, until};
-use crate::error::{INVALID_CONFIGURATION, ProviderError};
+use crate::error::{INVALID_CONFIGURATION, ProviderError, read_infrastructure};
 use crate::provider::{
     DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, Listener, MemberIntent,
     MemberState, MemberStatus, MembersOutcome, MembersRequest, Progress, Provider,
@@ -269,20 +268,7 @@ impl InMemoryProvider {
 }
 
 fn parse_spec(infra: &DynamicObject) -> Result<InMemoryLoadBalancerSpec, ProviderError> {
-    let value = serde_json::to_value(infra).map_err(|e| {
-        ProviderError::permanent(INVALID_CONFIGURATION, format!("cannot read: {e}"))
-    })?;
-    parse::<InMemoryLoadBalancer>(&value)
-        .map(|o| o.spec)
-        .map_err(|e| {
-            ProviderError::permanent(
-                INVALID_CONFIGURATION,
-                format!(
-                    "InMemoryLoadBalancer {} is invalid: {e}",
-                    infra.metadata.name.as_deref().unwrap_or_default()
-                ),
-            )
-        })
+    read_infrastructure::<InMemoryLoadBalancer>(infra).map(|o| o.spec)
 }
 
 fn infra_uid(infra: &DynamicObject) -> String {

@@ -834,6 +834,21 @@ where
         .unwrap_or_else(|e| panic!("patching the status of {name} with {patch}: {e}"));
 }
 
+/// Wait until LoadBalancer `name` of `t`'s namespace is Ready.
+pub async fn wait_ready(t: &TestNs, name: &str) -> capi_lb_api::LoadBalancer {
+    wait_for(
+        &t.api::<capi_lb_api::LoadBalancer>(),
+        name,
+        "LoadBalancer Ready",
+        |lb| {
+            lb.and_then(|lb| lb.status.as_ref())
+                .is_some_and(|s| s.ready)
+        },
+    )
+    .await
+    .unwrap()
+}
+
 /// Status and reason of the condition `type_` of `lb`.
 pub fn condition(lb: &capi_lb_api::LoadBalancer, type_: &str) -> Option<(String, String)> {
     lb.status

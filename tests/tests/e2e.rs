@@ -15,7 +15,7 @@ use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
 use capi_lb_tests::k8s::{
     TestNs, capi_cluster, condition, eventually, in_memory, install_capi_crds,
     install_third_party_crds, load_balancer, machine, release_machine, set_machine_ip, unique_name,
-    wait_for, wait_gone,
+    wait_for, wait_gone, wait_ready,
 };
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -47,15 +47,6 @@ async fn wait_target_state(t: &TestNs, lb: &str, machine: &str, state: &str) {
         (target_state(t, lb, machine).await.as_deref() == Some(state)).then_some(())
     })
     .await;
-}
-
-async fn wait_ready(t: &TestNs, name: &str) -> LoadBalancer {
-    wait_for(&t.api::<LoadBalancer>(), name, "LoadBalancer Ready", |lb| {
-        lb.and_then(|lb| lb.status.as_ref())
-            .is_some_and(|s| s.ready)
-    })
-    .await
-    .unwrap()
 }
 
 async fn wait_slice_addresses(t: &TestNs, slice: &str, addresses: &[&str]) -> EndpointSlice {

@@ -16,6 +16,7 @@ use std::time::Duration;
 use capi_lb_api::LoadBalancer;
 use capi_lb_tests::k8s::{
     TestNs, apply_crd, dynamic_api, eventually, in_memory, install_crds, load_balancer, wait_for,
+    wait_ready,
 };
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -46,15 +47,6 @@ async fn set_protocol(client: &Client, ns: &str, name: &str, protocol: &str) {
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap_or_else(|e| panic!("setting protocol {protocol} on {name}: {e}"));
-}
-
-async fn wait_ready(t: &TestNs, name: &str) -> LoadBalancer {
-    wait_for(&t.api::<LoadBalancer>(), name, "LoadBalancer Ready", |lb| {
-        lb.and_then(|lb| lb.status.as_ref())
-            .is_some_and(|s| s.ready)
-    })
-    .await
-    .unwrap()
 }
 
 /// The `Unreadable` Events about `name`, as (count, note).

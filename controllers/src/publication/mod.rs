@@ -33,6 +33,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
+use std::ops::ControlFlow;
 
 use crate::error::{Result, is_not_found, kube_err};
 
@@ -161,10 +162,7 @@ async fn withdraw_except(
         }
         let listed_slices = slices_of(&slices, &name).await?;
         prune_slices(&slices, &listed_slices, publisher, &[], &mut changes).await?;
-        if service
-            .annotations()
-            .contains_key(ANNOTATION_LEGACY_ENDPOINTS)
-        {
+        if has_legacy_marker(&service) {
             prune_endpoints(client, publisher, &name, &mut changes).await?;
         }
         delete_exact(&services, &service, &format!("Service {namespace}/{name}")).await?;
@@ -200,143 +198,235 @@ pub async fn publish(
     publisher: &Publisher,
     desired: Option<&Desired>,
 ) -> Result<Report> {
-    let namespace = &publisher.namespace;
-    let plan = desired.map(|d| plan(publisher, d));
-    let keep = desired.map(|d| d.service_name.clone());
-    let (mut changes, ours) = withdraw_except(client, publisher, keep.as_deref()).await?;
-    let mut adopted = Vec::new();
-    let Some(plan) = plan else {
+    let keep = desired.map(|d| d.service_name.as_str());
+    let (changes, ours) = withdraw_except(client, publisher, keep).await?;
+    let Some(desired) = desired else {
         return Ok(Report {
             state: Published::Disabled,
             changes,
-            adopted,
+            adopted: Vec::new(),
         });
     };
-    let service_name = keep.unwrap_or_default();
-    let services: Api<Service> = Api::namespaced(client.clone(), namespace);
-    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    Publication::new(client, publisher, &desired.service_name, changes)
+        .run(plan(publisher, desired), ours)
+        .await
+}
 
-    // The Service: ours was in the list; otherwise look for one someone else made.
-    let observed = match ours {
-        Some(service) => Some(service),
-        None => services.get_opt(&service_name).await.map_err(kube_err(
-            "get",
-            format!("Service {namespace}/{service_name}"),
-        ))?,
-    };
-    let conflict = |what: String| Report {
-        state: Published::Conflict {
-            message: format!(
-                "{what} already exists and is not managed by capi-lb for {}; it was left untouched. {}",
-                publisher.describe, publisher.conflict_hint
-            ),
-        },
-        changes: Vec::new(),
-        adopted: Vec::new(),
-    };
-    let mut adopting = false;
-    let mut observed = observed;
-    let had_legacy = observed
-        .as_ref()
-        .is_some_and(|s| s.annotations().contains_key(ANNOTATION_LEGACY_ENDPOINTS));
-    if let Some(existing) = &observed
-        && !is_our_service(existing, publisher)
-    {
-        if !adoptable(&existing.metadata, publisher) {
-            let mut report = conflict(format!("Service {namespace}/{service_name}"));
-            report.changes = changes;
-            return Ok(report);
+/// Whether `service` carries the marker that says legacy Endpoints were written for it.
+fn has_legacy_marker(service: &Service) -> bool {
+    service
+        .annotations()
+        .contains_key(ANNOTATION_LEGACY_ENDPOINTS)
+}
+
+/// One application of a [`Plan`] by [`publish`]: where it writes and what it has done so far.
+struct Publication<'a> {
+    client: &'a kube::Client,
+    publisher: &'a Publisher,
+    /// The planned Service's name.
+    name: &'a str,
+    services: Api<Service>,
+    slices: Api<EndpointSlice>,
+    /// Server-side apply as capi-lb, taking fields over from other managers.
+    apply: PatchParams,
+    changes: Vec<String>,
+    adopted: Vec<String>,
+}
+
+/// The result of a step of a [`Publication`]: go on, or stop because the object described is in
+/// the way (someone else's, not adoptable).
+type Step<T = ()> = ControlFlow<String, T>;
+
+impl<'a> Publication<'a> {
+    /// A publication of Service `name` for `publisher`, after the `changes` made so far.
+    fn new(
+        client: &'a kube::Client,
+        publisher: &'a Publisher,
+        name: &'a str,
+        changes: Vec<String>,
+    ) -> Self {
+        Self {
+            client,
+            publisher,
+            name,
+            services: Api::namespaced(client.clone(), &publisher.namespace),
+            slices: Api::namespaced(client.clone(), &publisher.namespace),
+            apply: PatchParams::apply(FIELD_MANAGER).force(),
+            changes,
+            adopted: Vec::new(),
         }
-        let stripped = strip_adopt_labels(&services, existing, publisher).await?;
-        observed = Some(stripped);
-        adopted.push(format!("Service {service_name}"));
-        adopting = true;
     }
-    let service = match observed {
-        Some(existing) if !adopting && service_matches(&existing, &plan.service) => existing,
-        Some(existing) => {
-            let mut replaced = None;
-            if service_kind(&existing) != service_kind(&plan.service) {
-                // ClusterIP <-> ExternalName cannot be changed in place cleanly: recreate.
-                delete_exact(
-                    &services,
-                    &existing,
-                    &format!("Service {namespace}/{service_name}"),
-                )
-                .await?;
-            } else if ports_key(&existing) != ports_key(&plan.service) {
-                // Ports edited by someone else belong to their field manager: an apply would
-                // keep them beside ours (or be refused as a duplicate name). Ours is the whole
-                // list, so it is replaced outright, guarded by the version read.
-                replaced = Some(
-                    replace_ports(
-                        &services,
-                        &existing,
-                        &plan.service,
-                        &format!("Service {namespace}/{service_name}"),
-                    )
-                    .await?,
-                );
-            }
-            changes.push(format!("updated Service {service_name}"));
-            match replaced {
-                // The ports were all that differed: one write.
-                Some(service) if !adopting && service_matches(&service, &plan.service) => service,
-                _ => services
-                    .patch(&service_name, &apply, &Patch::Apply(&plan.service))
-                    .await
-                    .map_err(kube_err(
-                        "apply",
-                        format!("Service {namespace}/{service_name}"),
-                    ))?,
-            }
-        }
-        None => {
-            let applied = services
-                .patch(&service_name, &apply, &Patch::Apply(&plan.service))
-                .await
-                .map_err(kube_err(
-                    "apply",
-                    format!("Service {namespace}/{service_name}"),
-                ))?;
-            changes.push(format!("created Service {service_name}"));
-            applied
-        }
-    };
 
-    // The EndpointSlices, owned by the Service.
-    let owner = controller_ref(&service);
-    let listed = slices_of(&slices, &service_name).await?;
-    let mut keep_slices = Vec::new();
-    for mut desired in plan.slices {
+    /// Apply `plan`: the Service (`ours`: the one [`withdraw_except`] kept), its slices, its legacy
+    /// Endpoints, in that order, stopping at the first object in the way.
+    async fn run(mut self, plan: Plan, ours: Option<Service>) -> Result<Report> {
+        let observed = self.observe_service(ours).await?;
+        let had_legacy = observed.as_ref().is_some_and(has_legacy_marker);
+        let (observed, adopting) = match self.adopt_service(observed).await? {
+            ControlFlow::Continue(found) => found,
+            ControlFlow::Break(what) => return Ok(self.conflict(&what)),
+        };
+        let service = self
+            .converge_service(observed, &plan.service, adopting)
+            .await?;
+        if let ControlFlow::Break(what) = self.converge_slices(&service, plan.slices).await? {
+            return Ok(self.conflict(&what));
+        }
+        self.converge_legacy(&service, plan.endpoints, had_legacy || adopting)
+            .await?;
+        Ok(self.report(plan.has_address, plan.skipped))
+    }
+
+    /// How the planned Service is named in messages.
+    fn describe_service(&self) -> String {
+        format!("Service {}/{}", self.publisher.namespace, self.name)
+    }
+
+    /// The Service: ours was in the list; otherwise look for one someone else made.
+    async fn observe_service(&self, ours: Option<Service>) -> Result<Option<Service>> {
+        match ours {
+            Some(service) => Ok(Some(service)),
+            None => self
+                .services
+                .get_opt(self.name)
+                .await
+                .map_err(kube_err("get", self.describe_service())),
+        }
+    }
+
+    /// Take `observed` over when it is someone else's and the publisher may adopt it (the flag:
+    /// adopted); stop when it may not.
+    async fn adopt_service(
+        &mut self,
+        observed: Option<Service>,
+    ) -> Result<Step<(Option<Service>, bool)>> {
+        match observed {
+            Some(existing) if !is_our_service(&existing, self.publisher) => {
+                if !adoptable(&existing.metadata, self.publisher) {
+                    return Ok(ControlFlow::Break(self.describe_service()));
+                }
+                let stripped =
+                    strip_adopt_labels(&self.services, &existing, self.publisher).await?;
+                self.adopted.push(format!("Service {}", self.name));
+                Ok(ControlFlow::Continue((Some(stripped), true)))
+            }
+            observed => Ok(ControlFlow::Continue((observed, false))),
+        }
+    }
+
+    /// Bring the Service in line with `desired` (rewritten when `adopting`, even if it matches);
+    /// returns it as it now is.
+    async fn converge_service(
+        &mut self,
+        observed: Option<Service>,
+        desired: &Service,
+        adopting: bool,
+    ) -> Result<Service> {
+        match observed {
+            Some(existing) if !adopting && service_matches(&existing, desired) => Ok(existing),
+            Some(existing) => self.update_service(&existing, desired, adopting).await,
+            None => {
+                let applied = self.apply_service(desired).await?;
+                self.changes.push(format!("created Service {}", self.name));
+                Ok(applied)
+            }
+        }
+    }
+
+    /// Change the `existing` Service into `desired`: recreate it when its kind changes, replace its
+    /// ports when they differ, and apply the rest unless the ports were all that differed.
+    async fn update_service(
+        &mut self,
+        existing: &Service,
+        desired: &Service,
+        adopting: bool,
+    ) -> Result<Service> {
+        let mut replaced = None;
+        if service_kind(existing) != service_kind(desired) {
+            // ClusterIP <-> ExternalName cannot be changed in place cleanly: recreate.
+            delete_exact(&self.services, existing, &self.describe_service()).await?;
+        } else if ports_key(existing) != ports_key(desired) {
+            // Ports edited by someone else belong to their field manager: an apply would
+            // keep them beside ours (or be refused as a duplicate name). Ours is the whole
+            // list, so it is replaced outright, guarded by the version read.
+            replaced = Some(
+                replace_ports(&self.services, existing, desired, &self.describe_service()).await?,
+            );
+        }
+        self.changes.push(format!("updated Service {}", self.name));
+        match replaced {
+            // The ports were all that differed: one write.
+            Some(service) if !adopting && service_matches(&service, desired) => Ok(service),
+            _ => self.apply_service(desired).await,
+        }
+    }
+
+    /// Server-side apply the planned Service.
+    async fn apply_service(&self, desired: &Service) -> Result<Service> {
+        self.services
+            .patch(self.name, &self.apply, &Patch::Apply(desired))
+            .await
+            .map_err(kube_err("apply", self.describe_service()))
+    }
+
+    /// The EndpointSlices, owned by `service`: apply each planned one that differs, then remove
+    /// ours that are no longer planned. Stops at a slice that is someone else's.
+    async fn converge_slices(
+        &mut self,
+        service: &Service,
+        planned: Vec<EndpointSlice>,
+    ) -> Result<Step> {
+        let owner = controller_ref(service);
+        let listed = slices_of(&self.slices, self.name).await?;
+        let mut keep = Vec::new();
+        for mut desired in planned {
+            desired.metadata.owner_references = owner.clone().map(|r| vec![r]);
+            let name = desired.name_any();
+            if let ControlFlow::Break(what) = self.converge_slice(&listed, desired).await? {
+                return Ok(ControlFlow::Break(what));
+            }
+            keep.push(name);
+        }
+        prune_slices(
+            &self.slices,
+            &listed,
+            self.publisher,
+            &keep,
+            &mut self.changes,
+        )
+        .await?;
+        Ok(ControlFlow::Continue(()))
+    }
+
+    /// Apply the planned slice `desired` unless the one there (in `listed`, or else looked up)
+    /// matches it; stop when that one is someone else's.
+    async fn converge_slice(
+        &mut self,
+        listed: &[EndpointSlice],
+        desired: EndpointSlice,
+    ) -> Result<Step> {
         let name = desired.name_any();
-        desired.metadata.owner_references = owner.clone().map(|r| vec![r]);
+        let describe = format!("EndpointSlice {}/{name}", self.publisher.namespace);
         // A slice with our name but not our labels is not in the list: look it up.
         let observed = match listed.iter().find(|s| s.name_any() == name) {
             Some(found) => Some(found.clone()),
-            None => slices
+            None => self
+                .slices
                 .get_opt(&name)
                 .await
-                .map_err(kube_err("get", format!("EndpointSlice {namespace}/{name}")))?,
+                .map_err(kube_err("get", describe.clone()))?,
         };
         match observed {
-            Some(existing) if !is_our_slice(&existing, publisher) => {
-                let mut report = conflict(format!("EndpointSlice {namespace}/{name}"));
-                report.changes = changes;
-                report.adopted = adopted;
-                return Ok(report);
+            Some(existing) if !is_our_slice(&existing, self.publisher) => {
+                return Ok(ControlFlow::Break(describe));
             }
             Some(existing) if slice_matches(&existing, &desired) => {}
             existing => {
-                slices
-                    .patch(&name, &apply, &Patch::Apply(&desired))
+                self.slices
+                    .patch(&name, &self.apply, &Patch::Apply(&desired))
                     .await
-                    .map_err(kube_err(
-                        "apply",
-                        format!("EndpointSlice {namespace}/{name}"),
-                    ))?;
-                changes.push(match existing {
+                    .map_err(kube_err("apply", describe))?;
+                self.changes.push(match existing {
                     Some(old) => format!(
                         "updated EndpointSlice {name}: {} -> {}",
                         addresses_of(&old),
@@ -349,51 +439,71 @@ pub async fn publish(
                 });
             }
         }
-        keep_slices.push(name);
-    }
-    prune_slices(&slices, &listed, publisher, &keep_slices, &mut changes).await?;
-
-    // Legacy Endpoints (after the slices, so DNS never goes empty during an adoption). Looked at only
-    // when wanted, when we wrote them before (the Service carries a marker, set before they are
-    // written and removed after they are gone), or when adopting.
-    let marked = service
-        .annotations()
-        .contains_key(ANNOTATION_LEGACY_ENDPOINTS);
-    if publisher.legacy_endpoints && !marked {
-        mark_legacy(&services, &publisher.namespace, &service_name, true).await?;
-    }
-    if publisher.legacy_endpoints || had_legacy || adopting {
-        endpoints(
-            client,
-            publisher,
-            &service,
-            &service_name,
-            plan.endpoints,
-            &mut changes,
-            &mut adopted,
-        )
-        .await?;
-    }
-    if !publisher.legacy_endpoints && marked {
-        mark_legacy(&services, &publisher.namespace, &service_name, false).await?;
+        Ok(ControlFlow::Continue(()))
     }
 
-    let state = if plan.has_address {
-        Published::Published {
-            service: service_name,
-            skipped: plan.skipped,
+    /// Legacy Endpoints (after the slices, so DNS never goes empty during an adoption). Looked at
+    /// only when wanted or when some may exist (`may_exist`: we wrote them before, the Service
+    /// carries a marker set before they are written and removed after they are gone, or we are
+    /// adopting).
+    async fn converge_legacy(
+        &mut self,
+        service: &Service,
+        desired: Option<Endpoints>,
+        may_exist: bool,
+    ) -> Result<()> {
+        let wanted = self.publisher.legacy_endpoints;
+        let marked = has_legacy_marker(service);
+        let namespace = &self.publisher.namespace;
+        if wanted && !marked {
+            mark_legacy(&self.services, namespace, self.name, true).await?;
         }
-    } else {
-        Published::WaitingForAddress {
-            service: service_name,
-            skipped: plan.skipped,
+        if wanted || may_exist {
+            endpoints(
+                self.client,
+                self.publisher,
+                service,
+                self.name,
+                desired,
+                &mut self.changes,
+                &mut self.adopted,
+            )
+            .await?;
         }
-    };
-    Ok(Report {
-        state,
-        changes,
-        adopted,
-    })
+        if !wanted && marked {
+            mark_legacy(&self.services, namespace, self.name, false).await?;
+        }
+        Ok(())
+    }
+
+    /// The report when `what` is in the way: nothing more was touched.
+    fn conflict(self, what: &str) -> Report {
+        Report {
+            state: Published::Conflict {
+                message: format!(
+                    "{what} already exists and is not managed by capi-lb for {}; it was left untouched. {}",
+                    self.publisher.describe, self.publisher.conflict_hint
+                ),
+            },
+            changes: self.changes,
+            adopted: self.adopted,
+        }
+    }
+
+    /// The report when everything planned was applied.
+    fn report(self, has_address: bool, skipped: Vec<String>) -> Report {
+        let service = self.name.to_string();
+        let state = if has_address {
+            Published::Published { service, skipped }
+        } else {
+            Published::WaitingForAddress { service, skipped }
+        };
+        Report {
+            state,
+            changes: self.changes,
+            adopted: self.adopted,
+        }
+    }
 }
 
 /// Set or remove the marker annotation that says legacy Endpoints exist for Service `name` (a merge

@@ -261,23 +261,18 @@ pub async fn reconcile_service(
     if crate::class::is_ours(&service) {
         return bind(&ctx, &service, reported).await;
     }
-    let decision = decide(&service, config);
-    let reference = service.object_ref(&());
-    let uid = service.uid().unwrap_or_default();
-    let desired = match decision {
+    let desired = match decide(&service, config) {
         Decision::Ignore => return Ok(Outcome::done()),
         Decision::Invalid(message) => {
-            if reported.first_time(&uid, &message) {
-                ctx.events
-                    .publish(
-                        &reference,
-                        true,
-                        event::INVALID_EXTERNAL_ENDPOINT,
-                        "Publish",
-                        message,
-                    )
-                    .await;
-            }
+            warn_once(
+                &ctx,
+                &service,
+                reported,
+                event::INVALID_EXTERNAL_ENDPOINT,
+                "Publish",
+                message,
+            )
+            .await;
             // Only a change of the Service can help.
             return Ok(Outcome::until_changed());
         }
@@ -289,6 +284,38 @@ pub async fn reconcile_service(
     };
     let publisher = publisher(&namespace, &name, owner, config);
     let report = publication::publish(&ctx.client, &publisher, desired.as_ref().ok()).await?;
+    let dns_name = announce(&ctx, &service, reported, &report, &desired).await;
+    annotate_dns_name(&services, &service, dns_name).await?;
+    Ok(Outcome::done())
+}
+
+/// A Warning Event on `service`, unless the same `message` was already reported for it.
+async fn warn_once(
+    ctx: &Context,
+    service: &Service,
+    reported: &Reported,
+    reason: &str,
+    action: &str,
+    message: String,
+) {
+    if reported.first_time(&service.uid().unwrap_or_default(), &message) {
+        ctx.events
+            .publish(&service.object_ref(&()), true, reason, action, message)
+            .await;
+    }
+}
+
+/// Tell with Events on the source `service` what publishing (`desired`, or withdrawing for the
+/// reason given) did: an adoption, then a conflict (once), the publication or the withdrawal.
+/// Returns the DNS name the source should carry.
+async fn announce(
+    ctx: &Context,
+    service: &Service,
+    reported: &Reported,
+    report: &publication::Report,
+    desired: &std::result::Result<Desired, String>,
+) -> Option<String> {
+    let reference = service.object_ref(&());
     if !report.adopted.is_empty() {
         ctx.events
             .publish(
@@ -303,8 +330,10 @@ pub async fn reconcile_service(
             )
             .await;
     }
+    let uid = service.uid().unwrap_or_default();
+    let namespace = service.namespace().unwrap_or_default();
     let changes = (!report.changes.is_empty()).then(|| report.changes.join("; "));
-    let (note, dns_name) = match (&report.state, &desired) {
+    let (note, dns_name) = match (&report.state, desired) {
         (Published::Conflict { message }, _) => (
             reported
                 .first_time(&uid, message)
@@ -340,27 +369,36 @@ pub async fn reconcile_service(
             .publish(&reference, warning, reason, "Publish", message)
             .await;
     }
-    // The DNS name on the source, only our one annotation, only when it differs.
+    dns_name
+}
+
+/// The DNS name on the source, only our one annotation, only when it differs (a source deleted
+/// meanwhile is left alone).
+async fn annotate_dns_name(
+    services: &Api<Service>,
+    service: &Service,
+    dns_name: Option<String>,
+) -> Result<()> {
     let current = service
         .annotations()
         .get(ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME);
-    if current != dns_name.as_ref() {
-        let patch =
-            json!({"metadata": {"annotations": {ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME: dns_name}}});
-        match services
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => {
-                return Err(kube_err("annotate", format!("Service {namespace}/{name}"))(
-                    e,
-                ));
-            }
-        }
+    if current == dns_name.as_ref() {
+        return Ok(());
     }
-    Ok(Outcome::done())
+    let name = service.name_any();
+    let patch =
+        json!({"metadata": {"annotations": {ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME: dns_name}}});
+    match services
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(kube_err(
+            "annotate",
+            format!("Service {}/{name}", service.namespace().unwrap_or_default()),
+        )(e)),
+    }
 }
 
 /// A Service of capi-lb's load-balancer class: bind it to the LoadBalancer that realises it (which
@@ -406,17 +444,15 @@ async fn bind(ctx: &Context, service: &Service, reported: &Reported) -> Result<O
         }),
     };
     if let Some(message) = problem {
-        if reported.first_time(&uid, &message) {
-            ctx.events
-                .publish(
-                    &service.object_ref(&()),
-                    true,
-                    event::SERVICE_NOT_REALISED,
-                    "Bind",
-                    message,
-                )
-                .await;
-        }
+        warn_once(
+            ctx,
+            service,
+            reported,
+            event::SERVICE_NOT_REALISED,
+            "Bind",
+            message,
+        )
+        .await;
         return Ok(Outcome::done());
     }
     reported.clear(&uid);

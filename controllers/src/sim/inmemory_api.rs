@@ -25,7 +25,6 @@ use http_body_util::BodyExt;
 use kube::client::Body;
 use serde_json::Value;
 
-/// Counts and records write requests.
 /// One request the in-memory API received (for the RBAC test: which verbs on which resources the
 /// controllers use).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +43,7 @@ pub struct RecordedRequest {
     pub creates_by_apply: bool,
 }
 
+/// Counts and records the requests the in-memory API receives.
 #[derive(Clone, Debug, Default)]
 pub struct ApiStats {
     requests: Arc<Mutex<Vec<RecordedRequest>>>,
@@ -71,7 +71,6 @@ impl ApiStats {
         self.writes() - self.event_writes.load(Ordering::SeqCst)
     }
 
-    /// Every write request so far, as `METHOD path`.
     /// Every request received so far.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.requests
@@ -99,6 +98,7 @@ impl ApiStats {
             .push(request);
     }
 
+    /// Every write request so far, as `METHOD path`.
     pub fn log(&self) -> Vec<String> {
         self.log
             .lock()
@@ -272,99 +272,124 @@ impl Emulator {
         })
     }
 
+    /// Serve one request: record it, emulate what the fake lacks around it, forward it.
     async fn handle(&self, request: Request<Body>) -> Result<Response<Body>, BoxError> {
         let (parts, body) = request.into_parts();
-        let method = parts.method.clone();
-        let path = parts.uri.path().to_string();
-        let mut body = body.collect().await?.to_bytes();
-        let blocking_owner_kinds = serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|v| v.pointer("/metadata/ownerReferences").cloned())
-            .and_then(|refs| refs.as_array().cloned())
-            .unwrap_or_default()
-            .iter()
-            .filter(|r| r.get("blockOwnerDeletion") == Some(&Value::Bool(true)))
-            .filter_map(|r| r.get("kind").and_then(Value::as_str).map(str::to_string))
-            .collect();
-        let is_apply = method == Method::PATCH
+        let body = body.collect().await?.to_bytes();
+        let is_apply = parts.method == Method::PATCH
             && parts
                 .headers
                 .get(http::header::CONTENT_TYPE)
                 .is_some_and(|v| v.as_bytes().starts_with(b"application/apply-patch"));
+        self.count(&parts, &body, is_apply).await?;
+        if parts.method == Method::DELETE
+            && names_one_object(parts.uri.path())
+            && let Some(response) = self.start_deletion(&parts.uri).await?
+        {
+            return Ok(response);
+        }
+        let body = self.rewrite_body(&parts.method, is_apply, body)?;
+        let forwarded = Request::from_parts(parts.clone(), Body::from(body));
+        let response = self.inner.send(forwarded).await?;
+        self.finish(&parts.method, parts.uri.path(), response).await
+    }
+
+    /// Record the request (when recording) and count it as a read or a write.
+    async fn count(
+        &self,
+        parts: &http::request::Parts,
+        body: &Bytes,
+        is_apply: bool,
+    ) -> Result<(), BoxError> {
+        let method = &parts.method;
+        let path = parts.uri.path();
         let creates_by_apply = self.stats.recording()
             && is_apply
-            && names_one_object(&path)
+            && names_one_object(path)
             && self.exists(&parts.uri).await? == Some(false);
         self.stats.record_request(RecordedRequest {
             method: method.to_string(),
-            path: path.clone(),
+            path: path.to_string(),
             query: parts.uri.query().unwrap_or_default().to_string(),
-            blocking_owner_kinds,
+            blocking_owner_kinds: blocking_owner_kinds(body),
             creates_by_apply,
         });
-
         if method == Method::GET {
             self.stats.reads.fetch_add(1, Ordering::SeqCst);
         } else {
             self.stats.record(format!("{method} {path}"));
         }
+        Ok(())
+    }
 
-        if method == Method::DELETE && names_one_object(&path) {
-            let get = Request::builder()
-                .method(Method::GET)
-                .uri(parts.uri.clone())
-                .body(Body::from(Vec::new()))?;
-            let current = self.inner.send(get).await?;
-            if current.status().is_success() {
-                let bytes = current.into_body().collect().await?.to_bytes();
-                let mut object: Value = serde_json::from_slice(&bytes)?;
-                if !finalizers_empty(&object)
-                    && let Some(uid) = uid_of(&object)
-                {
-                    let timestamp = {
-                        let mut terminating = self
-                            .terminating
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner);
-                        terminating
-                            .entry(uid)
-                            .or_insert_with(|| self.clock.now().to_string())
-                            .clone()
-                    };
-                    object["metadata"]["deletionTimestamp"] = Value::String(timestamp);
-                    return json_response(http::StatusCode::OK, &object);
-                }
-            }
+    /// Two-phase deletion: when the object at `uri` has finalizers, only mark it terminating and
+    /// return the response (the object with its `deletionTimestamp`); `None`: delete as usual.
+    async fn start_deletion(&self, uri: &http::Uri) -> Result<Option<Response<Body>>, BoxError> {
+        let get = Request::builder()
+            .method(Method::GET)
+            .uri(uri.clone())
+            .body(Body::from(Vec::new()))?;
+        let current = self.inner.send(get).await?;
+        if !current.status().is_success() {
+            return Ok(None);
         }
+        let bytes = current.into_body().collect().await?.to_bytes();
+        let mut object: Value = serde_json::from_slice(&bytes)?;
+        if finalizers_empty(&object) {
+            return Ok(None);
+        }
+        let Some(uid) = uid_of(&object) else {
+            return Ok(None);
+        };
+        let timestamp = self
+            .terminating
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(uid)
+            .or_insert_with(|| self.clock.now().to_string())
+            .clone();
+        object["metadata"]["deletionTimestamp"] = Value::String(timestamp);
+        json_response(http::StatusCode::OK, &object).map(Some)
+    }
 
+    /// The body to forward: stamped with the world's `creationTimestamp` when it creates an object,
+    /// without our `deletionTimestamp` when it replaces one.
+    fn rewrite_body(
+        &self,
+        method: &Method,
+        is_apply: bool,
+        body: Bytes,
+    ) -> Result<Bytes, BoxError> {
         // A real apiserver stamps creationTimestamp with its own clock: use the world's clock, so
         // ages computed from it (how long an EIp has been pending) are in simulated time. An
         // existing object keeps its timestamp (the fake copies it over on updates).
-        let creates = method == Method::POST || is_apply;
-        if creates
-            && let Ok(mut object) = serde_json::from_slice::<Value>(&body)
-            && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
-            && !meta.contains_key("creationTimestamp")
-        {
-            meta.insert(
-                "creationTimestamp".into(),
-                Value::String(self.clock.now().to_string()),
-            );
-            body = Bytes::from(serde_json::to_vec(&object)?);
-        }
-
+        let body = if method == Method::POST || is_apply {
+            edit_metadata(body, |meta| {
+                if meta.contains_key("creationTimestamp") {
+                    return false;
+                }
+                let now = Value::String(self.clock.now().to_string());
+                meta.insert("creationTimestamp".into(), now);
+                true
+            })?
+        } else {
+            body
+        };
         if method == Method::PUT {
             // The fake treats deletionTimestamp as immutable and has none stored: drop ours.
-            if let Ok(mut object) = serde_json::from_slice::<Value>(&body)
-                && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
-                && meta.remove("deletionTimestamp").is_some()
-            {
-                body = Bytes::from(serde_json::to_vec(&object)?);
-            }
+            return edit_metadata(body, |meta| meta.remove("deletionTimestamp").is_some());
         }
+        Ok(body)
+    }
 
-        let forwarded = Request::from_parts(parts.clone(), Body::from(body));
-        let response = self.inner.send(forwarded).await?;
+    /// The fake's `response` to a `method` on `path`, with terminating objects marked with their
+    /// `deletionTimestamp`; a write that removed the last finalizer of one completes its deletion.
+    async fn finish(
+        &self,
+        method: &Method,
+        path: &str,
+        response: Response<Body>,
+    ) -> Result<Response<Body>, BoxError> {
         let status = response.status();
         let bytes = response.into_body().collect().await?.to_bytes();
         let Ok(mut value) = serde_json::from_slice::<Value>(&bytes) else {
@@ -373,7 +398,6 @@ impl Emulator {
         if !status.is_success() {
             return json_response(status, &value);
         }
-
         let terminating = self
             .terminating
             .lock()
@@ -395,23 +419,54 @@ impl Emulator {
             && terminating.contains_key(&uid)
             && finalizers_empty(&value)
         {
-            // The last finalizer is gone: now the object really goes away.
-            self.terminating
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&uid);
-            let mut object_path = path.clone();
-            if let Some(stripped) = object_path.strip_suffix("/status") {
-                object_path = stripped.to_string();
-            }
-            let delete = Request::builder()
-                .method(Method::DELETE)
-                .uri(object_path)
-                .body(Body::from(Vec::new()))?;
-            let _ = self.inner.send(delete).await?;
+            self.complete_deletion(path, &uid).await?;
         }
         json_response(status, &value)
     }
+
+    /// The last finalizer of the object with `uid` at `path` (or its status) is gone: now the
+    /// object really goes away.
+    async fn complete_deletion(&self, path: &str, uid: &str) -> Result<(), BoxError> {
+        self.terminating
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
+        let object_path = path.strip_suffix("/status").unwrap_or(path);
+        let delete = Request::builder()
+            .method(Method::DELETE)
+            .uri(object_path)
+            .body(Body::from(Vec::new()))?;
+        let _ = self.inner.send(delete).await?;
+        Ok(())
+    }
+}
+
+/// The kinds a request body names as owners with `blockOwnerDeletion: true`.
+fn blocking_owner_kinds(body: &[u8]) -> Vec<String> {
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.pointer("/metadata/ownerReferences").cloned())
+        .and_then(|refs| refs.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r.get("blockOwnerDeletion") == Some(&Value::Bool(true)))
+        .filter_map(|r| r.get("kind").and_then(Value::as_str).map(str::to_string))
+        .collect()
+}
+
+/// Let `edit` change the metadata of the JSON object in `body`; the body is rewritten only when
+/// `edit` says it changed something (and left as it is when it is no such object).
+fn edit_metadata(
+    body: Bytes,
+    edit: impl FnOnce(&mut serde_json::Map<String, Value>) -> bool,
+) -> Result<Bytes, BoxError> {
+    if let Ok(mut object) = serde_json::from_slice::<Value>(&body)
+        && let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut)
+        && edit(meta)
+    {
+        return Ok(Bytes::from(serde_json::to_vec(&object)?));
+    }
+    Ok(body)
 }
 
 fn mark(object: &mut Value, terminating: &HashMap<String, String>) {

@@ -265,6 +265,26 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
     // The -ext publisher for Services of type LoadBalancer (after the LoadBalancers settled).
     world.settle_services(MAX_PASSES).await.map_err(Box::new)?;
     let mut output = String::new();
+    write_timeline(&mut output, sources, &world, &run);
+    let client = world.client();
+    let not_ready = write_load_balancers(&mut output, &client).await?;
+    write_load_balancer_services(&mut output, &client).await?;
+    if options.expect_ready && !not_ready.is_empty() {
+        let _ = writeln!(
+            output,
+            "# Not Ready (--expect-ready): {}",
+            not_ready.join(", ")
+        );
+    }
+    Ok(Simulation {
+        output,
+        not_ready,
+        run,
+    })
+}
+
+/// Write the header: the command, the timeline of the controller's Events and how the run settled.
+fn write_timeline(output: &mut String, sources: &[Source], world: &World, run: &RunReport) {
     let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
     let _ = writeln!(output, "# capi-lb simulate -f {}", names.join(" -f "));
     let _ = writeln!(output, "#");
@@ -288,8 +308,13 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
         run.passes,
         run.elapsed.as_secs_f64()
     );
+}
 
-    let client = world.client();
+/// Write every LoadBalancer with what belongs to it; returns `namespace/name` of those not Ready.
+async fn write_load_balancers(
+    output: &mut String,
+    client: &kube::Client,
+) -> Result<Vec<String>, SimulateError> {
     let mut lbs = Api::<LoadBalancer>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -298,80 +323,90 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
     lbs.sort_by_key(|lb| (lb.namespace(), lb.name_any()));
     let mut not_ready = Vec::new();
     for lb in &lbs {
-        let namespace = lb.namespace().unwrap_or_default();
-        let name = lb.name_any();
-        let ready = lb.status.as_ref().is_some_and(|s| s.ready);
-        if !ready {
-            not_ready.push(format!("{namespace}/{name}"));
-        }
-        let _ = writeln!(
-            output,
-            "# LoadBalancer {namespace}/{name}: {}",
-            if ready { "Ready" } else { "NOT Ready" }
-        );
-        if lb.spec.target_kind.kind == Machine::kind(&()) {
-            let keys = TargetKeys::new(&namespace, &name);
-            let mut machines = Api::<Machine>::namespaced(client.clone(), &namespace)
-                .list(&ListParams::default())
-                .await
-                .map_err(Box::new)?
-                .items;
-            machines.sort_by_key(ResourceExt::name_any);
-            for machine in machines {
-                let a = machine.annotations();
-                let Some(state) = a.get(&keys.state) else {
-                    continue;
-                };
-                let hooks = a.contains_key(&keys.pre_drain) || a.contains_key(&keys.pre_terminate);
-                let _ = writeln!(
-                    output,
-                    "#   target Machine/{}: {state}{}",
-                    machine.name_any(),
-                    if hooks { ", deletion hooks held" } else { "" }
-                );
-            }
-        }
-        emit(&mut output, serde_json::to_value(lb).unwrap_or_default());
-        let services = Api::<Service>::namespaced(client.clone(), &namespace)
-            .list(&ListParams::default().labels(&format!("{LABEL_LB_NAME}={name}")))
-            .await
-            .map_err(Box::new)?
-            .items;
-        let mut services = services;
-        services.sort_by_key(ResourceExt::name_any);
-        for service in services {
-            let service_name = service.name_any();
-            emit(
-                &mut output,
-                serde_json::to_value(&service).unwrap_or_default(),
-            );
-            let slices = Api::<EndpointSlice>::namespaced(client.clone(), &namespace)
-                .list(
-                    &ListParams::default().labels(&format!("{LABEL_SERVICE_NAME}={service_name}")),
-                )
-                .await
-                .map_err(Box::new)?
-                .items;
-            let mut slices = slices;
-            slices.sort_by_key(ResourceExt::name_any);
-            for slice in slices {
-                emit(
-                    &mut output,
-                    serde_json::to_value(&slice).unwrap_or_default(),
-                );
-            }
-        }
-        let infra_ref = &lb.spec.infrastructure_ref;
-        if infra_ref.kind == "InMemoryLoadBalancer"
-            && let Some(infra) = Api::<InMemoryLoadBalancer>::namespaced(client.clone(), &namespace)
-                .get_opt(&infra_ref.name)
-                .await
-                .map_err(Box::new)?
-        {
-            emit(&mut output, serde_json::to_value(infra).unwrap_or_default());
+        if !write_load_balancer(output, client, lb).await? {
+            not_ready.push(format!(
+                "{}/{}",
+                lb.namespace().unwrap_or_default(),
+                lb.name_any()
+            ));
         }
     }
-    // Services of type LoadBalancer and their -ext endpoints.
+    Ok(not_ready)
+}
+
+/// Write LoadBalancer `lb`: its readiness, its target Machines, the object, its published Services
+/// with their EndpointSlices, its infrastructure object. Returns whether it is Ready.
+async fn write_load_balancer(
+    output: &mut String,
+    client: &kube::Client,
+    lb: &LoadBalancer,
+) -> Result<bool, SimulateError> {
+    let namespace = lb.namespace().unwrap_or_default();
+    let name = lb.name_any();
+    let ready = lb.status.as_ref().is_some_and(|s| s.ready);
+    let _ = writeln!(
+        output,
+        "# LoadBalancer {namespace}/{name}: {}",
+        if ready { "Ready" } else { "NOT Ready" }
+    );
+    if lb.spec.target_kind.kind == Machine::kind(&()) {
+        write_target_machines(output, client, &namespace, &name).await?;
+    }
+    emit(output, serde_json::to_value(lb).unwrap_or_default());
+    let mut services =
+        services_labelled(client, &namespace, &format!("{LABEL_LB_NAME}={name}")).await?;
+    services.sort_by_key(ResourceExt::name_any);
+    for service in &services {
+        emit_service(output, client, &namespace, service).await?;
+    }
+    let infra_ref = &lb.spec.infrastructure_ref;
+    if infra_ref.kind == "InMemoryLoadBalancer"
+        && let Some(infra) = Api::<InMemoryLoadBalancer>::namespaced(client.clone(), &namespace)
+            .get_opt(&infra_ref.name)
+            .await
+            .map_err(Box::new)?
+    {
+        emit(output, serde_json::to_value(infra).unwrap_or_default());
+    }
+    Ok(ready)
+}
+
+/// Write the state of each Machine in `namespace` that LoadBalancer `name` targets.
+async fn write_target_machines(
+    output: &mut String,
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<(), SimulateError> {
+    let keys = TargetKeys::new(namespace, name);
+    let mut machines = Api::<Machine>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(Box::new)?
+        .items;
+    machines.sort_by_key(ResourceExt::name_any);
+    for machine in machines {
+        let a = machine.annotations();
+        let Some(state) = a.get(&keys.state) else {
+            continue;
+        };
+        let hooks = a.contains_key(&keys.pre_drain) || a.contains_key(&keys.pre_terminate);
+        let _ = writeln!(
+            output,
+            "#   target Machine/{}: {state}{}",
+            machine.name_any(),
+            if hooks { ", deletion hooks held" } else { "" }
+        );
+    }
+    Ok(())
+}
+
+/// Write the Services of type LoadBalancer, each with its external endpoint and its `-ext`
+/// Services.
+async fn write_load_balancer_services(
+    output: &mut String,
+    client: &kube::Client,
+) -> Result<(), SimulateError> {
     let mut sources: Vec<Service> = Api::<Service>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -397,45 +432,54 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
                     "external endpoint {d}"
                 ))
         );
-        let ext = Api::<Service>::namespaced(client.clone(), &namespace)
-            .list(&ListParams::default().labels(&format!("{LABEL_SOURCE_SERVICE}={name}")))
-            .await
-            .map_err(Box::new)?
-            .items;
-        for service in ext {
-            let service_name = service.name_any();
-            emit(
-                &mut output,
-                serde_json::to_value(&service).unwrap_or_default(),
-            );
-            let mut slices = Api::<EndpointSlice>::namespaced(client.clone(), &namespace)
-                .list(
-                    &ListParams::default().labels(&format!("{LABEL_SERVICE_NAME}={service_name}")),
-                )
-                .await
-                .map_err(Box::new)?
-                .items;
-            slices.sort_by_key(ResourceExt::name_any);
-            for slice in slices {
-                emit(
-                    &mut output,
-                    serde_json::to_value(&slice).unwrap_or_default(),
-                );
-            }
+        let ext = services_labelled(
+            client,
+            &namespace,
+            &format!("{LABEL_SOURCE_SERVICE}={name}"),
+        )
+        .await?;
+        for service in &ext {
+            emit_service(output, client, &namespace, service).await?;
         }
     }
-    if options.expect_ready && !not_ready.is_empty() {
-        let _ = writeln!(
-            output,
-            "# Not Ready (--expect-ready): {}",
-            not_ready.join(", ")
-        );
+    Ok(())
+}
+
+/// The Services in `namespace` that match the label selector `selector`, by name.
+async fn services_labelled(
+    client: &kube::Client,
+    namespace: &str,
+    selector: &str,
+) -> Result<Vec<Service>, SimulateError> {
+    let mut services = Api::<Service>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map_err(Box::new)?
+        .items;
+    // The in-memory store has no order; the output must be reproducible.
+    services.sort_by_key(|s| s.metadata.name.clone());
+    Ok(services)
+}
+
+/// Append published Service `service` (in `namespace`) and its EndpointSlices, sorted by name.
+async fn emit_service(
+    output: &mut String,
+    client: &kube::Client,
+    namespace: &str,
+    service: &Service,
+) -> Result<(), SimulateError> {
+    let service_name = service.name_any();
+    emit(output, serde_json::to_value(service).unwrap_or_default());
+    let mut slices = Api::<EndpointSlice>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("{LABEL_SERVICE_NAME}={service_name}")))
+        .await
+        .map_err(Box::new)?
+        .items;
+    slices.sort_by_key(ResourceExt::name_any);
+    for slice in slices {
+        emit(output, serde_json::to_value(&slice).unwrap_or_default());
     }
-    Ok(Simulation {
-        output,
-        not_ready,
-        run,
-    })
+    Ok(())
 }
 
 fn display(path: &Path) -> String {

@@ -68,23 +68,12 @@ impl KubeDcProvider {
         waiting: &mut Vec<String>,
     ) -> Result<(), ProviderError> {
         let services = self.services(namespace);
-        for service in services
+        let listed = services
             .list(params)
             .await
             .map_err(|e| api_error("list Services", e))?
-            .items
-        {
-            let name = service.name_any();
-            waiting.push(format!("Service {name}"));
-            if service.metadata.deletion_timestamp.is_none() {
-                match services.delete(&name, &DeleteParams::default()).await {
-                    Ok(_) => changes.push(format!("deleted Service {name}")),
-                    Err(e) if is_not_found(&e) => {}
-                    Err(e) => return Err(api_error(&format!("delete Service {name}"), e)),
-                }
-            }
-        }
-        Ok(())
+            .items;
+        delete_waited(&services, listed, "Service", changes, waiting).await
     }
 
     /// Delete the EIps `params` selects (none when kube-dc is not installed); each is waited for.
@@ -102,19 +91,34 @@ impl KubeDcProvider {
             Err(e) if is_not_found(&e) => Vec::new(),
             Err(e) => return Err(api_error("list EIps", e)),
         };
-        for eip in listed {
-            let name = eip.name_any();
-            waiting.push(format!("EIp {name}"));
-            if eip.metadata.deletion_timestamp.is_none() {
-                match eips.delete(&name, &DeleteParams::default()).await {
-                    Ok(_) => changes.push(format!("deleted EIp {name}")),
-                    Err(e) if is_not_found(&e) => {}
-                    Err(e) => return Err(api_error(&format!("delete EIp {name}"), e)),
-                }
+        delete_waited(&eips, listed, "EIp", changes, waiting).await
+    }
+}
+
+/// Delete each of `listed` (objects of `kind` in `api`) that is not being deleted yet; every one
+/// of them is still there, so it is added to `waiting`.
+async fn delete_waited<K>(
+    api: &Api<K>,
+    listed: Vec<K>,
+    kind: &str,
+    changes: &mut Vec<String>,
+    waiting: &mut Vec<String>,
+) -> Result<(), ProviderError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    for object in listed {
+        let name = object.name_any();
+        waiting.push(format!("{kind} {name}"));
+        if object.meta().deletion_timestamp.is_none() {
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => changes.push(format!("deleted {kind} {name}")),
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(api_error(&format!("delete {kind} {name}"), e)),
             }
         }
-        Ok(())
     }
+    Ok(())
 }
 
 /// Delete every object of `api` that `params` selects, without waiting (errors say `list` or

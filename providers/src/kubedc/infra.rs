@@ -5,13 +5,12 @@ use std::collections::BTreeMap;
 
 use capi_lb_api::KubeDCLoadBalancer;
 use capi_lb_api::constants::{DNS_LABEL_MAX, LABEL_MANAGED_BY, MANAGED_BY_VALUE};
-use capi_lb_api::validation::parse;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::core::DynamicObject;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use crate::error::{INVALID_CONFIGURATION, ProviderError};
+use crate::error::{ProviderError, read_infrastructure};
 use crate::provider::{LoadBalancerIdentity, tags};
 
 /// `base + suffix` when it is a DNS label of at most 63 characters starting with a letter;
@@ -61,14 +60,7 @@ impl Infra {
         infra: &DynamicObject,
         identity: &LoadBalancerIdentity,
     ) -> Result<Self, ProviderError> {
-        let value = serde_json::to_value(infra)
-            .map_err(|e| ProviderError::permanent(INVALID_CONFIGURATION, e.to_string()))?;
-        let parsed: KubeDCLoadBalancer = parse(&value).map_err(|e| {
-            ProviderError::permanent(
-                INVALID_CONFIGURATION,
-                format!("KubeDCLoadBalancer {}: {e}", infra.name_any()),
-            )
-        })?;
+        let parsed: KubeDCLoadBalancer = read_infrastructure(infra)?;
         Ok(Self {
             name: infra.name_any(),
             uid: infra.metadata.uid.clone(),

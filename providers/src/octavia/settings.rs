@@ -9,9 +9,7 @@ use capi_lb_api::loadbalancer::Protocol;
 use capi_lb_api::octavia::{
     Algorithm, AppliedSettings, HealthMonitor, MonitorType, OctaviaProvider as Driver,
 };
-use capi_lb_api::validation::parse;
 use capi_lb_api::{OctaviaLoadBalancer, OctaviaLoadBalancerSpec, OctaviaLoadBalancerStatus};
-use kube::ResourceExt;
 use kube::core::DynamicObject;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -19,7 +17,7 @@ use sha2::{Digest, Sha256};
 use super::api::{ApiVersion, CredentialsRef};
 use super::reason;
 use super::stop::Stop;
-use crate::error::{INVALID_CONFIGURATION, ProviderError};
+use crate::error::{ProviderError, read_infrastructure};
 use crate::provider::{Listener, LoadBalancerIdentity, Progress};
 
 fn hash(value: &Value) -> String {
@@ -43,14 +41,7 @@ impl Infra {
         infra: &DynamicObject,
         identity: &LoadBalancerIdentity,
     ) -> Result<Self, ProviderError> {
-        let value = serde_json::to_value(infra)
-            .map_err(|e| ProviderError::permanent(INVALID_CONFIGURATION, e.to_string()))?;
-        let parsed: OctaviaLoadBalancer = parse(&value).map_err(|e| {
-            ProviderError::permanent(
-                INVALID_CONFIGURATION,
-                format!("OctaviaLoadBalancer {}: {e}", infra.name_any()),
-            )
-        })?;
+        let parsed: OctaviaLoadBalancer = read_infrastructure(infra)?;
         Ok(Self {
             uid: infra.metadata.uid.clone(),
             namespace: identity.namespace.clone(),

@@ -1,0 +1,408 @@
+//! `capi-lb run`: the controller against a real cluster (KUBECONFIG or in-cluster configuration).
+//!
+//! Watches: LoadBalancers (the main stream), the Services capi-lb owns, the EndpointSlices capi-lb
+//! manages, every enabled provider's infrastructure kind (mapped to the LoadBalancers that reference
+//! the object), objects providers create through the API (Services and kube-dc EIps labelled with a
+//! LoadBalancer UID, mapped by their tag annotations), Services of capi-lb's load-balancer class
+//! (mapped to the LoadBalancer that realises them and to those still bound to them) and their
+//! EndpointSlices, Cluster API Machines (mapped to the LoadBalancers whose selector matches them or
+//! whose annotations they carry) and Clusters (mapped by `spec.clusterName`). A second controller
+//! publishes `-ext` endpoints for Services of type LoadBalancer (`crate::publication::services`). Cluster API
+//! kinds are watched only when installed; other target kinds are picked up by the periodic resync.
+//! A reconcile of an unchanged object writes nothing, so the resync only costs reads.
+
+mod leadership;
+mod options;
+mod watches;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_api::constants::{
+    ENDPOINT_TYPE_EXTERNAL, LABEL_ENDPOINT_TYPE, LABEL_EXTERNAL_MANAGED_BY, LABEL_SOURCE_SERVICE,
+    MANAGED_BY_VALUE,
+};
+use capi_lb_providers::ProviderRegistry;
+use capi_lb_providers::catalog::{self, Dependencies, UnknownProvider};
+use capi_lb_providers::clock::{SharedClock, SystemClock};
+use capi_lb_providers::observe::ApiObserver;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::Api;
+use kube::core::{ApiResource, DynamicObject};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{CustomResourceExt, Resource, ResourceExt};
+
+use crate::context::{Config, Context, Outcome};
+use crate::error::Error;
+use crate::events::EventSink;
+use crate::kinds::KindResolver;
+use crate::loadbalancer::reconcile_watched;
+use crate::loadbalancer::triggers::Watched;
+use crate::publication::services::{Reported, reconcile_service};
+use crate::telemetry::{self, Health, MeteredProvider, Metrics};
+
+use leadership::Leadership;
+pub use options::{LeaderElection, MetricsAddress, RunOptions};
+use watches::{loadbalancer_controller, observe_cache};
+
+/// Errors starting the controller.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No usable Kubernetes configuration.
+    #[error("cannot connect to Kubernetes: {0}")]
+    Connect(#[source] kube::Error),
+    /// Our CRDs are missing.
+    #[error(
+        "the LoadBalancer CRD is not installed ({0}); install the CRDs first: capi-lb crds | kubectl apply -f -"
+    )]
+    CrdsMissing(String),
+    /// Leader election could not start.
+    #[error("leader election failed: {0}")]
+    LeaderElection(String),
+    /// This replica lost the leader lease and could not renew it: it stops so that only one
+    /// replica ever reconciles.
+    #[error("lost the leader lease; exiting so that another replica takes over")]
+    LostLeadership,
+    /// The metrics and health server could not start.
+    #[error("cannot serve metrics and health on {0}: {1}")]
+    Server(SocketAddr, #[source] std::io::Error),
+    /// Options that contradict each other.
+    #[error("{0}")]
+    Options(String),
+    /// An unknown provider was asked for.
+    #[error(transparent)]
+    UnknownProvider(#[from] UnknownProvider),
+}
+
+/// Build the registry of the requested providers from the catalog (those that work through the
+/// Kubernetes API use `client`; cloud API requests are reported to `observer`).
+pub fn providers(
+    names: &[String],
+    client: &kube::Client,
+    clock: SharedClock,
+    observer: Option<Arc<dyn ApiObserver>>,
+) -> Result<ProviderRegistry, RunError> {
+    let dependencies = Dependencies {
+        observer,
+        ..Dependencies::new(client.clone(), clock)
+    };
+    Ok(catalog::registry(names, &dependencies)?)
+}
+
+fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope>,
+    <K as Resource>::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn dynamic_api(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    ar: &ApiResource,
+) -> Api<DynamicObject> {
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
+        None => Api::all_with(client.clone(), ar),
+    }
+}
+
+/// Whether the API serves `group`/`kind`. A missing group is `Ok(false)`; failing to reach the API
+/// is an error.
+async fn installed(client: &kube::Client, group: &str, kind: &str) -> Result<bool, kube::Error> {
+    match kube::discovery::group(client, group).await {
+        Ok(g) => Ok(g.recommended_kind(kind).is_some()),
+        Err(kube::Error::Discovery(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Run the controller against the configured cluster until SIGTERM or SIGINT.
+pub async fn run(options: RunOptions) -> Result<(), RunError> {
+    crate::install_crypto_provider();
+    let client = kube::Client::try_default()
+        .await
+        .map_err(RunError::Connect)?;
+    run_with_client(client, options, shutdown_signal()).await
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = interrupt => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+    tracing::info!("shutdown requested: finishing reconciles in flight");
+}
+
+/// Run the controller with `client` until `shutdown` resolves; reconciles in flight finish first.
+pub async fn run_with_client(
+    client: kube::Client,
+    options: RunOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), RunError> {
+    options.check()?;
+    require_crds(&client).await?;
+    let clock: SharedClock = Arc::new(SystemClock);
+    let metrics = Arc::new(Metrics::new());
+    let health = Arc::new(Health::default());
+    let registry = providers(
+        &options.providers,
+        &client,
+        clock.clone(),
+        Some(metrics.clone()),
+    )?
+    .wrapped(|p| Arc::new(MeteredProvider::new(p, metrics.clone())));
+    let shutdown = shutdown.shared();
+    if let Some(address) = options.metrics_address {
+        serve_telemetry(address, &metrics, &health, shutdown.clone()).await?;
+    }
+    // Standby replicas are ready (so rolling updates proceed) and wait here.
+    let Some(mut leadership) =
+        Leadership::acquire(&client, &options.leader_election, &health, shutdown.clone()).await?
+    else {
+        return Ok(());
+    };
+    metrics.set_leader(true);
+    let stop = leadership.stop_on(shutdown);
+    let ctx = Arc::new(
+        Context::new(
+            client.clone(),
+            registry.clone(),
+            KindResolver::with_discovery(client.clone()),
+            Config {
+                cluster_domain: options.cluster_domain.clone(),
+                resync: options.resync,
+                external: options.external.clone(),
+            },
+            clock.clone(),
+            EventSink::new(client.clone(), std::env::var("POD_NAME").ok(), clock),
+        )
+        .with_metrics(metrics.clone()),
+    );
+    let ns = options.namespace.as_deref();
+    tracing::info!(
+        namespace = ns.unwrap_or("<all>"),
+        providers = ?registry.names(),
+        cluster_domain = %options.cluster_domain,
+        "starting capi-lb controller"
+    );
+
+    let (controller, store) = loadbalancer_controller(&client, &options, &registry).await?;
+    let observers = observe_cache(store, health.clone(), metrics.clone());
+    let loadbalancers = controller
+        .with_config(ControllerConfig::default().concurrency(options.concurrency))
+        .graceful_shutdown_on(stop.clone())
+        .run(reconcile_action, error_policy, ctx.clone())
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(object = %object, "reconciled"),
+                Err(e) => tracing::warn!(error = %e, "reconcile failed"),
+            }
+        });
+    let services = async {
+        if options.external.enabled {
+            external_endpoints(&client, ns, &options, ctx.clone(), stop).await;
+        }
+    };
+    futures::join!(loadbalancers, services);
+    observers.abort();
+    if leadership.release().await {
+        health.set_broken();
+        metrics.set_leader(false);
+        return Err(RunError::LostLeadership);
+    }
+    tracing::info!("capi-lb controller stopped");
+    Ok(())
+}
+
+/// Refuse to start without the LoadBalancer CRD.
+async fn require_crds(client: &kube::Client) -> Result<(), RunError> {
+    let crd = LoadBalancer::crd();
+    if installed(client, &crd.spec.group, &crd.spec.names.kind)
+        .await
+        .map_err(RunError::Connect)?
+    {
+        Ok(())
+    } else {
+        Err(RunError::CrdsMissing(crd.metadata.name.unwrap_or_default()))
+    }
+}
+
+/// Serve `/metrics`, `/livez` and `/readyz` on `address` until `stop`.
+async fn serve_telemetry(
+    address: SocketAddr,
+    metrics: &Arc<Metrics>,
+    health: &Arc<Health>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), RunError> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| RunError::Server(address, e))?;
+    let (metrics, health) = (metrics.clone(), health.clone());
+    tokio::spawn(async move {
+        if let Err(e) = telemetry::serve_on(listener, metrics, health, stop).await {
+            tracing::error!(error = %e, "metrics and health server failed");
+        }
+    });
+    Ok(())
+}
+
+/// What the `-ext` publisher's reconciles share.
+struct ServiceContext {
+    ctx: Arc<Context>,
+    reported: Reported,
+}
+
+/// The `-ext` publisher: every Service (the LoadBalancer ones are published; our `-ext` Services are
+/// checked for a vanished source), re-triggered by changes to the `-ext` Services and EndpointSlices
+/// it manages (mapped to their source by label). Watch-driven: no per-Service polling beyond the
+/// resync.
+async fn external_endpoints(
+    client: &kube::Client,
+    ns: Option<&str>,
+    options: &RunOptions,
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    tracing::info!(
+        policy = ?options.external.policy,
+        suffix = %options.external.suffix,
+        adopt_kube_dc = options.external.adopt_kube_dc,
+        legacy_endpoints = options.external.legacy_endpoints,
+        "publishing -ext endpoints for Services of type LoadBalancer"
+    );
+    let ours = format!(
+        "{LABEL_ENDPOINT_TYPE}={ENDPOINT_TYPE_EXTERNAL},{LABEL_EXTERNAL_MANAGED_BY}={MANAGED_BY_VALUE}"
+    );
+    let to_source = |labels: &std::collections::BTreeMap<String, String>,
+                     namespace: Option<String>| {
+        let source = labels.get(LABEL_SOURCE_SERVICE)?;
+        Some(ObjectRef::<Service>::new(source).within(&namespace?))
+    };
+    let context = Arc::new(ServiceContext {
+        ctx,
+        reported: Reported::default(),
+    });
+    Controller::new(api::<Service>(client, ns), watcher::Config::default())
+        .watches(
+            api::<Service>(client, ns),
+            watcher::Config::default().labels(&ours),
+            move |svc: Service| to_source(svc.labels(), svc.namespace()),
+        )
+        .watches(
+            api::<EndpointSlice>(client, ns),
+            watcher::Config::default().labels(&ours),
+            move |slice: EndpointSlice| to_source(slice.labels(), slice.namespace()),
+        )
+        .with_config(ControllerConfig::default().concurrency(options.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(
+            |svc: Arc<Service>, c: Arc<ServiceContext>| async move {
+                let timer = c.ctx.metrics.reconcile("external-endpoint");
+                let outcome = reconcile_service(svc, c.ctx.clone(), &c.reported).await?;
+                timer.succeeded();
+                Ok::<_, Error>(action(outcome, c.ctx.config.resync))
+            },
+            |svc: Arc<Service>, error: &Error, c: Arc<ServiceContext>| {
+                let key = svc.uid().unwrap_or_else(|| svc.name_any());
+                let delay = c.ctx.backoff(&key);
+                tracing::warn!(service = %svc.name_any(), namespace = ?svc.namespace(), error = %error, retry_in = ?delay, "external endpoint reconcile failed");
+                Action::requeue(delay)
+            },
+            context,
+        )
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "external endpoint reconcile failed");
+            }
+        })
+        .await;
+}
+
+async fn reconcile_action(lb: Arc<Watched>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let timer = ctx.metrics.reconcile("loadbalancer");
+    let outcome = reconcile_watched(lb, ctx.clone()).await?;
+    timer.succeeded();
+    Ok(action(outcome, ctx.config.resync))
+}
+
+/// The scheduler's action for a reconcile's outcome: the requeue it asks for, else the periodic
+/// resync, unless only a change of the object can help.
+fn action(outcome: Outcome, resync: Duration) -> Action {
+    match outcome {
+        Outcome {
+            requeue_after: Some(after),
+            ..
+        } => Action::requeue(after),
+        Outcome {
+            until_changed: true,
+            ..
+        } => Action::await_change(),
+        Outcome { .. } => Action::requeue(resync),
+    }
+}
+
+fn error_policy(lb: Arc<Watched>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = lb.uid().unwrap_or_else(|| lb.name_any());
+    let delay = ctx.backoff(&key);
+    tracing::warn!(
+        loadbalancer = %lb.name_any(),
+        namespace = ?lb.namespace(),
+        error = %error,
+        retry_in = ?delay,
+        "reconcile failed"
+    );
+    Action::requeue(delay)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_become_requeues_resyncs_or_waiting_for_a_change() {
+        let resync = Duration::from_secs(600);
+        let soon = Duration::from_secs(5);
+        assert_eq!(
+            action(Outcome::requeue(soon), resync),
+            Action::requeue(soon)
+        );
+        assert_eq!(action(Outcome::done(), resync), Action::requeue(resync));
+        assert_eq!(
+            action(Outcome::until_changed(), resync),
+            Action::await_change()
+        );
+        // A requeue asked for by any step wins over waiting.
+        assert_eq!(
+            action(Outcome::until_changed().min(Some(soon)), resync),
+            Action::requeue(soon)
+        );
+    }
+}

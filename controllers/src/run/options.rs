@@ -1,0 +1,184 @@
+//! The options of `capi-lb run`: one struct clap reads, each field its flag.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use capi_lb_api::constants::DEFAULT_CLUSTER_DOMAIN;
+use capi_lb_providers::catalog;
+
+use super::RunError;
+use crate::context::ExternalEndpoints;
+
+/// Options of `capi-lb run`: each field is its flag (clap reads this struct).
+#[derive(Clone, Debug, clap::Args)]
+pub struct RunOptions {
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, env = "CAPI_LB_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Cluster DNS domain used in published endpoint names.
+    #[arg(long, default_value = DEFAULT_CLUSTER_DOMAIN, env = "CAPI_LB_CLUSTER_DOMAIN")]
+    pub cluster_domain: String,
+    /// Providers to enable (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "inmemory",
+        env = "CAPI_LB_PROVIDERS",
+        value_parser = clap::builder::PossibleValuesParser::new(catalog::names())
+    )]
+    pub providers: Vec<String>,
+    /// LoadBalancers reconciled at the same time.
+    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+    /// Seconds between reconciles of an unchanged LoadBalancer (repairs drift in the cloud; at
+    /// least 10).
+    #[arg(long = "resync-seconds", default_value = "600", value_parser = resync_seconds)]
+    pub resync: Duration,
+    /// The `-ext` publisher for Services of type LoadBalancer.
+    #[command(flatten)]
+    pub external: ExternalEndpoints,
+    /// Serve /metrics, /livez and /readyz on this address ("off" to disable).
+    #[arg(
+        long = "metrics-bind-address",
+        default_value = "0.0.0.0:8080",
+        env = "CAPI_LB_METRICS_BIND_ADDRESS",
+        value_parser = metrics_address
+    )]
+    pub metrics_address: MetricsAddress,
+    /// Run only while holding a Lease.
+    #[command(flatten)]
+    pub leader_election: LeaderElection,
+    /// Reconcile only LoadBalancers labelled cluster.x-k8s.io/watch-filter=<value> (clusterctl).
+    #[arg(long, env = "CAPI_LB_WATCH_FILTER")]
+    pub watch_filter: Option<String>,
+}
+
+/// Where the metrics and health server listens, if anywhere. (An alias, so that clap parses
+/// "off" into `None` instead of treating the flag as optional.)
+pub type MetricsAddress = Option<SocketAddr>;
+
+const DEFAULT_CONCURRENCY: u16 = 4;
+
+/// `--resync-seconds`: whole seconds, at least 10.
+fn resync_seconds(value: &str) -> Result<Duration, String> {
+    let seconds: u64 = value
+        .parse()
+        .map_err(|e| format!("{value:?} is not a number of seconds: {e}"))?;
+    if seconds < 10 {
+        return Err(format!("{seconds} is too short: at least 10 seconds"));
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+/// `--metrics-bind-address`: an address and port, or "off" (also "" and "0").
+fn metrics_address(value: &str) -> Result<MetricsAddress, String> {
+    match value {
+        "off" | "" | "0" => Ok(None),
+        address => address
+            .parse()
+            .map(Some)
+            .map_err(|e| format!("{address:?} is not an address and port (or \"off\"): {e}")),
+    }
+}
+
+/// Leader election settings (flags of `capi-lb run`).
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+pub struct LeaderElection {
+    /// Reconcile only while holding a Lease, so that several replicas can run.
+    #[arg(
+        id = "leader_elect",
+        long = "leader-elect",
+        default_value_t = false,
+        action = clap::ArgAction::Set
+    )]
+    pub enabled: bool,
+    /// Namespace of the leader Lease (default: the pod's namespace from POD_NAMESPACE).
+    #[arg(
+        id = "leader_election_namespace",
+        long = "leader-election-namespace",
+        env = "POD_NAMESPACE"
+    )]
+    pub namespace: Option<String>,
+    /// Name of the leader Lease.
+    #[arg(
+        id = "leader_election_id",
+        long = "leader-election-id",
+        default_value = "capi-lb-leader"
+    )]
+    pub lease_name: String,
+    /// This replica's identity: POD_NAME, else HOSTNAME, else `capi-lb-<pid>`.
+    #[arg(skip = default_identity())]
+    pub identity: String,
+    /// Seconds a Lease stays valid after its last renewal: the longest failover time. A standby
+    /// takes over at most this long after the leader stopped renewing.
+    #[arg(id = "lease_duration_seconds", long = "lease-duration-seconds", default_value_t = 15, value_parser = clap::value_parser!(u64).range(5..=300))]
+    pub duration_seconds: u64,
+    /// The leader renews this many seconds before the Lease expires.
+    #[arg(id = "lease_grace_seconds", long = "lease-grace-seconds", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub grace_seconds: u64,
+}
+
+fn default_identity() -> String {
+    std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| format!("capi-lb-{}", std::process::id()))
+}
+
+impl Default for LeaderElection {
+    /// Disabled (`--leader-elect=false`).
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            namespace: None,
+            lease_name: "capi-lb-leader".into(),
+            identity: default_identity(),
+            duration_seconds: 15,
+            grace_seconds: 5,
+        }
+    }
+}
+
+impl LeaderElection {
+    /// The Lease to hold (namespace and name) when leader election is on and its settings agree.
+    pub fn lease(&self) -> Result<Option<(&str, &str)>, String> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        if self.grace_seconds >= self.duration_seconds {
+            return Err(
+                "--lease-grace-seconds must be shorter than --lease-duration-seconds".into(),
+            );
+        }
+        match &self.namespace {
+            Some(namespace) => Ok(Some((namespace, &self.lease_name))),
+            None => {
+                Err("--leader-elect needs --leader-election-namespace (or POD_NAMESPACE)".into())
+            }
+        }
+    }
+}
+
+impl RunOptions {
+    /// Options with the defaults of `capi-lb run` (no metrics server, no leader election).
+    pub fn new(providers: Vec<String>) -> Self {
+        Self {
+            namespace: None,
+            cluster_domain: DEFAULT_CLUSTER_DOMAIN.to_string(),
+            providers,
+            concurrency: DEFAULT_CONCURRENCY,
+            resync: Duration::from_secs(600),
+            external: ExternalEndpoints::default(),
+            metrics_address: None,
+            leader_election: LeaderElection::default(),
+            watch_filter: None,
+        }
+    }
+
+    /// Refuse settings that contradict each other (each flag alone was checked when parsed).
+    pub fn check(&self) -> Result<(), RunError> {
+        self.leader_election
+            .lease()
+            .map(|_| ())
+            .map_err(RunError::Options)
+    }
+}

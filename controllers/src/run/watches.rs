@@ -1,0 +1,231 @@
+//! The watches that trigger the LoadBalancer controller, grouped by what they watch, over the
+//! [`Triggers`] index the LoadBalancer watch keeps.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capi_lb_api::capi::{Cluster, Machine};
+use capi_lb_api::constants::{
+    ENDPOINTSLICE_MANAGED_BY_VALUE, LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_MANAGED_BY,
+    LABEL_SERVICE_NAME, MANAGED_BY_VALUE, WATCH_FILTER_LABEL,
+};
+use capi_lb_providers::ProviderRegistry;
+use capi_lb_providers::catalog;
+use capi_lb_providers::provider::tags;
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Resource;
+use kube::core::{ApiResource, DynamicObject};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::Store;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+use super::{RunError, RunOptions, api, dynamic_api, installed};
+use crate::loadbalancer::triggers::{self, Triggers, Watched};
+use crate::telemetry::{Health, Metrics};
+
+/// The LoadBalancer controller with every watch that triggers it (see the module docs), and the
+/// LoadBalancer cache. The LoadBalancer watch also keeps the index the other watches' triggers
+/// read.
+pub(super) async fn loadbalancer_controller(
+    client: &kube::Client,
+    options: &RunOptions,
+    registry: &ProviderRegistry,
+) -> Result<(Controller<Watched>, Store<Watched>), RunError> {
+    let ns = options.namespace.as_deref();
+    let lb_watch = match &options.watch_filter {
+        Some(value) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
+        None => watcher::Config::default(),
+    };
+    let triggers = Arc::new(Triggers::new());
+    let (store, writer) = reflector::store();
+    let lb_events = {
+        let triggers = triggers.clone();
+        reflector::reflector(writer, watcher(api::<Watched>(client, ns), lb_watch))
+            .inspect_ok(move |event| triggers.event(event))
+            .applied_objects()
+    };
+    let watches = Watches {
+        client,
+        ns,
+        triggers,
+    };
+    let controller = Controller::for_stream(lb_events, store.clone());
+    let controller = watches.published(controller);
+    let controller = watches.infrastructure(controller, registry);
+    let controller = watches.class_services(controller);
+    let controller = watches.provider_objects(controller, registry).await?;
+    let controller = watches.cluster_api(controller, options.resync).await?;
+    Ok((controller, store))
+}
+
+/// Adds the watches that trigger the LoadBalancer controller, by what they watch.
+struct Watches<'a> {
+    client: &'a kube::Client,
+    ns: Option<&'a str>,
+    triggers: Arc<Triggers>,
+}
+
+impl Watches<'_> {
+    /// The Services capi-lb owns and the EndpointSlices it manages.
+    fn published(&self, controller: Controller<Watched>) -> Controller<Watched> {
+        controller
+            .owns(
+                api::<Service>(self.client, self.ns),
+                watcher::Config::default()
+                    .labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")),
+            )
+            .watches(
+                api::<EndpointSlice>(self.client, self.ns),
+                watcher::Config::default().labels(&format!(
+                    "{LABEL_ENDPOINTSLICE_MANAGED_BY}={ENDPOINTSLICE_MANAGED_BY_VALUE}"
+                )),
+                |slice: EndpointSlice| triggers::managed_slice(&slice),
+            )
+    }
+
+    /// Every enabled provider's infrastructure kind, mapped to the LoadBalancers that reference
+    /// the object.
+    fn infrastructure(
+        &self,
+        mut controller: Controller<Watched>,
+        registry: &ProviderRegistry,
+    ) -> Controller<Watched> {
+        for ar in registry.resources() {
+            let triggers = self.triggers.clone();
+            let mapped = ar.clone();
+            controller = controller.watches_with(
+                dynamic_api(self.client, self.ns, &ar),
+                ar.clone(),
+                watcher::Config::default(),
+                move |obj: DynamicObject| triggers.referencing(&mapped, &obj),
+            );
+        }
+        controller
+    }
+
+    /// Services of capi-lb's load-balancer class, and their EndpointSlices: they drive the
+    /// LoadBalancer that realises them, and the LoadBalancers still bound to them (annotated with
+    /// the Service's name), so that when a Service names another LoadBalancer or leaves the class,
+    /// those let its endpoints go.
+    fn class_services(&self, controller: Controller<Watched>) -> Controller<Watched> {
+        let (services, slices) = (self.triggers.clone(), self.triggers.clone());
+        controller
+            .watches(
+                api::<Service>(self.client, self.ns),
+                watcher::Config::default(),
+                move |svc: Service| services.bound_to_service(&svc),
+            )
+            .watches(
+                api::<EndpointSlice>(self.client, self.ns),
+                watcher::Config::default().labels(LABEL_SERVICE_NAME),
+                move |slice: EndpointSlice| slices.bound_to_slice(&slice),
+            )
+    }
+
+    /// Objects providers create through the Kubernetes API (kube-dc: the LoadBalancer Service and
+    /// each catalog entry's owned kinds such as the EIp), by the owning LoadBalancer's UID label
+    /// and name annotation. An owned kind that is not installed is not watched (with a warning).
+    async fn provider_objects(
+        &self,
+        mut controller: Controller<Watched>,
+        registry: &ProviderRegistry,
+    ) -> Result<Controller<Watched>, RunError> {
+        controller = controller.watches(
+            api::<Service>(self.client, self.ns),
+            watcher::Config::default().labels(tags::UID),
+            move |svc: Service| triggers::by_tags(&svc.metadata),
+        );
+        for entry in catalog::CATALOG
+            .iter()
+            .filter(|e| registry.names().contains(&e.name))
+        {
+            for owned in entry.owned_kinds {
+                let ar = owned.api_resource();
+                if installed(self.client, &ar.group, &ar.kind)
+                    .await
+                    .map_err(RunError::Connect)?
+                {
+                    controller = controller.watches_with(
+                        dynamic_api(self.client, self.ns, &ar),
+                        ar.clone(),
+                        watcher::Config::default().labels(tags::UID),
+                        move |obj: DynamicObject| triggers::by_tags(&obj.metadata),
+                    );
+                } else {
+                    tracing::warn!("{}", owned.missing);
+                }
+            }
+        }
+        Ok(controller)
+    }
+
+    /// Cluster API Machines (mapped to the LoadBalancers whose selector matches them or whose
+    /// annotations they carry) and Clusters (by `spec.clusterName`), when installed.
+    async fn cluster_api(
+        &self,
+        mut controller: Controller<Watched>,
+        resync: Duration,
+    ) -> Result<Controller<Watched>, RunError> {
+        let machine = ApiResource::erase::<Machine>(&());
+        if installed(self.client, &machine.group, &machine.kind)
+            .await
+            .map_err(RunError::Connect)?
+        {
+            let triggers = self.triggers.clone();
+            controller = controller.watches_with(
+                dynamic_api(self.client, self.ns, &machine),
+                machine.clone(),
+                watcher::Config::default(),
+                move |obj: DynamicObject| triggers.selecting(&obj),
+            );
+        } else {
+            tracing::warn!(
+                "Cluster API Machines are not installed: not watching them (resync every {resync:?})"
+            );
+        }
+        if installed(self.client, &Cluster::group(&()), &Cluster::kind(&()))
+            .await
+            .map_err(RunError::Connect)?
+        {
+            let triggers = self.triggers.clone();
+            controller = controller.watches(
+                api::<Cluster>(self.client, self.ns),
+                watcher::Config::default(),
+                move |cluster: Cluster| triggers.of_cluster(&cluster),
+            );
+        }
+        Ok(controller)
+    }
+}
+
+/// Ready once the LoadBalancer cache is synced (standby replicas already are); the managed
+/// object gauges follow the cache.
+pub(super) fn observe_cache(
+    store: Store<Watched>,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if store.wait_until_ready().await.is_ok() {
+            health.set_ready(true);
+        }
+        let mut tick = tokio::time::interval(Duration::from_secs(10));
+        loop {
+            tick.tick().await;
+            let state = store.state();
+            metrics.set_managed("loadbalancers", state.len());
+            metrics.set_managed(
+                "ready_loadbalancers",
+                state
+                    .iter()
+                    .filter(|lb| {
+                        lb.0.as_ref()
+                            .is_ok_and(|lb| lb.status.as_ref().is_some_and(|s| s.ready))
+                    })
+                    .count(),
+            );
+        }
+    })
+}
