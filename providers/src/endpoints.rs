@@ -4,8 +4,9 @@
 //!
 //! Pure: no I/O. Whoever publishes a Service's endpoints (the `-ext` Service of a LoadBalancer, the
 //! kube-dc provider's member endpoints) describes them as a [`ServiceEndpoints`] and applies what
-//! [`build`] returns; what differs between them (owner references, ports, readiness, target
-//! references) is part of the description.
+//! [`build`] returns, unless [`slice_matches`] / [`endpoints_match`] say the stored object already
+//! is that (so an unchanged publication writes nothing); what differs between the publishers
+//! (owner references, ports, readiness, target references) is part of the description.
 //!
 //! What is built:
 //! - each EndpointSlice carries the description's labels plus `kubernetes.io/service-name` and
@@ -230,6 +231,69 @@ fn endpoints(description: &ServiceEndpoints) -> Endpoints {
         ),
         subsets: Some(subsets),
     }
+}
+
+/// True when `observed` carries every label and owner reference of `desired` (others may add more).
+pub fn metadata_contains(observed: &ObjectMeta, desired: &ObjectMeta) -> bool {
+    let labels = observed.labels.clone().unwrap_or_default();
+    let owners = observed.owner_references.clone().unwrap_or_default();
+    desired
+        .labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v))
+        && desired.owner_references.iter().flatten().all(|d| {
+            owners
+                .iter()
+                .any(|o| o.uid == d.uid && o.controller == d.controller)
+        })
+}
+
+/// True when the observed EndpointSlice already is what `desired` asks for: its labels and owner
+/// references, address type, endpoints (addresses, readiness and target, in order) and ports (in
+/// any order, with the API's defaults).
+pub fn slice_matches(observed: &EndpointSlice, desired: &EndpointSlice) -> bool {
+    let endpoints = |slice: &EndpointSlice| -> Vec<(Vec<String>, bool, Option<ObjectReference>)> {
+        slice
+            .endpoints
+            .iter()
+            .map(|e| {
+                (
+                    e.addresses.clone(),
+                    e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true),
+                    e.target_ref.clone(),
+                )
+            })
+            .collect()
+    };
+    let ports = |slice: &EndpointSlice| -> Vec<(String, i32, String)> {
+        let mut ports: Vec<_> = slice
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| {
+                (
+                    p.name.clone().unwrap_or_default(),
+                    p.port.unwrap_or_default(),
+                    p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                )
+            })
+            .collect();
+        ports.sort();
+        ports
+    };
+    metadata_contains(&observed.metadata, &desired.metadata)
+        && observed.address_type == desired.address_type
+        && endpoints(observed) == endpoints(desired)
+        && ports(observed) == ports(desired)
+}
+
+/// True when the observed `Endpoints` already are what `desired` asks for: labels, owner references
+/// and subsets (an empty subset list reads back from the API as none).
+pub fn endpoints_match(observed: &Endpoints, desired: &Endpoints) -> bool {
+    metadata_contains(&observed.metadata, &desired.metadata)
+        && observed.subsets.as_deref().unwrap_or_default()
+            == desired.subsets.as_deref().unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -518,5 +582,40 @@ mod tests {
     fn addresses_are_published_as_written() {
         let built = build(&description(vec![address("2001:DB8::1", true)]));
         assert_eq!(ips(&built.slices[0]), ["2001:DB8::1"]);
+    }
+
+    #[test]
+    fn what_was_built_matches_itself_and_not_a_changed_target_or_readiness() {
+        let mut described = description(vec![address("203.0.113.1", true)]);
+        described.owner_references = vec![owner()];
+        let built = build(&described);
+        let slice = &built.slices[0];
+        assert!(slice_matches(slice, slice));
+        // The API adds labels and owners of its own: still a match.
+        let mut observed = slice.clone();
+        observed
+            .metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert("extra".into(), "x".into());
+        assert!(slice_matches(&observed, slice));
+        let mut retargeted = slice.clone();
+        retargeted.endpoints[0].target_ref = Some(ObjectReference {
+            name: Some("other".into()),
+            ..Default::default()
+        });
+        assert!(!slice_matches(&retargeted, slice));
+        let not_ready = build(&description(vec![address("203.0.113.1", false)]));
+        assert!(!slice_matches(&not_ready.slices[0], slice));
+        let mut unowned = slice.clone();
+        unowned.metadata.owner_references = None;
+        assert!(!slice_matches(&unowned, slice));
+
+        // An empty subset list reads back from the API as none.
+        let empty = build(&description(Vec::new())).endpoints;
+        let mut read_back = empty.clone();
+        read_back.subsets = None;
+        assert!(endpoints_match(&read_back, &empty));
+        assert!(!endpoints_match(&read_back, &built.endpoints));
     }
 }

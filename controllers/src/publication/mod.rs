@@ -584,7 +584,7 @@ async fn endpoints(
                 } else if !ours {
                     // Someone else's Endpoints: left alone (the slices carry the addresses).
                     return Ok(());
-                } else if endpoints_matches(existing, &desired) {
+                } else if endpoints_match(existing, &desired) {
                     return Ok(());
                 }
             }

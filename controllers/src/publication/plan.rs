@@ -12,6 +12,7 @@ use capi_lb_api::constants::{
 };
 use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
 use capi_lb_providers::endpoints::{self, ServiceEndpoints};
+pub use capi_lb_providers::endpoints::{endpoints_match, slice_matches};
 use k8s_openapi::api::core::v1::{Endpoints, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -360,24 +361,6 @@ pub(super) fn ports_key(service: &Service) -> Vec<(String, i32, String, String)>
     ports
 }
 
-pub(super) fn labels_contain(observed: &ObjectMeta, desired: &ObjectMeta) -> bool {
-    let observed = observed.labels.clone().unwrap_or_default();
-    desired
-        .labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| observed.get(k) == Some(v))
-}
-
-pub(super) fn owner_refs_contain(observed: &ObjectMeta, desired: &ObjectMeta) -> bool {
-    let observed = observed.owner_references.clone().unwrap_or_default();
-    desired.owner_references.iter().flatten().all(|d| {
-        observed
-            .iter()
-            .any(|o| o.uid == d.uid && o.controller == d.controller)
-    })
-}
-
 pub(super) fn service_kind(service: &Service) -> &str {
     service
         .spec
@@ -392,51 +375,11 @@ pub fn service_matches(observed: &Service, desired: &Service) -> bool {
     let (Some(o), Some(d)) = (observed.spec.as_ref(), desired.spec.as_ref()) else {
         return false;
     };
-    labels_contain(&observed.metadata, &desired.metadata)
-        && owner_refs_contain(&observed.metadata, &desired.metadata)
+    endpoints::metadata_contains(&observed.metadata, &desired.metadata)
         && service_kind(observed) == service_kind(desired)
         && (d.cluster_ip.is_none() || o.cluster_ip == d.cluster_ip)
         && o.external_name == d.external_name
         && ports_key(observed) == ports_key(desired)
-}
-
-pub(super) fn endpoints_key(slice: &EndpointSlice) -> Vec<(Vec<String>, bool)> {
-    slice
-        .endpoints
-        .iter()
-        .map(|e| {
-            (
-                e.addresses.clone(),
-                e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true),
-            )
-        })
-        .collect()
-}
-
-pub(super) fn slice_ports_key(slice: &EndpointSlice) -> Vec<(String, i32, String)> {
-    let mut ports: Vec<_> = slice
-        .ports
-        .iter()
-        .flatten()
-        .map(|p| {
-            (
-                p.name.clone().unwrap_or_default(),
-                p.port.unwrap_or_default(),
-                p.protocol.clone().unwrap_or_else(|| "TCP".into()),
-            )
-        })
-        .collect();
-    ports.sort();
-    ports
-}
-
-/// True when `observed` already is what `desired` asks for.
-pub fn slice_matches(observed: &EndpointSlice, desired: &EndpointSlice) -> bool {
-    labels_contain(&observed.metadata, &desired.metadata)
-        && owner_refs_contain(&observed.metadata, &desired.metadata)
-        && observed.address_type == desired.address_type
-        && endpoints_key(observed) == endpoints_key(desired)
-        && slice_ports_key(observed) == slice_ports_key(desired)
 }
 
 pub(super) fn has_label(meta: &ObjectMeta, (key, value): &(String, String)) -> bool {
@@ -497,10 +440,4 @@ pub(super) fn addresses_of(slice: &EndpointSlice) -> String {
         })
         .collect();
     ips.join(", ")
-}
-
-pub(super) fn endpoints_matches(observed: &Endpoints, desired: &Endpoints) -> bool {
-    labels_contain(&observed.metadata, &desired.metadata)
-        && owner_refs_contain(&observed.metadata, &desired.metadata)
-        && observed.subsets == desired.subsets
 }

@@ -16,7 +16,7 @@ use super::KubeDcProvider;
 use super::infra::{Infra, labels, ours};
 use super::service::ingress_ips;
 use super::step::{POLL, SLOW_POLL, api_error, is_not_found};
-use crate::endpoints::{self, EndpointObjects, ServiceEndpoints};
+use crate::endpoints::{self, EndpointObjects, ServiceEndpoints, endpoints_match, slice_matches};
 use crate::error::ProviderError;
 use crate::provider::{
     DesiredMember, Listener, LoadBalancerIdentity, MemberIntent, MemberState, MemberStatus,
@@ -128,12 +128,7 @@ impl KubeDcProvider {
                     "EndpointSlice {name} exists and is not managed by capi-lb; it was left untouched"
                 )));
             }
-            let same = existing.is_some_and(|s| {
-                s.endpoints == desired.endpoints
-                    && s.ports == desired.ports
-                    && s.address_type == desired.address_type
-            });
-            if !same {
+            if !existing.is_some_and(|s| slice_matches(s, desired)) {
                 slices
                     .patch(&name, &apply, &Patch::Apply(desired))
                     .await
@@ -186,11 +181,10 @@ impl KubeDcProvider {
                 "Endpoints {service_name} exist and are not managed by capi-lb; they were left untouched"
             )));
         }
-        let same = observed.as_ref().is_some_and(|e| {
-            e.subsets.as_deref().unwrap_or_default()
-                == desired.subsets.as_deref().unwrap_or_default()
-        });
-        if !same {
+        if !observed
+            .as_ref()
+            .is_some_and(|e| endpoints_match(e, desired))
+        {
             endpoints_api
                 .patch(
                     &service_name,
