@@ -11,9 +11,8 @@
 //! What is built:
 //! - each EndpointSlice carries the description's labels plus `kubernetes.io/service-name` and
 //!   `endpointslice.kubernetes.io/managed-by` (so the EndpointSlice controller leaves it alone), the
-//!   owner references, one endpoint per address of its family (in the order given; `ready` and
-//!   `serving` from the address, never `terminating`) and every port. A family without addresses has
-//!   no slice;
+//!   owner references, one endpoint per address of its family (in the order given, its conditions
+//!   from the address's [`State`]) and every port. A family without addresses has no slice;
 //! - the `Endpoints` is named after the Service and carries the labels plus
 //!   `endpointslice.kubernetes.io/skip-mirror=true` (so it is not mirrored into a third slice) and
 //!   the owner references; its single subset lists the ready addresses under `addresses` and the
@@ -68,11 +67,39 @@ pub struct Port {
 pub struct Address {
     /// The IP address, as it is to be published.
     pub ip: String,
-    /// Ready (and serving): a `ready` endpoint in the slice and in the `Endpoints`' `addresses`;
-    /// otherwise not ready and listed under `notReadyAddresses`.
-    pub ready: bool,
+    /// Ready, not ready or draining.
+    pub state: State,
     /// What the address is (`targetRef` of the endpoint and of the `Endpoints` address).
     pub target: Option<ObjectReference>,
+}
+
+/// The state of one address, as the endpoint's conditions say it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Takes traffic: `ready` and `serving` in the slice, under `addresses` in the `Endpoints`.
+    Ready,
+    /// Takes no traffic: neither `ready` nor `serving`, under `notReadyAddresses`.
+    NotReady,
+    /// Draining: `terminating` and still `serving` but not `ready`, so proxies send it no new
+    /// connections while others are ready (and fall back to it only when none is); under
+    /// `notReadyAddresses`.
+    Draining,
+}
+
+impl State {
+    /// Ready when `ready`, otherwise not ready.
+    pub fn ready_if(ready: bool) -> Self {
+        if ready { State::Ready } else { State::NotReady }
+    }
+
+    /// The endpoint conditions of this state.
+    fn conditions(self) -> EndpointConditions {
+        EndpointConditions {
+            ready: Some(self == State::Ready),
+            serving: Some(self != State::NotReady),
+            terminating: Some(self == State::Draining),
+        }
+    }
 }
 
 /// The objects [`build`] makes.
@@ -159,11 +186,7 @@ fn slices(description: &ServiceEndpoints) -> Vec<EndpointSlice> {
                 })
                 .map(|a| Endpoint {
                     addresses: vec![a.ip.clone()],
-                    conditions: Some(EndpointConditions {
-                        ready: Some(a.ready),
-                        serving: Some(a.ready),
-                        terminating: Some(false),
-                    }),
+                    conditions: Some(a.state.conditions()),
                     target_ref: a.target.clone(),
                     ..Default::default()
                 })
@@ -189,8 +212,10 @@ fn slices(description: &ServiceEndpoints) -> Vec<EndpointSlice> {
 }
 
 fn endpoints(description: &ServiceEndpoints) -> Endpoints {
-    let (ready, not_ready): (Vec<&Address>, Vec<&Address>) =
-        description.addresses.iter().partition(|a| a.ready);
+    let (ready, not_ready): (Vec<&Address>, Vec<&Address>) = description
+        .addresses
+        .iter()
+        .partition(|a| a.state == State::Ready);
     let listed = |addresses: Vec<&Address>| {
         (!addresses.is_empty()).then(|| {
             addresses
@@ -249,23 +274,37 @@ pub fn metadata_contains(observed: &ObjectMeta, desired: &ObjectMeta) -> bool {
         })
 }
 
+/// An endpoint's `ready`, `serving` and `terminating`, with the API's meaning of unset ones (ready
+/// unless said otherwise, serving as ready, not terminating).
+type Conditions = (bool, bool, bool);
+
+fn conditions(conditions: Option<&EndpointConditions>) -> Conditions {
+    let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
+    (
+        ready,
+        conditions.and_then(|c| c.serving).unwrap_or(ready),
+        conditions.and_then(|c| c.terminating).unwrap_or(false),
+    )
+}
+
 /// True when the observed EndpointSlice already is what `desired` asks for: its labels and owner
-/// references, address type, endpoints (addresses, readiness and target, in order) and ports (in
+/// references, address type, endpoints (addresses, conditions and target, in order) and ports (in
 /// any order, with the API's defaults).
 pub fn slice_matches(observed: &EndpointSlice, desired: &EndpointSlice) -> bool {
-    let endpoints = |slice: &EndpointSlice| -> Vec<(Vec<String>, bool, Option<ObjectReference>)> {
-        slice
-            .endpoints
-            .iter()
-            .map(|e| {
-                (
-                    e.addresses.clone(),
-                    e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true),
-                    e.target_ref.clone(),
-                )
-            })
-            .collect()
-    };
+    let endpoints =
+        |slice: &EndpointSlice| -> Vec<(Vec<String>, Conditions, Option<ObjectReference>)> {
+            slice
+                .endpoints
+                .iter()
+                .map(|e| {
+                    (
+                        e.addresses.clone(),
+                        conditions(e.conditions.as_ref()),
+                        e.target_ref.clone(),
+                    )
+                })
+                .collect()
+        };
     let ports = |slice: &EndpointSlice| -> Vec<(String, i32, String)> {
         let mut ports: Vec<_> = slice
             .ports
@@ -321,7 +360,7 @@ mod tests {
     fn address(ip: &str, ready: bool) -> Address {
         Address {
             ip: ip.into(),
-            ready,
+            state: State::ready_if(ready),
             target: None,
         }
     }
@@ -448,6 +487,42 @@ mod tests {
         );
         assert_eq!(built.endpoints.metadata.name.as_deref(), Some("web"));
         assert_eq!(built.endpoints.metadata.namespace.as_deref(), Some("ns"));
+    }
+
+    #[test]
+    fn a_draining_address_is_serving_and_terminating_but_not_ready() {
+        let mut described = description(vec![address("203.0.113.1", true)]);
+        described.addresses.push(Address {
+            ip: "203.0.113.2".into(),
+            state: State::Draining,
+            target: None,
+        });
+        let built = build(&described);
+        let conditions: Vec<_> = built.slices[0]
+            .endpoints
+            .iter()
+            .map(|e| e.conditions.clone())
+            .collect();
+        assert_eq!(
+            conditions,
+            [
+                Some(EndpointConditions {
+                    ready: Some(true),
+                    serving: Some(true),
+                    terminating: Some(false),
+                }),
+                Some(EndpointConditions {
+                    ready: Some(false),
+                    serving: Some(true),
+                    terminating: Some(true),
+                })
+            ]
+        );
+        let subsets = built.endpoints.subsets.clone().unwrap_or_default();
+        assert_eq!(
+            subset_ips(&subsets[0].not_ready_addresses),
+            Some(vec!["203.0.113.2"])
+        );
     }
 
     #[test]
@@ -607,6 +682,15 @@ mod tests {
         assert!(!slice_matches(&retargeted, slice));
         let not_ready = build(&description(vec![address("203.0.113.1", false)]));
         assert!(!slice_matches(&not_ready.slices[0], slice));
+        let mut draining = description(vec![address("203.0.113.1", false)]);
+        draining.addresses[0].state = State::Draining;
+        let draining = build(&draining);
+        assert!(!slice_matches(&draining.slices[0], &not_ready.slices[0]));
+        assert!(!slice_matches(&not_ready.slices[0], &draining.slices[0]));
+        // Unset conditions mean ready and serving, not terminating.
+        let mut unset = slice.clone();
+        unset.endpoints[0].conditions = None;
+        assert!(slice_matches(&unset, slice));
         let mut unowned = slice.clone();
         unowned.metadata.owner_references = None;
         assert!(!slice_matches(&unowned, slice));

@@ -9,6 +9,7 @@ pub mod endpoints;
 pub mod error;
 pub mod inmemory;
 pub mod kubedc;
+pub mod lbservice;
 pub mod observe;
 pub mod octavia;
 pub mod provider;

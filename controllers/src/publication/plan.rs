@@ -283,7 +283,7 @@ pub fn plan(publisher: &Publisher, desired: &Desired) -> Plan {
             .chain(&classified.ipv6)
             .map(|ip| endpoints::Address {
                 ip: ip.clone(),
-                ready: desired.ready,
+                state: endpoints::State::ready_if(desired.ready),
                 target: None,
             })
             .collect(),

@@ -4,14 +4,15 @@
 use std::collections::BTreeMap;
 
 use capi_lb_api::KubeDCLoadBalancer;
-use capi_lb_api::constants::{DNS_LABEL_MAX, LABEL_MANAGED_BY, MANAGED_BY_VALUE};
+use capi_lb_api::constants::DNS_LABEL_MAX;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::core::DynamicObject;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use crate::error::{ProviderError, read_infrastructure};
-use crate::provider::{LoadBalancerIdentity, tags};
+use crate::lbservice;
+use crate::provider::LoadBalancerIdentity;
 
 /// `base + suffix` when it is a DNS label of at most 63 characters starting with a letter;
 /// otherwise `capi-lb-<base cut>-<8 hex of its SHA-256><suffix>`, which always is.
@@ -94,23 +95,10 @@ impl Infra {
 
 /// Labels on everything the provider creates.
 pub(super) fn labels(identity: &LoadBalancerIdentity, infra: &Infra) -> BTreeMap<String, String> {
-    let mut labels = BTreeMap::from([
-        (LABEL_MANAGED_BY.to_string(), MANAGED_BY_VALUE.to_string()),
-        (tags::UID.to_string(), identity.uid.clone()),
-    ]);
-    if let Some(uid) = &infra.uid {
-        labels.insert(tags::INFRASTRUCTURE_UID.to_string(), uid.clone());
-    }
-    labels
+    lbservice::labels(identity, infra.uid.as_deref())
 }
 
-/// Annotations on everything the provider creates (names can be longer than label values).
-pub(super) fn annotations(identity: &LoadBalancerIdentity) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (tags::NAMESPACE.to_string(), identity.namespace.clone()),
-        (tags::NAME.to_string(), identity.name.clone()),
-    ])
-}
+pub(super) use lbservice::annotations;
 
 /// Metadata of an object `name` the provider creates: labels, annotations, owner reference.
 pub(super) fn meta(name: &str, infra: &Infra, identity: &LoadBalancerIdentity) -> ObjectMeta {
@@ -126,11 +114,7 @@ pub(super) fn meta(name: &str, infra: &Infra, identity: &LoadBalancerIdentity) -
 
 /// Whether an object is the provider's for this LoadBalancer (and this infrastructure object).
 pub(super) fn ours(meta: &ObjectMeta, identity: &LoadBalancerIdentity, infra: &Infra) -> bool {
-    let labels = meta.labels.clone().unwrap_or_default();
-    identity.owns(&labels)
-        && labels
-            .get(tags::INFRASTRUCTURE_UID)
-            .is_none_or(|uid| Some(uid) == infra.uid.as_ref())
+    lbservice::owned(meta, identity, infra.uid.as_deref())
 }
 
 #[cfg(test)]

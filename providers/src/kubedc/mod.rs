@@ -49,6 +49,7 @@ use serde_json::{Map, json};
 use crate::catalog::{Dependencies, Entry, OwnedKind};
 use crate::clock::SharedClock;
 use crate::error::ProviderError;
+use crate::lbservice::Ingress;
 use crate::provider::{
     DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MembersOutcome, MembersRequest,
     Progress, Provider,
@@ -56,7 +57,6 @@ use crate::provider::{
 pub use eip::STUCK_AFTER;
 use infra::Infra;
 pub use infra::derived_name;
-use service::ingress_ips;
 pub use service::{BIND_ON_DEFAULT_GW, BIND_ON_EIP, DEFAULT_GW};
 use step::{POLL, Step};
 
@@ -199,7 +199,7 @@ impl Provider for KubeDcProvider {
             .collect();
         let progress = match &address {
             None => self.eip_waiting(&eip, self.clock.now()),
-            Some(ip) if !ingress_ips(&service).contains(ip) => Progress::pending_because(
+            Some(ip) if !Ingress::of(&service).ips.contains(ip) => Progress::pending_because(
                 reason::SERVICE_WITHOUT_INGRESS,
                 format!(
                     "EIp {eip_name} has {ip}; waiting for kube-dc to put it on Service {} (status.loadBalancer.ingress)",

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::reason;
-use crate::error::ProviderError;
+pub(super) use crate::lbservice::{api_error, is_not_found};
 use crate::provider::{LoadBalancerIdentity, Progress};
 
 /// How often to look again while waiting for kube-dc.
@@ -22,16 +22,6 @@ pub(super) enum Step<T> {
     Ready(T),
     /// Stop here and report this progress (pending, with its condition reason).
     Wait(Progress),
-}
-
-/// A failed API call as a transient error: `<what>: <error>`.
-pub(super) fn api_error(what: &str, e: kube::Error) -> ProviderError {
-    ProviderError::transient(format!("{what}: {e}"))
-}
-
-/// Whether the API answered 404.
-pub(super) fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
 /// Pending on `NameConflict`: `kind` `name` exists and is not capi-lb's.
