@@ -148,6 +148,9 @@ pub mod condition {
     pub const CLUSTER_ENDPOINT: &str = "ClusterEndpoint";
     /// A change of `spec.infrastructureRef` is in progress (True) or finished (False).
     pub const INFRASTRUCTURE_MIGRATION: &str = "InfrastructureMigration";
+    /// Everything the spec asks of the provider is in effect (True), or the provider said what it
+    /// does not do (False: for example restricting `spec.sourceRanges`).
+    pub const SPEC_HONOURED: &str = "SpecHonoured";
 }
 
 /// Condition reasons. Each one is also the reason of the Event emitted for the same transition, so a
@@ -229,6 +232,12 @@ pub mod reason {
     /// `spec.infrastructureRef` went back before the switch: the half-built one was released.
     pub const MIGRATION_CANCELLED: &str = "MigrationCancelled";
 
+    // SpecHonoured
+    /// The provider does everything the spec asks.
+    pub const HONOURED: &str = "Honoured";
+    /// The provider does not do something the spec asks; the message says what.
+    pub const NOT_HONOURED: &str = "NotHonoured";
+
     // Paused
     /// Reconciliation is paused.
     pub const PAUSED: &str = "Paused";
@@ -253,6 +262,7 @@ pub mod reason {
                 | NAME_CONFLICT
                 | CLUSTER_ENDPOINT_MISMATCH
                 | CLUSTER_NOT_FOUND
+                | NOT_HONOURED
         )
     }
 }

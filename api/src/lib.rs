@@ -1,4 +1,4 @@
-//! API types of capi-lb: the `LoadBalancer` and `InMemoryLoadBalancer` custom resources, read-only
+//! API types of capi-lb: the `LoadBalancer` custom resource and the providers' infrastructure kinds, read-only
 //! views of the Cluster API kinds capi-lb reads, shared constants, condition helpers, derived names
 //! and client-side schema validation. This crate does no I/O.
 
@@ -10,6 +10,7 @@ pub mod kubedc;
 pub mod loadbalancer;
 pub mod naming;
 pub mod octavia;
+pub mod servicelb;
 pub mod target;
 pub mod validation;
 
@@ -17,6 +18,7 @@ pub use inmemory::{InMemoryLoadBalancer, InMemoryLoadBalancerSpec, InMemoryLoadB
 pub use kubedc::{KubeDCLoadBalancer, KubeDCLoadBalancerSpec, KubeDCLoadBalancerStatus};
 pub use loadbalancer::{LoadBalancer, LoadBalancerSpec, LoadBalancerStatus};
 pub use octavia::{OctaviaLoadBalancer, OctaviaLoadBalancerSpec, OctaviaLoadBalancerStatus};
+pub use servicelb::{ServiceLoadBalancer, ServiceLoadBalancerSpec, ServiceLoadBalancerStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -28,5 +30,6 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         InMemoryLoadBalancer::crd(),
         KubeDCLoadBalancer::crd(),
         OctaviaLoadBalancer::crd(),
+        ServiceLoadBalancer::crd(),
     ]
 }

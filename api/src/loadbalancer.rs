@@ -114,6 +114,15 @@ pub struct LoadBalancerSpec {
     #[schemars(length(max = 8))]
     #[x_kube(validation = Rule::new("self.all(g, self.exists_one(h, h.conditionType == g.conditionType))").message("readiness gates must be unique"))]
     pub readiness_gates: Vec<ReadinessGate>,
+
+    /// Source CIDRs allowed to connect to the load balancer (for example the networks of the
+    /// management cluster and of the workload clusters' nodes). Empty (the default) allows every
+    /// source. Providers that cannot restrict sources say so in the `SpecHonoured` condition; a
+    /// Service of capi-lb's class sets it from its `loadBalancerSourceRanges`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(max = 43)))]
+    #[x_kube(validation = Rule::new("self.all(c, isCIDR(c))").message("every source range must be a CIDR such as 192.0.2.0/24 or 2001:db8::/32"))]
+    pub source_ranges: Vec<String>,
 }
 
 /// How a control-plane load balancer publishes its endpoint to its Cluster.
@@ -504,6 +513,7 @@ impl LoadBalancerSpec {
             control_plane: None,
             drain_seconds: default_drain_seconds(),
             readiness_gates: Vec::new(),
+            source_ranges: Vec::new(),
         }
     }
 }

@@ -145,8 +145,9 @@ pub fn ports(binding: &Binding) -> Vec<LoadBalancerPort> {
         .collect()
 }
 
-/// The LoadBalancer as it applies to its bound Service: the Service's ports, and the Service's
-/// EndpointSlices as the target kind (for the status).
+/// The LoadBalancer as it applies to its bound Service: the Service's ports and
+/// `loadBalancerSourceRanges`, and the Service's EndpointSlices as the target kind (for the
+/// status).
 pub fn effective(lb: &LoadBalancer, binding: &Binding) -> LoadBalancer {
     let mut lb = lb.clone();
     lb.spec.target_kind = capi_lb_api::loadbalancer::TargetKind {
@@ -157,6 +158,16 @@ pub fn effective(lb: &LoadBalancer, binding: &Binding) -> LoadBalancer {
     if !ports.is_empty() {
         lb.spec.ports = ports;
     }
+    lb.spec.source_ranges = binding
+        .service
+        .spec
+        .as_ref()
+        .and_then(|s| s.load_balancer_source_ranges.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty())
+        .collect();
     lb
 }
 

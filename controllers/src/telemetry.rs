@@ -497,6 +497,7 @@ mod tests {
                 identity: &identity,
                 infra: &infra,
                 listeners: &[],
+                source_ranges: &[],
             })
             .await;
         let (status, text) = get(router(metrics, Arc::new(Health::default())), "/metrics").await;

@@ -14,10 +14,15 @@ use crate::inmemory::InMemoryCloud;
 use crate::observe::ApiObserver;
 use crate::provider::{Provider, Reason};
 use crate::registry::ProviderRegistry;
-use crate::{inmemory, kubedc, octavia};
+use crate::{inmemory, kubedc, octavia, servicelb};
 
 /// Every provider capi-lb has, in the order `--providers` lists them.
-pub const CATALOG: &[Entry] = &[inmemory::ENTRY, kubedc::ENTRY, octavia::ENTRY];
+pub const CATALOG: &[Entry] = &[
+    inmemory::ENTRY,
+    kubedc::ENTRY,
+    octavia::ENTRY,
+    servicelb::ENTRY,
+];
 
 /// What a provider is built from.
 #[derive(Clone)]

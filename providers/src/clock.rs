@@ -65,6 +65,16 @@ pub fn after(from: Timestamp, by: Duration) -> Timestamp {
     from.saturating_add(by).unwrap_or(from)
 }
 
+/// A duration the way kubectl shows ages: `42s`, `10m`, `2h2m`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        _ => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +87,12 @@ mod tests {
         assert_eq!(until(start, clock.now()), Duration::from_secs(90));
         assert_eq!(until(clock.now(), start), Duration::ZERO);
         assert_eq!(after(start, Duration::from_secs(90)), clock.now());
+    }
+
+    #[test]
+    fn durations_read_like_kubectl() {
+        assert_eq!(human(Duration::from_secs(42)), "42s");
+        assert_eq!(human(Duration::from_secs(600)), "10m");
+        assert_eq!(human(Duration::from_secs(7320)), "2h2m");
     }
 }

@@ -86,6 +86,8 @@ pub struct CloudLoadBalancer {
     pub addresses: Vec<LoadBalancerAddress>,
     /// Configured listeners.
     pub listeners: Vec<Listener>,
+    /// Source CIDRs allowed to connect; empty allows every source.
+    pub source_ranges: Vec<String>,
     /// Members by target name.
     pub members: BTreeMap<String, CloudMember>,
     /// When provisioning completes.
@@ -161,6 +163,7 @@ impl InMemoryCloud {
                 tags,
                 addresses: vec![LoadBalancerAddress::ip(address)],
                 listeners: Vec::new(),
+                source_ranges: Vec::new(),
                 members: BTreeMap::new(),
                 ready_at: now,
                 delay: Duration::ZERO,
@@ -349,6 +352,15 @@ fn members_of(lb: &CloudLoadBalancer) -> Vec<MemberStatus> {
         .collect()
 }
 
+/// Which sources a load balancer accepts, for changes.
+fn describe_sources(ranges: &[String]) -> String {
+    if ranges.is_empty() {
+        "every source".into()
+    } else {
+        format!("sources {}", ranges.join(", "))
+    }
+}
+
 /// The infrastructure object's status for this load balancer (or for none).
 fn status_of(lb: Option<&CloudLoadBalancer>, now: Timestamp) -> Map<String, Value> {
     let value = match lb {
@@ -414,6 +426,7 @@ impl Provider for InMemoryProvider {
                         created: false,
                         changes,
                         status: status_of(None, now),
+                        unsupported: Vec::new(),
                     });
                 }
                 let addresses = plan_addresses(&spec, &lb.addresses, &used)?;
@@ -433,6 +446,14 @@ impl Provider for InMemoryProvider {
                         request.listeners.iter().map(|l| l.port).collect::<Vec<_>>()
                     ));
                     lb.listeners = request.listeners.to_vec();
+                }
+                if lb.source_ranges != request.source_ranges {
+                    changes.push(format!(
+                        "load balancer {} accepts {}",
+                        lb.id,
+                        describe_sources(request.source_ranges)
+                    ));
+                    lb.source_ranges = request.source_ranges.to_vec();
                 }
                 lb.delay = delay;
                 id
@@ -454,6 +475,7 @@ impl Provider for InMemoryProvider {
                         tags: request.identity.tags_for(request.infra),
                         addresses,
                         listeners: request.listeners.to_vec(),
+                        source_ranges: request.source_ranges.to_vec(),
                         members: BTreeMap::new(),
                         ready_at: after(now, delay),
                         delay,
@@ -478,6 +500,7 @@ impl Provider for InMemoryProvider {
             created,
             changes,
             status: status_of(lb, now),
+            unsupported: Vec::new(),
         })
     }
 

@@ -1,7 +1,8 @@
 //! Infrastructure providers of capi-lb: the [`Provider`] trait every provider implements, typed
 //! errors, the [`catalog`] of every provider (what the rest of capi-lb knows about each), the
 //! registry that maps an `infrastructureRef` to a provider, the clock providers use, and the
-//! providers: in-memory (no cloud needed: tests, demos and `capi-lb simulate`), kube-dc and Octavia.
+//! providers: in-memory (no cloud needed: tests, demos and `capi-lb simulate`), kube-dc, Octavia and
+//! Services of type LoadBalancer (MetalLB, kube-vip, cloud controllers).
 
 pub mod catalog;
 pub mod clock;
@@ -14,6 +15,8 @@ pub mod observe;
 pub mod octavia;
 pub mod provider;
 pub mod registry;
+pub mod servicelb;
+pub mod sources;
 
 pub use error::ProviderError;
 pub use provider::{

@@ -312,6 +312,10 @@ pub struct EnsureRequest<'a> {
     pub infra: &'a DynamicObject,
     /// Listeners to configure.
     pub listeners: &'a [Listener],
+    /// Source CIDRs allowed to connect (the LoadBalancer's `spec.sourceRanges`, or the
+    /// `loadBalancerSourceRanges` of the Service it realises); empty allows every source. A provider
+    /// that cannot restrict sources says so in [`EnsureOutcome::unsupported`].
+    pub source_ranges: &'a [String],
 }
 
 /// Answer to [`Provider::ensure`].
@@ -327,6 +331,10 @@ pub struct EnsureOutcome {
     pub changes: Vec<String>,
     /// Fields to write to the infrastructure object's status.
     pub status: Map<String, Value>,
+    /// What was asked that this provider does not do (for example restricting source ranges), one
+    /// sentence each naming the field; reported in the LoadBalancer's `SpecHonoured` condition.
+    /// Empty when everything asked is in effect.
+    pub unsupported: Vec<String>,
 }
 
 /// Everything the reconciler needs to converge members.

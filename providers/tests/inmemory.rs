@@ -82,6 +82,7 @@ async fn ensure(
             identity: id,
             infra,
             listeners: &listeners(),
+            source_ranges: &[],
         })
         .await
 }
@@ -146,6 +147,7 @@ async fn a_restarted_controller_adopts_by_tag_and_never_duplicates() {
             identity: &id,
             infra: &infra,
             listeners: &listeners(),
+            source_ranges: &[],
         })
         .await
         .unwrap();

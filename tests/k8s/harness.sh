@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on 127.0.0.1 for capi-lb's end-to-end tests, without containers:
-# etcd, kube-apiserver, kube-controller-manager (garbage collector, namespace controller, ...) and
-# CoreDNS serving cluster.local from that apiserver.
+# etcd, kube-apiserver, kube-controller-manager (garbage collector, namespace controller, ...),
+# CoreDNS serving cluster.local from that apiserver, and the MetalLB controller assigning
+# LoadBalancer addresses (only to Services of its own loadBalancerClass).
 #
 #   tests/k8s/harness.sh install   # build/fetch the pinned binaries into $PREFIX (idempotent, cached)
 #   tests/k8s/harness.sh start     # start everything (idempotent), write $STATE/env, print it
@@ -11,9 +12,11 @@
 #
 # Binaries: kube-apiserver, kube-controller-manager and kubectl are built with Go from the
 # k8s.io/kubernetes module at $K8S_VERSION (through the Go module proxy, in a small wrapper module:
-# k8s.io/kubernetes cannot be `go install`ed because of its replace directives), CoreDNS with
-# `go install`, etcd is Debian's etcd-server. They are cached in $PREFIX keyed by version, outside the
-# checkout; the first install takes about 8 minutes on 2 cores, later runs reuse the cache.
+# k8s.io/kubernetes cannot be `go install`ed because of its replace directives), CoreDNS and the
+# MetalLB controller with `go install` (MetalLB's CRDs and controller RBAC are copied from its module
+# at install time, so `start` needs no network), etcd is Debian's etcd-server. They are cached in
+# $PREFIX keyed by version, outside the checkout; the first install takes about 10 minutes on 2 cores,
+# later runs reuse the cache.
 #
 # The cluster: TLS everywhere, RBAC authorization, service-account tokens, the controller manager with
 # all its default controllers. `start` creates:
@@ -22,6 +25,10 @@
 #                                 generated ClusterRole and leader-election Role (config/rbac), so the
 #                                 real authorizer checks every request the controller makes
 #   CoreDNS on 127.0.0.1:$DNS_PORT (UDP and TCP), zone cluster.local, with its own least-privilege user.
+#   The MetalLB controller (no speaker: addresses are assigned, never announced) with MetalLB's CRDs,
+#   IPAddressPool $METALLB_NAMESPACE/harness on $METALLB_POOL (RFC 5737 documentation range), serving
+#   only Services with spec.loadBalancerClass $METALLB_CLASS (class-less LoadBalancer Services other
+#   tests create stay pending), as its own user bound to MetalLB's controller ClusterRole and Role.
 # Facts behind the flags: ../shared/FACTS.md section 8.
 set -euo pipefail
 
@@ -30,6 +37,9 @@ REPO="$(cd "$HERE/../.." && pwd)"
 
 K8S_VERSION="v1.32.5"        # the minimum Kubernetes the README promises is 1.31; 1.32 is what we test
 COREDNS_VERSION="v1.12.4"
+# The newest v0.15 the Go module proxy serves (it has v0.11.0, v0.13.5, v0.15.2, v0.16.2); v0.16's
+# controller wants its own Pod (--pod-name) and exits outside a cluster.
+METALLB_VERSION="v0.15.2"
 ETCD_DEB_VERSION="3.4.23-4+b4" # Debian bookworm's etcd-server
 
 PREFIX="${CAPI_LB_K8S_PREFIX:-/opt/capi-lb-k8s}"
@@ -39,9 +49,15 @@ APISERVER_PORT="${CAPI_LB_K8S_APISERVER_PORT:-36443}"
 KCM_PORT="${CAPI_LB_K8S_KCM_PORT:-30257}"
 DNS_PORT="${CAPI_LB_K8S_DNS_PORT:-10053}"
 DNS_READY_PORT="${CAPI_LB_K8S_DNS_READY_PORT:-10181}"
+METALLB_PORT="${CAPI_LB_K8S_METALLB_PORT:-17472}" # its metrics (MetalLB has no flag for the host)
+METALLB_NAMESPACE="metallb-system"
+METALLB_CLASS="metallb.io/harness"
+METALLB_POOL="198.51.100.0/28"
 
 K8S_BIN="$PREFIX/kubernetes-$K8S_VERSION/bin"
 COREDNS_BIN="$PREFIX/coredns-$COREDNS_VERSION/bin"
+METALLB_HOME="$PREFIX/metallb-$METALLB_VERSION" # bin/metallb-controller, crds/*.yaml, rbac/controller.yaml
+METALLB_BIN="$METALLB_HOME/bin"
 ETCD_BIN="$PREFIX/etcd-${ETCD_DEB_VERSION%%-*}/bin"
 KUBECTL="$K8S_BIN/kubectl"
 SERVER="https://127.0.0.1:$APISERVER_PORT"
@@ -77,7 +93,7 @@ install_packages() {
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
-  command -v go >/dev/null || die "Go is needed to build kube-apiserver and CoreDNS (https://go.dev/dl, or Debian's golang-go >= 1.23)"
+  command -v go >/dev/null || die "Go is needed to build kube-apiserver and CoreDNS (https://go.dev/dl, or Debian's golang-go >= 1.24: MetalLB v0.15 needs it)"
 }
 
 install_etcd() {
@@ -138,24 +154,56 @@ install_coredns() {
   [ -x "$COREDNS_BIN/coredns" ] && return
   log "building CoreDNS $COREDNS_VERSION"
   local tmp; tmp="$(mktemp -d)"
-  GOTOOLCHAIN=local GOFLAGS= CGO_ENABLED=0 GOBIN="$tmp" \
+  GOTOOLCHAIN=local GOFLAGS='' CGO_ENABLED=0 GOBIN="$tmp" \
     go install -trimpath -ldflags '-s -w' "github.com/coredns/coredns@$COREDNS_VERSION"
   mkdir -p "$COREDNS_BIN"
   mv "$tmp/coredns" "$COREDNS_BIN/coredns"
   rm -rf "$tmp"
 }
 
+metallb_installed() {
+  [ -x "$METALLB_BIN/metallb-controller" ] && [ -s "$METALLB_HOME/crds/metallb.io_ipaddresspools.yaml" ] \
+    && [ -s "$METALLB_HOME/rbac/controller.yaml" ]
+}
+
+# The controller binary, the CRDs (config/crd/bases: all eight, as upstream installs them; the
+# controller itself watches IPAddressPool and Community) and, from config/rbac/role.yaml, only the
+# controller's ClusterRole and Role (not the speaker's, not the bindings to ServiceAccounts).
+install_metallb() {
+  metallb_installed && return
+  log "building the MetalLB controller $METALLB_VERSION"
+  local tmp dir stage="$METALLB_HOME.tmp.$$"
+  tmp="$(mktemp -d)"
+  rm -rf "$stage"
+  mkdir -p "$stage/bin" "$stage/crds" "$stage/rbac"
+  (cd "$tmp" && GOTOOLCHAIN=local GOFLAGS='' CGO_ENABLED=0 GOBIN="$tmp" \
+    go install -trimpath -ldflags '-s -w' "go.universe.tf/metallb/controller@$METALLB_VERSION")
+  dir="$(cd "$tmp" && GOTOOLCHAIN=local GOFLAGS='' go mod download -json "go.universe.tf/metallb@$METALLB_VERSION" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
+  [ -d "$dir/config/crd/bases" ] || die "go.universe.tf/metallb@$METALLB_VERSION: no config/crd/bases in '$dir'"
+  install -m 0644 "$dir"/config/crd/bases/*.yaml "$stage/crds/"
+  awk 'BEGIN { RS = "\n---\n" }
+       /(^|\n)kind: (ClusterRole|Role)\n/ && /\n  name: (metallb-system:controller|controller)\n/ { printf "---\n%s\n", $0 }' \
+    "$dir/config/rbac/role.yaml" >"$stage/rbac/controller.yaml"
+  [ "$(grep -c '^kind: \(ClusterRole\|Role\)$' "$stage/rbac/controller.yaml")" = 2 ] \
+    || die "go.universe.tf/metallb@$METALLB_VERSION: config/rbac/role.yaml has no controller ClusterRole and Role"
+  mv "$tmp/controller" "$stage/bin/metallb-controller"
+  rm -rf "$tmp" "$METALLB_HOME"
+  mv "$stage" "$METALLB_HOME"
+}
+
 cmd_install() {
   install_packages
   install_etcd
   install_coredns
+  install_metallb
   install_kubernetes
-  log "installed: $("$K8S_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION"
+  log "installed: $("$K8S_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION, MetalLB $METALLB_VERSION"
 }
 
 installed() {
   [ -x "$ETCD_BIN/etcd" ] && [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] \
-    && [ -x "$KUBECTL" ] && [ -x "$COREDNS_BIN/coredns" ]
+    && [ -x "$KUBECTL" ] && [ -x "$COREDNS_BIN/coredns" ] && metallb_installed
 }
 
 # --- start -------------------------------------------------------------------------------------
@@ -193,6 +241,7 @@ pki() {
   cert controller-manager "/CN=system:kube-controller-manager"
   cert controller-manager-serving "/CN=kube-controller-manager" "IP:127.0.0.1,DNS:localhost"
   cert coredns "/CN=capi-lb-harness:coredns"
+  cert metallb-controller "/CN=capi-lb-harness:metallb-controller"
   if [ ! -s "$PKI/sa.key" ]; then
     openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/sa.key" 2>/dev/null
     openssl ec -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
@@ -342,6 +391,60 @@ EOF
   wait_until coredns 20 curl -fsS "http://127.0.0.1:$DNS_READY_PORT/ready"
 }
 
+# MetalLB's CRDs, its namespace, the controller's own ClusterRole and Role (from MetalLB's
+# config/rbac) bound to the harness user capi-lb-harness:metallb-controller, and the pool.
+metallb_objects() {
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness \
+    -f "$METALLB_HOME/crds" >/dev/null
+  kubectl_admin wait --for=condition=Established --timeout=30s -f "$METALLB_HOME/crds" >/dev/null
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata: {name: $METALLB_NAMESPACE}
+EOF
+  kubectl_admin -n "$METALLB_NAMESPACE" apply --server-side --force-conflicts --field-manager=capi-lb-harness \
+    -f "$METALLB_HOME/rbac/controller.yaml" >/dev/null
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "capi-lb-harness:metallb-controller"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "metallb-system:controller"}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "capi-lb-harness:metallb-controller"}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: "capi-lb-harness:metallb-controller", namespace: $METALLB_NAMESPACE}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: controller}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "capi-lb-harness:metallb-controller"}
+---
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: harness, namespace: $METALLB_NAMESPACE}
+spec:
+  addresses: ["$METALLB_POOL"]
+  avoidBuggyIPs: true  # never the network address (.0) of the range
+EOF
+}
+
+# Ready once its metrics count the harness pool's addresses: the pool has been read.
+metallb_ready() {
+  local metrics
+  metrics="$(curl -fsS "http://127.0.0.1:$METALLB_PORT/metrics")" \
+    && [[ $metrics == *'metallb_allocator_addresses_total{pool="harness"}'* ]]
+}
+
+# No memberlist Secret (only with --ml-secret-name; there is no speaker), no webhook, no Pod.
+start_metallb() {
+  metallb_objects
+  launch metallb-controller env -u METALLB_ML_SECRET_NAME -u METALLB_DEPLOYMENT -u METALLB_BGP_TYPE \
+    "$METALLB_BIN/metallb-controller" --kubeconfig="$STATE/metallb-controller.kubeconfig" \
+    --namespace="$METALLB_NAMESPACE" --webhook-mode=disabled --port="$METALLB_PORT" \
+    --lb-class="$METALLB_CLASS" --log-level=info
+  wait_until metallb-controller 30 metallb_ready
+}
+
 write_env() {
   cat >"$STATE/env.tmp" <<EOF
 KUBECONFIG=$STATE/admin.kubeconfig
@@ -349,13 +452,17 @@ CAPI_LB_E2E_CONTROLLER_KUBECONFIG=$STATE/controller.kubeconfig
 CAPI_LB_E2E_DNS=127.0.0.1:$DNS_PORT
 CAPI_LB_E2E_KUBECTL=$KUBECTL
 CAPI_LB_E2E_KUBERNETES_VERSION=$K8S_VERSION
+CAPI_LB_E2E_METALLB_CLASS=$METALLB_CLASS
+CAPI_LB_E2E_METALLB_POOL=$METALLB_POOL
+CAPI_LB_E2E_METALLB_NAMESPACE=$METALLB_NAMESPACE
+CAPI_LB_E2E_METALLB_VERSION=$METALLB_VERSION
 EOF
   mv "$STATE/env.tmp" "$STATE/env"
 }
 
 running() {
   alive etcd && alive kube-apiserver && alive kube-controller-manager && alive coredns \
-    && [ -s "$STATE/env" ] && ready "$SERVER/readyz"
+    && alive metallb-controller && [ -s "$STATE/env" ] && ready "$SERVER/readyz"
 }
 
 cmd_start() {
@@ -371,11 +478,13 @@ cmd_start() {
   kubeconfig "$STATE/admin.kubeconfig" admin
   kubeconfig "$STATE/controller-manager.kubeconfig" controller-manager
   kubeconfig "$STATE/coredns.kubeconfig" coredns
+  kubeconfig "$STATE/metallb-controller.kubeconfig" metallb-controller
   start_etcd
   start_apiserver
   start_controller_manager
   bootstrap_objects
   start_coredns
+  start_metallb
   write_env
   log "Kubernetes $K8S_VERSION up at $SERVER in $((SECONDS - began)) s (state in $STATE)"
   cat "$STATE/env"
@@ -397,7 +506,7 @@ stop_one() {
 
 cmd_stop() {
   rm -f "$STATE/env"
-  for name in coredns kube-controller-manager kube-apiserver etcd; do stop_one "$name"; done
+  for name in metallb-controller coredns kube-controller-manager kube-apiserver etcd; do stop_one "$name"; done
   # Anything still running from this state folder (a pid file lost by hand) goes too.
   pkill -KILL -f -- "$STATE/" 2>/dev/null || true
   log "stopped"
@@ -413,6 +522,6 @@ case "${1:-}" in
   start) with_lock cmd_start ;;
   stop) with_lock cmd_stop ;;
   clean) with_lock cmd_clean ;;
-  env) [ -s "$STATE/env" ] && running || die "not running: run $0 start"; cat "$STATE/env" ;;
+  env) if [ -s "$STATE/env" ] && running; then cat "$STATE/env"; else die "not running: run $0 start"; fi ;;
   *) echo "usage: $0 install|start|stop|clean|env" >&2; exit 2 ;;
 esac

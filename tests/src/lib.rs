@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 pub mod k8s;
 pub mod kubedc_sim;
 pub mod octavia;
+pub mod servicelb_sim;
 
 /// Namespace every fixture lives in.
 pub const NS: &str = "default";
@@ -162,6 +163,24 @@ pub fn kubedc_infra(name: &str, spec: Value) -> Value {
     json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
         "kind": "KubeDCLoadBalancer",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    })
+}
+
+/// A LoadBalancer named `name` using the ServiceLoadBalancer of the same name, for cluster `demo`.
+pub fn service_lb(name: &str) -> LbFixture {
+    lb(name).spec(
+        "infrastructureRef",
+        json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "ServiceLoadBalancer", "name": name}),
+    )
+}
+
+/// A ServiceLoadBalancer named `name` with `spec`.
+pub fn service_infra(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "ServiceLoadBalancer",
         "metadata": {"name": name, "namespace": NS},
         "spec": spec,
     })

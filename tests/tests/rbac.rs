@@ -16,6 +16,7 @@ use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::kubedc::EIp;
 use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer};
 use capi_lb_tests::kubedc_sim::KubeDcSim;
+use capi_lb_tests::servicelb_sim::ServiceLbSim;
 use capi_lb_tests::*;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams};
@@ -173,6 +174,37 @@ async fn kubedc_scenario() -> BTreeSet<Permission> {
     observed(&world)
 }
 
+/// The Service provider with a simulated implementation: create (it gives no address at first, so
+/// the implementation's Warning Events are read), then delete.
+async fn service_scenario() -> BTreeSet<Permission> {
+    let world = World::new(vec![
+        service_lb("cp").build(),
+        service_infra("cp", json!({"loadBalancerClass": "example.com/lb"})),
+        machine("cp-m1", "cp", "10.0.0.11").build(),
+    ])
+    .await
+    .unwrap();
+    let mut sim = ServiceLbSim::new(Some("example.com/lb"), &[]);
+    for _ in 0..3 {
+        sim.step(&world).await;
+        world.reconcile(NS, "cp").await.unwrap();
+    }
+    sim.pool.push("192.0.2.10".into());
+    for _ in 0..4 {
+        sim.step(&world).await;
+        world.reconcile(NS, "cp").await.unwrap();
+    }
+    assert!(
+        is_ready(&get_lb(&world, "cp").await),
+        "the scenario got the load balancer ready"
+    );
+    delete::<LoadBalancer>(&world, "cp").await;
+    for _ in 0..4 {
+        let _ = world.reconcile(NS, "cp").await;
+    }
+    observed(&world)
+}
+
 use kube::ResourceExt;
 
 /// The Octavia provider against the real Octavia API (tests/octavia/harness.sh): create, then delete.
@@ -216,6 +248,7 @@ async fn the_generated_cluster_role_allows_exactly_what_the_controllers_do() {
     used.extend(class_scenario().await);
     used.extend(external_scenario().await);
     used.extend(kubedc_scenario().await);
+    used.extend(service_scenario().await);
     used.extend(octavia_scenario().await);
     let enabled = Enabled::default();
     let granted = rbac::permissions(&enabled);

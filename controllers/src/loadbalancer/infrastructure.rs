@@ -79,6 +79,7 @@ impl Reconciliation<'_> {
                 identity: &self.identity,
                 infra: &infra,
                 listeners: &listeners,
+                source_ranges: &self.lb.spec.source_ranges,
             })
             .await;
         Ok(Claim::Claimed(Box::new(Claimed {

@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 
 use super::status::{
     InfraState, TargetsState, infrastructure_condition, publication_condition, ready_condition,
-    targets_condition,
+    spec_honoured_condition, targets_condition,
 };
 use crate::class;
 use crate::context::Outcome;
@@ -139,6 +139,8 @@ impl Reconciliation<'_> {
             event::LOAD_BALANCER_UPDATED
         };
         self.note(false, reason, out.changes);
+        self.conditions
+            .push(spec_honoured_condition(&out.unsupported));
         if out.addresses != self.status.addresses {
             let describe = |a: &[LoadBalancerAddress]| {
                 a.iter()

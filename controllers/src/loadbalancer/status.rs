@@ -101,6 +101,27 @@ pub fn infrastructure_condition(infra: &InfraState) -> DesiredCondition {
     }
 }
 
+/// The `SpecHonoured` condition: True when the provider does everything the spec asks, otherwise
+/// False listing what it said it does not do.
+pub fn spec_honoured_condition(unsupported: &[String]) -> DesiredCondition {
+    if unsupported.is_empty() {
+        DesiredCondition::true_(
+            c::SPEC_HONOURED,
+            r::HONOURED,
+            "the provider does everything the spec asks",
+        )
+    } else {
+        DesiredCondition::false_(
+            c::SPEC_HONOURED,
+            r::NOT_HONOURED,
+            format!(
+                "the provider does not do everything the spec asks: {}",
+                unsupported.join("; ")
+            ),
+        )
+    }
+}
+
 fn list(names: &[&str]) -> String {
     const SHOWN: usize = 10;
     let mut out = names

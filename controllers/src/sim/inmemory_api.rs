@@ -17,7 +17,10 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use capi_lb_api::capi::{Cluster, Machine};
-use capi_lb_api::{InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer};
+use capi_lb_api::{
+    InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer,
+    ServiceLoadBalancer,
+};
 use capi_lb_providers::clock::SharedClock;
 use futures::future::BoxFuture;
 use http::{Method, Request, Response};
@@ -163,6 +166,7 @@ impl InMemoryApiBuilder {
             .with_resource::<LoadBalancer>()
             .with_resource::<InMemoryLoadBalancer>()
             .with_resource::<KubeDCLoadBalancer>()
+            .with_resource::<ServiceLoadBalancer>()
             .with_resource::<OctaviaLoadBalancer>()
             .with_resource::<Machine>()
             .with_resource::<Cluster>();

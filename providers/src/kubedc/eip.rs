@@ -14,6 +14,7 @@ use super::KubeDcProvider;
 use super::infra::{Infra, meta, ours};
 use super::reason;
 use super::step::{POLL, SLOW_POLL, Step, api_error, conflict, is_not_found, not_installed};
+use crate::clock::human;
 use crate::error::ProviderError;
 use crate::provider::{LoadBalancerIdentity, Progress};
 
@@ -146,27 +147,5 @@ impl KubeDcProvider {
                 POLL,
             )
         }
-    }
-}
-
-/// A duration the way kubectl shows ages: `42s`, `10m`, `2h2m`.
-fn human(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..=119 => format!("{s}s"),
-        120..=7199 => format!("{}m", s / 60),
-        _ => format!("{}h{}m", s / 3600, (s % 3600) / 60),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_like_kubectl() {
-        assert_eq!(human(Duration::from_secs(42)), "42s");
-        assert_eq!(human(Duration::from_secs(600)), "10m");
-        assert_eq!(human(Duration::from_secs(7320)), "2h2m");
     }
 }

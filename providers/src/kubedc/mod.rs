@@ -151,12 +151,22 @@ impl Provider for KubeDcProvider {
         let infra = Infra::read(request.infra, identity)?;
         let mut changes = Vec::new();
         let mut status = Map::new();
+        // kube-dc's controller restricts no sources.
+        let unsupported: Vec<String> = if request.source_ranges.is_empty() {
+            Vec::new()
+        } else {
+            vec![format!(
+                "source ranges ({}) are not enforced: kube-dc's load balancers accept every source",
+                request.source_ranges.join(", ")
+            )]
+        };
         let outcome = |progress: Progress, addresses, created, changes, status| EnsureOutcome {
             progress,
             addresses,
             created,
             changes,
             status,
+            unsupported: unsupported.clone(),
         };
         let (eip, created) = match self.ensure_eip(&infra, identity, &mut changes).await? {
             Step::Ready(found) => found,

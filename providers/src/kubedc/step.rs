@@ -4,25 +4,13 @@
 use std::time::Duration;
 
 use super::reason;
-pub(super) use crate::lbservice::{api_error, is_not_found};
+pub(super) use crate::lbservice::{Step, api_error, is_not_found};
 use crate::provider::{LoadBalancerIdentity, Progress};
 
 /// How often to look again while waiting for kube-dc.
 pub(super) const POLL: Duration = Duration::from_secs(5);
 /// How often to look again while kube-dc is not installed or a name is taken.
 pub(super) const SLOW_POLL: Duration = Duration::from_secs(60);
-
-/// How far one step of [`Provider::ensure`](crate::provider::Provider::ensure) got: what it made or
-/// found, or the progress to report when the reconcile has to stop there (kube-dc is not installed, a
-/// name is taken, the EIp named in `spec.eipName` does not exist). API failures are not a step's
-/// outcome but a [`ProviderError`].
-#[derive(Debug)]
-pub(super) enum Step<T> {
-    /// The step is done; carry on with this.
-    Ready(T),
-    /// Stop here and report this progress (pending, with its condition reason).
-    Wait(Progress),
-}
 
 /// Pending on `NameConflict`: `kind` `name` exists and is not capi-lb's.
 pub(super) fn conflict(kind: &str, name: &str, identity: &LoadBalancerIdentity) -> Progress {

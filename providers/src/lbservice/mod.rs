@@ -13,13 +13,46 @@ pub mod members;
 
 use std::collections::BTreeMap;
 
-use capi_lb_api::constants::{FIELD_MANAGER, LABEL_MANAGED_BY, MANAGED_BY_VALUE};
+use capi_lb_api::constants::{DNS_LABEL_MAX, FIELD_MANAGER, LABEL_MANAGED_BY, MANAGED_BY_VALUE};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use sha2::{Digest, Sha256};
 
 use crate::error::ProviderError;
 use crate::provider::{Listener, LoadBalancerIdentity, tags};
+
+/// `base + suffix` when it is a DNS label of at most 63 characters starting with a letter;
+/// otherwise `capi-lb-<base cut>-<8 hex of its SHA-256><suffix>`, which always is.
+pub fn derived_name(base: &str, suffix: &str) -> String {
+    let candidate = format!("{base}{suffix}");
+    let is_label = candidate.len() <= DNS_LABEL_MAX
+        && candidate.starts_with(|c: char| c.is_ascii_lowercase())
+        && candidate
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !candidate.ends_with('-');
+    if is_label {
+        return candidate;
+    }
+    let hash: String = Sha256::digest(base.as_bytes())
+        .iter()
+        .take(4)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let room = DNS_LABEL_MAX - "capi-lb-".len() - 1 - hash.len() - suffix.len();
+    let cut: String = base
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .take(room)
+        .collect();
+    let cut = cut.trim_matches('-');
+    if cut.is_empty() {
+        format!("capi-lb-{hash}{suffix}")
+    } else {
+        format!("capi-lb-{cut}-{hash}{suffix}")
+    }
+}
 
 /// Labels on everything made for `identity` (and the infrastructure object `infra_uid`).
 pub fn labels(
@@ -235,6 +268,18 @@ impl Ingress {
     }
 }
 
+/// How far one step of [`Provider::ensure`](crate::provider::Provider::ensure) got: what it made or
+/// found, or the progress to report when the reconcile has to stop there (a name is taken, an
+/// object it needs does not exist yet). API failures are not a step's outcome but a
+/// [`ProviderError`].
+#[derive(Debug)]
+pub enum Step<T> {
+    /// The step is done; carry on with this.
+    Ready(T),
+    /// Stop here and report this progress (pending, with its condition reason).
+    Wait(crate::provider::Progress),
+}
+
 /// A failed API call as a transient error: `<what>: <error>`.
 pub fn api_error(what: &str, e: kube::Error) -> ProviderError {
     ProviderError::transient(format!("{what}: {e}"))
@@ -288,6 +333,26 @@ mod tests {
             }),
             status: None,
         }
+    }
+
+    #[test]
+    fn derived_names_fit_and_stay_readable() {
+        assert_eq!(derived_name("cp", "-lb"), "cp-lb");
+        let long = "a".repeat(80);
+        let name = derived_name(&long, "-eip");
+        assert!(name.len() <= 63 && name.ends_with("-eip") && name.starts_with("capi-lb-a"));
+        assert_ne!(
+            derived_name(&format!("{long}x"), "-lb"),
+            derived_name(&format!("{long}y"), "-lb")
+        );
+        // Names that are not DNS-1035 labels (a leading digit, dots) are derived too.
+        let dotted = derived_name("1.cp", "-lb");
+        assert!(dotted.starts_with("capi-lb-1-cp-"), "{dotted}");
+        assert!(
+            dotted
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        );
     }
 
     #[test]

@@ -49,6 +49,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use capi_lb_api::OctaviaLoadBalancer;
 use capi_lb_api::constants::INFRASTRUCTURE_GROUP;
+use kube::ResourceExt;
 use kube::core::ApiResource;
 use serde_json::{Map, json};
 
@@ -188,7 +189,9 @@ impl Provider for OctaviaProvider {
     }
 
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
-        let infra = Infra::read(request.infra, request.identity)?;
+        let mut infra = Infra::read(request.infra, request.identity)?;
+        let unsupported =
+            infra.restrict_sources(&request.infra.name_any(), request.source_ranges)?;
         if request.listeners.is_empty() {
             return Err(ProviderError::permanent(
                 INVALID_CONFIGURATION,
@@ -205,6 +208,7 @@ impl Provider for OctaviaProvider {
             created: run.created,
             changes: run.changes.clone(),
             status: run.status_map(),
+            unsupported,
         })
     }
 

@@ -19,6 +19,7 @@ use super::reason;
 use super::stop::Stop;
 use crate::error::{ProviderError, read_infrastructure};
 use crate::provider::{Listener, LoadBalancerIdentity, Progress};
+use crate::sources;
 
 fn hash(value: &Value) -> String {
     Sha256::digest(value.to_string().as_bytes())
@@ -80,6 +81,32 @@ impl Infra {
             Algorithm::SourceIp => "SOURCE_IP",
             Algorithm::SourceIpPort => "SOURCE_IP_PORT",
         }
+    }
+
+    /// Restrict the listeners to the LoadBalancer's source ranges (`requested`, within the spec's
+    /// own `listener.allowedCIDRs`), and what cannot be honoured: the `ovn` provider has no allowed
+    /// CIDRs.
+    pub(super) fn restrict_sources(
+        &mut self,
+        name: &str,
+        requested: &[String],
+    ) -> Result<Vec<String>, ProviderError> {
+        if requested.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.spec.provider == Some(Driver::Ovn) {
+            return Ok(vec![format!(
+                "source ranges ({}) are not enforced: Octavia's ovn provider has no allowed CIDRs, so every source can connect",
+                requested.join(", ")
+            )]);
+        }
+        let listener = self.spec.listener.get_or_insert_with(Default::default);
+        listener.allowed_cidrs = sources::within(
+            &listener.allowed_cidrs,
+            requested,
+            &format!("OctaviaLoadBalancer {name}'s listener.allowedCIDRs"),
+        )?;
+        Ok(Vec::new())
     }
 
     /// Refuse what the cloud's API version cannot do, naming the field and the versions.
