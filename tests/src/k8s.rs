@@ -46,8 +46,43 @@ pub struct Cluster {
     pub dns: Option<SocketAddr>,
     /// kubectl for this cluster's version.
     pub kubectl: PathBuf,
+    /// MetalLB's controller, serving one load-balancer class from one pool.
+    pub metallb: Option<MetalLb>,
     /// Where the cluster came from, for messages.
     pub source: String,
+}
+
+/// The MetalLB controller of the cluster under test.
+#[derive(Clone, Debug)]
+pub struct MetalLb {
+    /// The `loadBalancerClass` it serves (`--lb-class`).
+    pub class: String,
+    /// The CIDR of its address pool.
+    pub pool: ipnet::IpNet,
+}
+
+impl MetalLb {
+    fn from(class: Option<String>, pool: Option<String>) -> Result<Option<Self>, String> {
+        match (class, pool) {
+            (Some(class), Some(pool)) => Ok(Some(Self {
+                class,
+                pool: pool
+                    .parse()
+                    .map_err(|e| format!("CAPI_LB_E2E_METALLB_POOL={pool}: {e}"))?,
+            })),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// MetalLB of the cluster under test; panics when there is none (these tests never skip).
+pub fn metallb() -> &'static MetalLb {
+    cluster().metallb.as_ref().unwrap_or_else(|| {
+        panic!(
+            "no MetalLB on {}: set CAPI_LB_E2E_METALLB_CLASS and CAPI_LB_E2E_METALLB_POOL to the class and pool of a MetalLB controller serving it",
+            cluster().source
+        )
+    })
 }
 
 fn repo() -> PathBuf {
@@ -95,6 +130,10 @@ fn resolve_cluster() -> Result<Cluster, String> {
             kubectl: std::env::var_os("CAPI_LB_E2E_KUBECTL")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| "kubectl".into()),
+            metallb: MetalLb::from(
+                std::env::var("CAPI_LB_E2E_METALLB_CLASS").ok(),
+                std::env::var("CAPI_LB_E2E_METALLB_POOL").ok(),
+            )?,
             source: "CAPI_LB_E2E_KUBECONFIG".into(),
         });
     }
@@ -121,6 +160,10 @@ fn resolve_cluster() -> Result<Cluster, String> {
                 .map_err(|e| format!("CAPI_LB_E2E_DNS: {e}"))?,
         ),
         kubectl: get("CAPI_LB_E2E_KUBECTL")?.into(),
+        metallb: MetalLb::from(
+            Some(get("CAPI_LB_E2E_METALLB_CLASS")?),
+            Some(get("CAPI_LB_E2E_METALLB_POOL")?),
+        )?,
         source: "tests/k8s/harness.sh".into(),
     })
 }
