@@ -1100,3 +1100,72 @@ async fn a_foreign_floating_ip_on_the_vip_port_is_left_alone() {
     );
     delete_and_settle(&world, &h, &uid_tag(&lb)).await;
 }
+
+/// The listeners' allowed CIDRs of load balancer `status`, sorted.
+fn allowed_cidrs(h: &Harness, status: &OctaviaLoadBalancerStatus) -> Vec<String> {
+    let listener = status.listeners[0].listener_id.clone().unwrap();
+    let (_, body) = h.octavia("GET", &format!("lbaas/listeners/{listener}"), None);
+    let mut cidrs: Vec<String> = body["listener"]["allowed_cidrs"]
+        .as_array()
+        .map(|a| a.iter().map(|c| c.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default();
+    cidrs.sort();
+    cidrs
+}
+
+/// The LoadBalancer's `spec.sourceRanges` become the listeners' `allowed_cidrs`, within the
+/// OctaviaLoadBalancer's own `listener.allowedCIDRs`: ranges outside them are refused with a clear
+/// condition and change nothing; without them the infrastructure's apply again.
+#[tokio::test]
+async fn source_ranges_become_allowed_cidrs_within_the_infrastructures() {
+    let h = harness();
+    let mut objects = basic(&h);
+    objects[1] = octavia_lb("cp")
+        .spec("sourceRanges", json!(["10.1.0.0/16", "10.2.0.0/16"]))
+        .build();
+    objects[2] = olb(
+        "cp",
+        &h,
+        json!({"listener": {"allowedCIDRs": ["10.0.0.0/8"]}}),
+    );
+    let world = World::new(objects).await.unwrap();
+    let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
+    assert_eq!(
+        cond(&lb, "SpecHonoured"),
+        ("True".to_string(), "Honoured".to_string())
+    );
+    let status = octavia_status(&world, "cp").await;
+    assert_eq!(allowed_cidrs(&h, &status), ["10.1.0.0/16", "10.2.0.0/16"]);
+
+    // Wider than the infrastructure allows: refused, the listener keeps what it had.
+    merge_patch::<LoadBalancer>(
+        &world,
+        "cp",
+        json!({"spec": {"sourceRanges": ["192.0.2.0/24"]}}),
+    )
+    .await;
+    world.reconcile(NS, "cp").await.unwrap();
+    let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
+    assert_eq!(c.reason, "ProviderFailed", "{c:?}");
+    assert!(
+        c.message.contains("192.0.2.0/24 are not within OctaviaLoadBalancer cp's listener.allowedCIDRs (10.0.0.0/8)"),
+        "{c:?}"
+    );
+    assert_eq!(allowed_cidrs(&h, &status), ["10.1.0.0/16", "10.2.0.0/16"]);
+
+    // Without the LoadBalancer's ranges, the infrastructure's apply.
+    merge_patch::<LoadBalancer>(&world, "cp", json!({"spec": {"sourceRanges": null}})).await;
+    let mut rounds = 0;
+    while allowed_cidrs(&h, &status) != ["10.0.0.0/8"] {
+        rounds += 1;
+        assert!(
+            rounds < 40,
+            "listener still allows {:?}",
+            allowed_cidrs(&h, &status)
+        );
+        let _ = world.reconcile(NS, "cp").await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let lb = reconcile_cp_until(&world, "Ready again", is_ready).await;
+    delete_and_settle(&world, &h, &uid_tag(&lb)).await;
+}
