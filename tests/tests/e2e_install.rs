@@ -21,7 +21,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use capi_lb_api::validation::{FieldErrors, parse, resolve_field_path};
-use capi_lb_api::{InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer};
+use capi_lb_api::{
+    InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer,
+    ServiceLoadBalancer,
+};
 use capi_lb_tests::k8s::{
     TestNs, admin_client, apply_value, dynamic_api, install_capi_crds, install_crds,
     install_third_party_crds, kubectl, wait_for,
@@ -568,6 +571,7 @@ fn client_validate(kind: &str, object: &Value) -> Result<(), FieldErrors> {
         "InMemoryLoadBalancer" => parse::<InMemoryLoadBalancer>(object).map(drop),
         "KubeDCLoadBalancer" => parse::<KubeDCLoadBalancer>(object).map(drop),
         "OctaviaLoadBalancer" => parse::<OctaviaLoadBalancer>(object).map(drop),
+        "ServiceLoadBalancer" => parse::<ServiceLoadBalancer>(object).map(drop),
         other => panic!("no client-side validation for {other}"),
     }
 }
@@ -770,6 +774,65 @@ fn cel_cases() -> Vec<CelCase> {
         .spec(lb_spec(
             json!({"targetAddressTypes": ["InternalIP", "ExternalIP", "InternalIP"]}),
         )),
+        case(
+            "LoadBalancer",
+            "spec.sourceRanges",
+            "every source range must be a CIDR",
+            "spec.sourceRanges",
+        )
+        .spec(lb_spec(json!({"sourceRanges": ["10.0.0.0/8", "10.0.0.1"]}))),
+        // ServiceLoadBalancer
+        case(
+            "ServiceLoadBalancer",
+            "spec",
+            "loadBalancerClass is immutable",
+            "spec",
+        )
+        .old(json!({"loadBalancerClass": "example.com/a"}))
+        .spec(json!({"loadBalancerClass": "example.com/b"})),
+        case(
+            "ServiceLoadBalancer",
+            "spec",
+            "loadBalancerClass is immutable",
+            "spec",
+        )
+        .old(json!({}))
+        .spec(json!({"loadBalancerClass": "example.com/a"})),
+        case(
+            "ServiceLoadBalancer",
+            "spec.annotations",
+            "cannot be capi-lb's own",
+            "spec.annotations",
+        )
+        .spec(json!({"annotations": {"loadbalancer.cluster.x-k8s.io/external-endpoint": "true"}})),
+        case(
+            "ServiceLoadBalancer",
+            "spec.labels",
+            "cannot be capi-lb's own",
+            "spec.labels",
+        )
+        .spec(json!({"labels": {"app.kubernetes.io/managed-by": "someone"}})),
+        case(
+            "ServiceLoadBalancer",
+            "spec.ipFamilies",
+            "each family at most once",
+            "spec.ipFamilies",
+        )
+        .spec(json!({"ipFamilies": ["IPv6", "IPv6"]})),
+        case(
+            "ServiceLoadBalancer",
+            "spec.loadBalancerIP",
+            "must be an IP address",
+            "spec.loadBalancerIP",
+        )
+        .spec(json!({"loadBalancerIP": "192.0.2.300"})),
+        case(
+            "ServiceLoadBalancer",
+            "spec.loadBalancerSourceRanges",
+            "every entry must be a CIDR",
+            "spec.loadBalancerSourceRanges",
+        )
+        .spec(json!({"loadBalancerSourceRanges": ["192.0.2.0/24", "everyone"]})),
         // InMemoryLoadBalancer
         case(
             "InMemoryLoadBalancer",
