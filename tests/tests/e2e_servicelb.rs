@@ -313,6 +313,16 @@ async fn a_swap_from_the_in_memory_provider_to_metallb_keeps_the_endpoint() {
     t.finish().await;
 }
 
+/// The message of the LoadBalancer's InfrastructureReady condition.
+fn infrastructure_message(lb: &LoadBalancer) -> String {
+    lb.status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .find(|c| c.type_ == "InfrastructureReady")
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
 /// When nothing serves the class, the LoadBalancer says so: waiting, then `NoImplementation` after
 /// `addressTimeoutSeconds`, naming the class; when MetalLB refuses (an address outside its pool), its
 /// Warning is quoted.
@@ -347,14 +357,7 @@ async fn no_implementation_and_a_refused_address_are_reported() {
     })
     .await
     .unwrap();
-    let message = idle
-        .status
-        .unwrap()
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "InfrastructureReady")
-        .unwrap()
-        .message;
+    let message = infrastructure_message(&idle);
     assert!(
         message.contains("nothing has given Service") && message.contains("example.com/nobody"),
         "{message}"
@@ -364,14 +367,7 @@ async fn no_implementation_and_a_refused_address_are_reported() {
     })
     .await
     .unwrap();
-    let message = refused
-        .status
-        .unwrap()
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "InfrastructureReady")
-        .unwrap()
-        .message;
+    let message = infrastructure_message(&refused);
     assert!(
         message.contains("AllocationFailed") && message.contains("192.0.2.77"),
         "MetalLB's refusal is quoted: {message}"

@@ -3,19 +3,16 @@
 //! reads Endpoints. kube-dc has no weights, so a draining member stays ready in the endpoints until
 //! the reconciler leaves it out after the drain time.
 
-use k8s_openapi::api::core::v1::Service;
 use serde_json::{Map, json};
 
 use super::KubeDcProvider;
-use super::infra::{Infra, ours};
-use super::step::{POLL, SLOW_POLL, api_error};
+use super::infra::Infra;
+use super::step::{POLL, SLOW_POLL};
 use crate::endpoints;
 use crate::error::ProviderError;
-use crate::lbservice::Ingress;
 use crate::lbservice::members::{MemberEndpoints, member_statuses};
-use crate::provider::{
-    LoadBalancerIdentity, MemberState, MemberStatus, MembersOutcome, MembersRequest, Progress,
-};
+use crate::lbservice::{Ingress, member_service};
+use crate::provider::{MemberState, MemberStatus, MembersOutcome, MembersRequest, Progress};
 
 impl KubeDcProvider {
     /// `converge_members`: the request's members as the endpoints of the LoadBalancer Service.
@@ -25,7 +22,14 @@ impl KubeDcProvider {
     ) -> Result<MembersOutcome, ProviderError> {
         let identity = request.identity;
         let infra = Infra::read(request.infra, identity)?;
-        let service = self.member_service(&infra, identity).await?;
+        let service = member_service(
+            &self.client,
+            &infra.namespace,
+            &infra.service_name(),
+            identity,
+            infra.uid.as_deref(),
+        )
+        .await?;
         let converged = MemberEndpoints {
             client: &self.client,
             service: &service,
@@ -47,27 +51,6 @@ impl KubeDcProvider {
             changes: converged.changes,
             status,
         })
-    }
-
-    /// The LoadBalancer Service the members are endpoints of: an error until it exists and is ours.
-    async fn member_service(
-        &self,
-        infra: &Infra,
-        identity: &LoadBalancerIdentity,
-    ) -> Result<Service, ProviderError> {
-        let service_name = infra.service_name();
-        let services = self.services(&infra.namespace);
-        let Some(service) = services
-            .get_opt(&service_name)
-            .await
-            .map_err(|e| api_error(&format!("get Service {service_name}"), e))?
-            .filter(|s| ours(&s.metadata, identity, infra))
-        else {
-            return Err(ProviderError::transient(format!(
-                "Service {service_name} does not exist yet"
-            )));
-        };
-        Ok(service)
     }
 }
 

@@ -280,6 +280,23 @@ pub enum Step<T> {
     Wait(crate::provider::Progress),
 }
 
+/// The Service `name` the members are endpoints of: a transient error until it exists and is ours
+/// (made for `identity` and the infrastructure object `infra_uid`).
+pub async fn member_service(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    identity: &LoadBalancerIdentity,
+    infra_uid: Option<&str>,
+) -> Result<Service, ProviderError> {
+    kube::Api::<Service>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| api_error(&format!("get Service {name}"), e))?
+        .filter(|s| owned(&s.metadata, identity, infra_uid))
+        .ok_or_else(|| ProviderError::transient(format!("Service {name} does not exist yet")))
+}
+
 /// A failed API call as a transient error: `<what>: <error>`.
 pub fn api_error(what: &str, e: kube::Error) -> ProviderError {
     ProviderError::transient(format!("{what}: {e}"))

@@ -45,10 +45,10 @@ use crate::endpoints;
 use crate::error::ProviderError;
 use crate::lbservice::delete::{delete_services, selector};
 use crate::lbservice::members::{MemberEndpoints, member_statuses};
-use crate::lbservice::{Ingress, Step, api_error, owned};
+use crate::lbservice::{Ingress, Step, member_service};
 use crate::provider::{
-    DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, LoadBalancerIdentity, MemberState,
-    MembersOutcome, MembersRequest, Progress, Provider,
+    DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MemberState, MembersOutcome,
+    MembersRequest, Progress, Provider,
 };
 use service::{Infra, desired_service, source_ranges};
 
@@ -116,21 +116,6 @@ impl ServiceProvider {
     /// A provider that creates its Services through `client`.
     pub fn new(client: kube::Client, clock: SharedClock) -> Self {
         Self { client, clock }
-    }
-
-    /// The Service the members are endpoints of: an error until it exists and is ours.
-    async fn member_service(
-        &self,
-        infra: &Infra,
-        identity: &LoadBalancerIdentity,
-    ) -> Result<Service, ProviderError> {
-        let name = infra.service_name();
-        self.services(&infra.namespace)
-            .get_opt(&name)
-            .await
-            .map_err(|e| api_error(&format!("get Service {name}"), e))?
-            .filter(|s| owned(&s.metadata, identity, infra.uid.as_deref()))
-            .ok_or_else(|| ProviderError::transient(format!("Service {name} does not exist yet")))
     }
 }
 
@@ -232,7 +217,14 @@ impl Provider for ServiceProvider {
     ) -> Result<MembersOutcome, ProviderError> {
         let identity = request.identity;
         let infra = Infra::read(request.infra, identity)?;
-        let service = self.member_service(&infra, identity).await?;
+        let service = member_service(
+            &self.client,
+            &infra.namespace,
+            &infra.service_name(),
+            identity,
+            infra.uid.as_deref(),
+        )
+        .await?;
         let converged = MemberEndpoints {
             client: &self.client,
             service: &service,
