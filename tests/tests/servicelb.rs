@@ -2,8 +2,9 @@
 //! API and a simulated implementation of Services of `type: LoadBalancer`
 //! (tests/src/servicelb_sim.rs, what MetalLB's controller does): the Service and its member
 //! EndpointSlices, the address, drain, what is said while there is no address, name conflicts,
-//! source ranges (also for the in-memory and kube-dc providers and a Service of capi-lb's class), a
-//! migration from another provider, and deletion.
+//! source ranges (also for the in-memory and kube-dc providers and a Service of capi-lb's class),
+//! migrations (from another provider, to another class), adoption after a restart, port changes and
+//! deletion.
 // Integration tests: helpers panic on broken fixtures, which is the failure we want.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -1005,4 +1006,166 @@ async fn deleting_the_load_balancer_deletes_the_service_and_its_slices_then_the_
         "finalizer released"
     );
     assert!(service(&world, "cp-ext").await.is_none());
+}
+
+#[tokio::test]
+async fn moving_to_another_class_brings_up_the_new_service_before_deleting_the_old_one() {
+    let world = world(vec![
+        service_lb("cp").spec("drainSeconds", json!(30)).build(),
+        service_infra("cp", metallb_spec()),
+        service_infra("cp-b", json!({"loadBalancerClass": "example.com/other"})),
+        machine("cp-m1", "cp", "10.0.0.11").build(),
+        machine("cp-m2", "cp", "10.0.0.12").build(),
+    ])
+    .await;
+    let mut sim_a = ServiceLbSim::new(Some(CLASS), &POOL);
+    let mut sim_b = ServiceLbSim::new(Some("example.com/other"), &["198.51.100.20"]);
+    drive(&world, Some(&mut sim_a), 6, Duration::from_secs(1)).await;
+    assert!(is_ready(&get_lb(&world, "cp").await));
+    let old_uid = service(&world, "cp-lb").await.unwrap().uid();
+
+    point_at(&world, "cp", "ServiceLoadBalancer", "cp-b").await;
+    let mut switched_with_old_alive = false;
+    for _ in 0..30 {
+        sim_a.step(&world).await;
+        sim_b.step(&world).await;
+        world.reconcile(NS, "cp").await.unwrap();
+        let status = get_lb(&world, "cp").await.status.unwrap();
+        if status.addresses.first().map(|a| a.address.as_str()) == Some("198.51.100.20")
+            && service(&world, "cp-lb").await.is_some()
+        {
+            switched_with_old_alive = true;
+            assert_eq!(
+                service(&world, "cp-lb").await.unwrap().uid(),
+                old_uid,
+                "the old Service is the same one, draining"
+            );
+            assert_eq!(
+                member_endpoints_named(&world, "cp-b-lb-ipv4").await,
+                vec!["10.0.0.11", "10.0.0.12"]
+            );
+        }
+        world.clock.advance(Duration::from_secs(5));
+    }
+    assert!(
+        switched_with_old_alive,
+        "the address switched while the old Service still existed"
+    );
+    let lb = get_lb(&world, "cp").await;
+    let status = lb.status.clone().unwrap();
+    assert!(status.ready, "{status:#?}");
+    assert_eq!(status.infrastructure_ref.as_ref().unwrap().name, "cp-b");
+    assert!(status.migration.is_none());
+    assert_eq!(status.addresses[0].address, "198.51.100.20");
+    assert_eq!(
+        slices(&world, "cp-ext").await["cp-ext-ipv4"],
+        vec!["198.51.100.20"]
+    );
+    assert!(
+        service(&world, "cp-lb").await.is_none(),
+        "the old Service is deleted"
+    );
+    assert!(slices(&world, "cp-lb").await.is_empty());
+    let new = service(&world, "cp-b-lb").await.unwrap();
+    assert_eq!(
+        new.spec.unwrap().load_balancer_class.as_deref(),
+        Some("example.com/other")
+    );
+    assert_eq!(
+        member_endpoints_named(&world, "cp-b-lb-ipv4").await,
+        vec!["10.0.0.11", "10.0.0.12"]
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_controller_adopts_its_service_and_keeps_the_address() {
+    let (world, mut sim) = converged(objects(metallb_spec())).await;
+    let before = service(&world, "cp-lb").await.unwrap();
+    // A new process, and the ServiceLoadBalancer's status lost.
+    Api::<ServiceLoadBalancer>::namespaced(world.client(), NS)
+        .patch_status(
+            "cp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": null})),
+        )
+        .await
+        .unwrap();
+    let restarted = world.restart();
+    drive(&restarted, Some(&mut sim), 3, Duration::from_secs(1)).await;
+    let after = service(&restarted, "cp-lb").await.unwrap();
+    assert_eq!(after.uid(), before.uid(), "the same Service, adopted");
+    assert_eq!(ingress_ips(&after), vec!["192.0.2.10"]);
+    let lb = get_lb(&restarted, "cp").await;
+    assert!(is_ready(&lb));
+    assert_eq!(lb.status.unwrap().addresses[0].address, "192.0.2.10");
+    let infra = svc_lb_status(&restarted, "cp").await;
+    assert_eq!(infra.service_name.as_deref(), Some("cp-lb"));
+    assert!(infra.ready);
+    assert_eq!(infra.member_count, 2);
+    let lbs = Api::<Service>::namespaced(restarted.client(), NS)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
+        .count();
+    assert_eq!(lbs, 1, "no second Service");
+}
+
+#[tokio::test]
+async fn new_ports_reach_the_service_and_the_member_slice() {
+    let (world, mut sim) = converged(objects(metallb_spec())).await;
+    merge_patch::<LoadBalancer>(
+        &world,
+        "cp",
+        json!({"spec": {"ports": [
+            {"name": "kube-apiserver", "port": 6443, "protocol": "TCP"},
+            {"name": "konnectivity", "port": 8132, "targetPort": 18132, "protocol": "TCP"},
+        ]}}),
+    )
+    .await;
+    drive(&world, Some(&mut sim), 2, Duration::from_secs(1)).await;
+    let svc = service(&world, "cp-lb").await.unwrap();
+    let mut ports: Vec<(i32, String)> = svc
+        .spec
+        .unwrap()
+        .ports
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.port, format!("{:?}", p.target_port)))
+        .collect();
+    ports.sort();
+    assert_eq!(
+        ports,
+        vec![
+            (6443, "Some(Int(6443))".to_string()),
+            (8132, "Some(Int(18132))".to_string())
+        ]
+    );
+    let mut slice_ports: Vec<Option<i32>> = slice(&world, "cp-lb-ipv4")
+        .await
+        .unwrap()
+        .ports
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| p.port)
+        .collect();
+    slice_ports.sort();
+    assert_eq!(slice_ports, vec![Some(6443), Some(18132)]);
+    assert_eq!(
+        ingress_ips(&service(&world, "cp-lb").await.unwrap()),
+        vec!["192.0.2.10"]
+    );
+    assert!(is_ready(&get_lb(&world, "cp").await));
+    // And then steady.
+    let writes = world.api.stats.writes();
+    sim.step(&world).await;
+    world.reconcile(NS, "cp").await.unwrap();
+    assert_eq!(
+        world.api.stats.writes(),
+        writes,
+        "{:?}",
+        &world.api.stats.log()[writes as usize..]
+    );
 }
