@@ -83,7 +83,7 @@ async fn wait_endpoints(t: &TestNs, slice: &str, want: &[(&str, bool, bool, bool
         &t.api::<EndpointSlice>(),
         slice,
         &format!("{slice} with {want:?}"),
-        |s| s.is_some_and(|s| endpoints(&s) == want),
+        |s| s.is_some_and(|s| endpoints(s) == want),
     )
     .await;
 }
@@ -154,7 +154,7 @@ async fn a_load_balancer_on_metallb_publishes_its_address_drains_members_and_fre
     );
     let infra = t.api::<ServiceLoadBalancer>().get("metal").await.unwrap();
     let status = infra.status.unwrap();
-    assert_eq!(status.addresses, [address.clone()]);
+    assert_eq!(status.addresses, std::slice::from_ref(&address));
     assert!(status.ready);
 
     // The stable name resolves to MetalLB's address through the real CoreDNS.
