@@ -101,7 +101,7 @@ async fn wait_established(client: &Client, name: &str) {
 
 /// clusterctl's value of the provider components' variable that gives the same Deployment as
 /// `config/manager` (so that the two installs agree and re-applying either never conflicts).
-const CLUSTERCTL_PROVIDERS: &str = "inmemory,kubedc,octavia";
+const CLUSTERCTL_PROVIDERS: &str = "inmemory,kubedc,octavia,service";
 
 #[tokio::test]
 async fn crds_and_config_default_install_with_kubectl_and_every_generated_manifest_applies() {

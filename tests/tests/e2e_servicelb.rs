@@ -374,3 +374,94 @@ async fn no_implementation_and_a_refused_address_are_reported() {
     );
     t.finish().await;
 }
+
+/// A setting dropped from the ServiceLoadBalancer leaves the Service on the real apiserver (capi-lb
+/// applies again without it: server-side apply removes what its manager no longer sets), a setting
+/// added arrives, and afterwards nothing is written while idle.
+#[tokio::test]
+async fn a_dropped_setting_leaves_the_service_and_nothing_is_rewritten_while_idle() {
+    let mut t = TestNs::new("e2e-metallb-drop").await;
+    t.start(t.options(&["service"]));
+    t.create(service_load_balancer(
+        "metal",
+        json!({"loadBalancerClass": metallb().class,
+               "annotations": {"example.com/owner": "platform"},
+               "labels": {"tier": "control-plane"},
+               "loadBalancerSourceRanges": ["10.0.0.0/8"]}),
+    ))
+    .await;
+    t.create(on_service("cp", "metal", json!({}))).await;
+    wait_ready(&t, "cp").await;
+    let services = t.api::<Service>();
+    wait_for(&services, "metal-lb", "the settings on the Service", |s| {
+        s.is_some_and(|s| {
+            s.annotations().contains_key("example.com/owner")
+                && s.labels().contains_key("tier")
+                && s.spec
+                    .as_ref()
+                    .and_then(|s| s.load_balancer_source_ranges.clone())
+                    == Some(vec!["10.0.0.0/8".to_string()])
+        })
+    })
+    .await;
+
+    // Only an annotation dropped: nothing else differs, so only capi-lb's record of what it applied
+    // tells that the Service still has it.
+    let slb = t.api::<ServiceLoadBalancer>();
+    slb.patch(
+        "metal",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"annotations": null}})),
+    )
+    .await
+    .unwrap();
+    wait_for(&services, "metal-lb", "the dropped annotation gone", |s| {
+        s.is_some_and(|s| !s.annotations().contains_key("example.com/owner"))
+    })
+    .await;
+    // A label replaced and the source ranges dropped.
+    slb.patch(
+        "metal",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"loadBalancerSourceRanges": null,
+                                       "labels": {"tier": null, "zone": "a"}}})),
+    )
+    .await
+    .unwrap();
+    let updated = wait_for(&services, "metal-lb", "the dropped settings gone", |s| {
+        s.is_some_and(|s| {
+            !s.annotations().contains_key("example.com/owner")
+                && !s.labels().contains_key("tier")
+                && s.labels().get("zone").map(String::as_str) == Some("a")
+                && s.spec
+                    .as_ref()
+                    .and_then(|s| s.load_balancer_source_ranges.clone())
+                    .is_none()
+        })
+    })
+    .await
+    .unwrap();
+    // capi-lb's own labels and annotations stay, and so does MetalLB's.
+    assert!(
+        updated
+            .annotations()
+            .contains_key("metallb.io/ip-allocated-from-pool")
+    );
+    assert!(
+        updated
+            .labels()
+            .contains_key("capi-lb.loadbalancer.cluster.x-k8s.io/uid")
+    );
+
+    // Idle: nothing rewrites the Service (a comparison that kept seeing the dropped fields would).
+    let version = updated.resource_version();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let after = services.get("metal-lb").await.unwrap();
+    assert_eq!(
+        after.resource_version(),
+        version,
+        "the Service was written while idle: {:?}",
+        after.metadata.managed_fields
+    );
+    t.finish().await;
+}
