@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::time::Duration;
 
 use capi_lb_api::constants::{FIELD_MANAGER, LABEL_SERVICE_NAME};
 use k8s_openapi::api::core::v1::{Endpoints, ObjectReference, Service};
@@ -14,11 +15,14 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 
-use super::{api_error, is_not_found, labels, owned};
+use serde_json::{Map, json};
+
+use super::{Ingress, api_error, is_not_found, labels, member_service, owned};
 use crate::endpoints::{self, EndpointObjects, ServiceEndpoints, endpoints_match, slice_matches};
 use crate::error::ProviderError;
 use crate::provider::{
     DesiredMember, Listener, LoadBalancerIdentity, MemberIntent, MemberState, MemberStatus,
+    MembersOutcome, MembersRequest, Progress,
 };
 
 /// A member set: name -> (address, draining).
@@ -229,6 +233,86 @@ impl MemberEndpoints<'_> {
     }
 }
 
+/// `converge_members` of a provider whose members are its Service's endpoints: find the Service
+/// (an error until it exists and is ours), publish the request's members, and report them: active
+/// once the Service has an address from its implementation, adding before, and pending (with the
+/// provider's words) on members without an IP or while adding.
+#[derive(Clone)]
+pub struct MemberPublication<'a> {
+    /// Client of the cluster the Service is in.
+    pub client: &'a kube::Client,
+    /// Namespace of the Service.
+    pub namespace: &'a str,
+    /// Name of the Service.
+    pub service_name: String,
+    /// UID of the infrastructure object the Service was made for.
+    pub infra_uid: Option<&'a str>,
+    /// How a draining member is published.
+    pub draining: endpoints::State,
+    /// Whether v1 Endpoints are written besides the EndpointSlices.
+    pub legacy_endpoints: bool,
+    /// What members that are not IPs are left out for, e.g. "kube-dc load balances to IP
+    /// addresses only".
+    pub ip_only: &'a str,
+    /// What adding members wait for.
+    pub waiting: String,
+    /// How often to look again while members are adding.
+    pub poll: Duration,
+    /// How often to look again while members are left out.
+    pub slow_poll: Duration,
+}
+
+impl MemberPublication<'_> {
+    /// Publish `request`'s members and say how far they are.
+    pub async fn converge(
+        self,
+        request: MembersRequest<'_>,
+    ) -> Result<MembersOutcome, ProviderError> {
+        let service = member_service(
+            self.client,
+            self.namespace,
+            &self.service_name,
+            request.identity,
+            self.infra_uid,
+        )
+        .await?;
+        let converged = MemberEndpoints {
+            client: self.client,
+            service: &service,
+            identity: request.identity,
+            infra_uid: self.infra_uid,
+            draining: self.draining,
+            legacy_endpoints: self.legacy_endpoints,
+        }
+        .converge(request.listeners, request.members)
+        .await?;
+        // The implementation programs the members once the Service has its address.
+        let statuses = member_statuses(&converged.members, !Ingress::of(&service).is_empty());
+        let progress = if !converged.skipped.is_empty() {
+            Progress::pending(
+                format!(
+                    "{}; not added: {}",
+                    self.ip_only,
+                    converged.skipped.join(", ")
+                ),
+                self.slow_poll,
+            )
+        } else if statuses.iter().any(|m| m.state == MemberState::Adding) {
+            Progress::pending(self.waiting, self.poll)
+        } else {
+            Progress::Done
+        };
+        let mut status = Map::new();
+        status.insert("memberCount".into(), json!(statuses.len()));
+        Ok(MembersOutcome {
+            progress,
+            members: statuses,
+            changes: converged.changes,
+            status,
+        })
+    }
+}
+
 /// The member set the request asks for, and the members left out because they are not IPs. A
 /// `Keep` or `Drain` member that is not published is not added.
 pub fn member_set(
@@ -310,16 +394,8 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+    use crate::lbservice::testing::identity;
     use crate::provider::tags;
-
-    fn identity() -> LoadBalancerIdentity {
-        LoadBalancerIdentity {
-            namespace: "ns".into(),
-            name: "cp".into(),
-            uid: "lb-uid".into(),
-            cluster_name: None,
-        }
-    }
 
     fn service() -> Service {
         Service {

@@ -307,14 +307,13 @@ pub fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// Fixtures the tests of the providers on a Service share.
 #[cfg(test)]
-mod tests {
-    use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServiceStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+pub(crate) mod testing {
+    use crate::provider::LoadBalancerIdentity;
 
-    use super::*;
-
-    fn identity() -> LoadBalancerIdentity {
+    /// LoadBalancer `ns/cp` with UID `lb-uid`.
+    pub(crate) fn identity() -> LoadBalancerIdentity {
         LoadBalancerIdentity {
             namespace: "ns".into(),
             name: "cp".into(),
@@ -322,6 +321,15 @@ mod tests {
             cluster_name: None,
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServiceStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use super::testing::identity;
+    use super::*;
 
     fn desired() -> Service {
         Service {

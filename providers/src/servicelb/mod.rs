@@ -44,11 +44,11 @@ use crate::clock::SharedClock;
 use crate::endpoints;
 use crate::error::ProviderError;
 use crate::lbservice::delete::{delete_services, selector};
-use crate::lbservice::members::{MemberEndpoints, member_statuses};
-use crate::lbservice::{Ingress, Step, member_service};
+use crate::lbservice::members::MemberPublication;
+use crate::lbservice::{Ingress, Step};
 use crate::provider::{
-    DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MemberState, MembersOutcome,
-    MembersRequest, Progress, Provider,
+    DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MembersOutcome, MembersRequest,
+    Progress, Provider,
 };
 use service::{Infra, desired_service, source_ranges};
 
@@ -215,56 +215,25 @@ impl Provider for ServiceProvider {
         &self,
         request: MembersRequest<'_>,
     ) -> Result<MembersOutcome, ProviderError> {
-        let identity = request.identity;
-        let infra = Infra::read(request.infra, identity)?;
-        let service = member_service(
-            &self.client,
-            &infra.namespace,
-            &infra.service_name(),
-            identity,
-            infra.uid.as_deref(),
-        )
-        .await?;
-        let converged = MemberEndpoints {
+        let infra = Infra::read(request.infra, request.identity)?;
+        let service_name = infra.service_name();
+        MemberPublication {
             client: &self.client,
-            service: &service,
-            identity,
+            namespace: &infra.namespace,
+            waiting: format!(
+                "waiting for {} to give Service {service_name} an address",
+                infra.implementation()
+            ),
+            service_name,
             infra_uid: infra.uid.as_deref(),
             draining: endpoints::State::Draining,
             legacy_endpoints: false,
+            ip_only: "a Service load balances to IP addresses only",
+            poll: POLL,
+            slow_poll: SLOW_POLL,
         }
-        .converge(request.listeners, request.members)
-        .await?;
-        let ingress = Ingress::of(&service);
-        let statuses = member_statuses(&converged.members, !ingress.is_empty());
-        let progress = if !converged.skipped.is_empty() {
-            Progress::pending(
-                format!(
-                    "a Service load balances to IP addresses only; not added: {}",
-                    converged.skipped.join(", ")
-                ),
-                SLOW_POLL,
-            )
-        } else if statuses.iter().any(|m| m.state == MemberState::Adding) {
-            Progress::pending(
-                format!(
-                    "waiting for {} to give Service {} an address",
-                    infra.implementation(),
-                    service.name_any()
-                ),
-                POLL,
-            )
-        } else {
-            Progress::Done
-        };
-        let mut status = Map::new();
-        status.insert("memberCount".into(), json!(statuses.len()));
-        Ok(MembersOutcome {
-            progress,
-            members: statuses,
-            changes: converged.changes,
-            status,
-        })
+        .converge(request)
+        .await
     }
 
     async fn delete(&self, request: DeleteRequest<'_>) -> Result<DeleteOutcome, ProviderError> {

@@ -206,6 +206,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+    use crate::lbservice::testing::identity;
     use crate::provider::tags;
 
     /// Labels of `service` that the spec set, for tests.
@@ -216,15 +217,6 @@ mod tests {
             .filter(|(k, _)| !k.starts_with("capi-lb.") && !k.starts_with("app.kubernetes.io/"))
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
-    }
-
-    fn identity() -> LoadBalancerIdentity {
-        LoadBalancerIdentity {
-            namespace: "ns".into(),
-            name: "cp".into(),
-            uid: "lb-uid".into(),
-            cluster_name: None,
-        }
     }
 
     fn infra(spec: serde_json::Value) -> Infra {

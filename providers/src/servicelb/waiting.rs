@@ -153,19 +153,14 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::provider::{LoadBalancerIdentity, Reason};
+    use crate::lbservice::testing::identity;
+    use crate::provider::Reason;
 
     fn infra(spec: serde_json::Value) -> Infra {
-        let identity = LoadBalancerIdentity {
-            namespace: "ns".into(),
-            name: "cp".into(),
-            uid: "lb-uid".into(),
-            cluster_name: None,
-        };
         let object = DynamicObject::new("metal", &crate::servicelb::infrastructure_resource())
             .within("ns")
             .data(json!({ "spec": spec }));
-        Infra::read(&object, &identity).unwrap()
+        Infra::read(&object, &identity()).unwrap()
     }
 
     fn at(seconds: i64) -> Timestamp {
