@@ -151,6 +151,8 @@ pub mod condition {
     /// Everything the spec asks of the provider is in effect (True), or the provider said what it
     /// does not do (False: for example restricting `spec.sourceRanges`).
     pub const SPEC_HONOURED: &str = "SpecHonoured";
+    /// The DNS names of `spec.dns` are in ExternalDNS's `DNSEndpoint` and ExternalDNS processed it.
+    pub const DNS_PUBLISHED: &str = "DNSPublished";
 }
 
 /// Condition reasons. Each one is also the reason of the Event emitted for the same transition, so a
@@ -238,6 +240,18 @@ pub mod reason {
     /// The provider does not do something the spec asks; the message says what.
     pub const NOT_HONOURED: &str = "NotHonoured";
 
+    // DNSPublished
+    /// ExternalDNS processed the current generation of the `DNSEndpoint`.
+    pub const DNS_RECORDS_OBSERVED: &str = "RecordsObserved";
+    /// ExternalDNS has not processed the current generation of the `DNSEndpoint` yet.
+    pub const DNS_NOT_OBSERVED: &str = "NotObserved";
+    /// ExternalDNS's `DNSEndpoint` CRD is not installed.
+    pub const DNS_ENDPOINT_CRD_MISSING: &str = "DNSEndpointCRDMissing";
+    /// A hostname is already published by another LoadBalancer's `DNSEndpoint`.
+    pub const HOSTNAME_CONFLICT: &str = "HostnameConflict";
+    /// `spec.dns` was removed: nothing is published.
+    pub const DNS_DISABLED: &str = "DNSDisabled";
+
     // Paused
     /// Reconciliation is paused.
     pub const PAUSED: &str = "Paused";
@@ -263,6 +277,8 @@ pub mod reason {
                 | CLUSTER_ENDPOINT_MISMATCH
                 | CLUSTER_NOT_FOUND
                 | NOT_HONOURED
+                | DNS_ENDPOINT_CRD_MISSING
+                | HOSTNAME_CONFLICT
         )
     }
 }
@@ -281,6 +297,8 @@ pub mod event {
     pub const ENDPOINT_PUBLISHED: &str = "EndpointPublished";
     /// The `-ext` objects were removed.
     pub const ENDPOINT_WITHDRAWN: &str = "EndpointWithdrawn";
+    /// The ExternalDNS `DNSEndpoint` of `spec.dns` was created, updated or deleted.
+    pub const DNS_ENDPOINT_CHANGED: &str = "DNSEndpointChanged";
     /// The provider deleted the load balancer.
     pub const LOAD_BALANCER_DELETED: &str = "LoadBalancerDeleted";
     /// A previously used infrastructure object was released (its provider resources deleted).

@@ -4,6 +4,8 @@
 //! published. The types carry the CRD schema: doc comments become `kubectl explain` text, schemars
 //! attributes become OpenAPI constraints and `x_kube` rules become CEL validations.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -123,6 +125,68 @@ pub struct LoadBalancerSpec {
     #[schemars(length(max = 64), inner(length(max = 43)))]
     #[x_kube(validation = Rule::new("self.all(c, isCIDR(c))").message("every source range must be a CIDR such as 192.0.2.0/24 or 2001:db8::/32"))]
     pub source_ranges: Vec<String>,
+
+    /// DNS names for the load balancer in a zone outside the cluster, published through ExternalDNS:
+    /// capi-lb writes an ExternalDNS `DNSEndpoint` (owned by this LoadBalancer) with A/AAAA records
+    /// for the load balancer's addresses (a CNAME when it only has a hostname), and ExternalDNS
+    /// (started with `--source=crd`) writes them to the DNS provider. Unset: no DNS publication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<DnsPublication>,
+}
+
+/// DNS names published through ExternalDNS.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DnsPublication {
+    /// Fully qualified names to publish (for example `api.tenant-a.example.com`). `spec.endpoint.host`
+    /// is published too when it is a DNS name.
+    #[serde(default)]
+    #[schemars(
+        length(max = 8),
+        inner(
+            length(min = 1, max = 253),
+            regex(
+                pattern = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+            )
+        )
+    )]
+    #[x_kube(validation = Rule::new("self.all(h, self.exists_one(g, g == h))").message("hostnames must be unique"))]
+    pub hostnames: Vec<String>,
+    /// TTL of the records, in seconds. Unset: the DNS provider's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 604_800))]
+    pub ttl_seconds: Option<i64>,
+    /// Routing-policy identifier of the records (weighted, latency or geo records: Route 53 and
+    /// others). Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub set_identifier: Option<String>,
+    /// DNS-provider-specific properties of the records (ExternalDNS's `providerSpecific`, for
+    /// example `aws/evaluate-target-health`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub provider_specific: Vec<DnsProperty>,
+    /// Labels on the `DNSEndpoint`, for ExternalDNS instances that select by `--label-filter`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(
+        extend("maxProperties" = 16),
+        inner(
+            length(max = 63),
+            regex(pattern = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+        )
+    )]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A DNS-provider-specific property of the published records.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct DnsProperty {
+    /// Name, e.g. `aws/evaluate-target-health`.
+    #[schemars(length(min = 1, max = 128))]
+    pub name: String,
+    /// Value.
+    #[schemars(length(max = 1024))]
+    pub value: String,
 }
 
 /// How a control-plane load balancer publishes its endpoint to its Cluster.
@@ -514,6 +578,7 @@ impl LoadBalancerSpec {
             drain_seconds: default_drain_seconds(),
             readiness_gates: Vec::new(),
             source_ranges: Vec::new(),
+            dns: None,
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod class;
 pub mod context;
+pub mod dns;
 pub mod error;
 pub mod events;
 pub mod install;

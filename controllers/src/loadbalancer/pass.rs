@@ -218,6 +218,7 @@ impl Reconciliation<'_> {
         if let Some(cc) = self.cluster_endpoint().await? {
             self.conditions.push(cc);
         }
+        self.publish_dns().await?;
         // The realised Service gets the provider's address as its ingress.
         if let Some(binding) = &self.binding
             && infra_ready
@@ -231,6 +232,29 @@ impl Reconciliation<'_> {
             )
             .await?;
             self.note(false, event::ENDPOINT_PUBLISHED, changes);
+        }
+        Ok(())
+    }
+
+    /// The DNS names of `spec.dns` through ExternalDNS (see [`crate::dns`]); nothing at all for a
+    /// LoadBalancer that never had them.
+    async fn publish_dns(&mut self) -> Result<()> {
+        let had = self
+            .lb
+            .status
+            .as_ref()
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == c::DNS_PUBLISHED));
+        if self.lb.spec.dns.is_none() && !had {
+            return Ok(());
+        }
+        let published =
+            crate::dns::publish(&self.ctx.client, self.lb, &self.status.addresses, had).await?;
+        self.note(false, event::DNS_ENDPOINT_CHANGED, published.changes);
+        if let Some(condition) = published.condition {
+            self.conditions.push(condition);
+        }
+        if let Some(after) = published.requeue {
+            self.outcome = self.outcome.min(Some(after));
         }
         Ok(())
     }

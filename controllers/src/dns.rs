@@ -1,0 +1,580 @@
+//! DNS names outside the cluster through ExternalDNS (the load-balancer proposal's Story 3): for a
+//! LoadBalancer with `spec.dns`, one ExternalDNS `DNSEndpoint` named like the LoadBalancer, owned by
+//! it, with A/AAAA records for its IP addresses (a CNAME when it only has a hostname) under each of
+//! `spec.dns.hostnames` and `spec.endpoint.host` (when that is a DNS name). capi-lb writes no DNS
+//! record itself (the proposal's FR1): ExternalDNS, started with `--source=crd`, does, and reports
+//! the generation it processed in `status.observedGeneration`, which the `DNSPublished` condition
+//! reads.
+//!
+//! [`plan`] is pure; [`publish`] reads and writes the `DNSEndpoint` and says how it stands. A
+//! `DNSEndpoint` of that name that this LoadBalancer does not own is never touched, and a hostname
+//! another LoadBalancer's `DNSEndpoint` published first is left to it (two owners of one name would
+//! make ExternalDNS flap between them).
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_api::conditions::DesiredCondition;
+use capi_lb_api::constants::{FIELD_MANAGER, LABEL_MANAGED_BY, MANAGED_BY_VALUE};
+use capi_lb_api::constants::{condition as c, reason as r};
+use capi_lb_api::externaldns::{DNSEndpoint, DNSEndpointSpec, Endpoint, ProviderSpecificProperty};
+use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+
+use crate::error::{Result, kube_err};
+use crate::publication::{controller_ref, managed_labels};
+
+/// How often to look again while ExternalDNS has not processed the `DNSEndpoint`.
+pub const OBSERVE_POLL: Duration = Duration::from_secs(5);
+
+/// The names to publish: `spec.dns.hostnames`, then `spec.endpoint.host` when it is a DNS name, each
+/// once, lowercased.
+pub fn hostnames(lb: &LoadBalancer) -> Vec<String> {
+    let Some(dns) = &lb.spec.dns else {
+        return Vec::new();
+    };
+    let endpoint = lb
+        .spec
+        .endpoint
+        .as_ref()
+        .map(|e| e.host.trim_end_matches('.').to_lowercase())
+        .filter(|h| h.parse::<IpAddr>().is_err());
+    let mut seen = BTreeSet::new();
+    dns.hostnames
+        .iter()
+        .map(|h| h.trim_end_matches('.').to_lowercase())
+        .chain(endpoint)
+        .filter(|h| seen.insert(h.clone()))
+        .collect()
+}
+
+/// The records of `names` for `addresses`: per name an A record with the IPv4 addresses and an
+/// AAAA record with the IPv6 ones, or, without any IP, a CNAME to the first hostname. Empty without
+/// addresses.
+pub fn records(
+    lb: &LoadBalancer,
+    names: &[String],
+    addresses: &[LoadBalancerAddress],
+) -> Vec<Endpoint> {
+    let Some(dns) = &lb.spec.dns else {
+        return Vec::new();
+    };
+    let ips: Vec<IpAddr> = addresses
+        .iter()
+        .filter(|a| a.type_ == AddressType::Ip)
+        .filter_map(|a| a.address.parse().ok())
+        .collect();
+    let hostname = addresses
+        .iter()
+        .find(|a| a.type_ == AddressType::Hostname)
+        .map(|a| a.address.clone());
+    let record = |name: &String, record_type: &str, targets: Vec<String>| Endpoint {
+        dns_name: name.clone(),
+        record_type: record_type.into(),
+        targets,
+        record_ttl: dns.ttl_seconds,
+        set_identifier: dns.set_identifier.clone(),
+        provider_specific: dns
+            .provider_specific
+            .iter()
+            .map(|p| ProviderSpecificProperty {
+                name: p.name.clone(),
+                value: p.value.clone(),
+            })
+            .collect(),
+        labels: Default::default(),
+    };
+    let mut out = Vec::new();
+    for name in names {
+        let v4: Vec<String> = ips
+            .iter()
+            .filter(|i| i.is_ipv4())
+            .map(|i| i.to_string())
+            .collect();
+        let v6: Vec<String> = ips
+            .iter()
+            .filter(|i| i.is_ipv6())
+            .map(|i| i.to_string())
+            .collect();
+        if !v4.is_empty() {
+            out.push(record(name, "A", v4));
+        }
+        if !v6.is_empty() {
+            out.push(record(name, "AAAA", v6));
+        }
+        if ips.is_empty()
+            && let Some(h) = &hostname
+        {
+            out.push(record(name, "CNAME", vec![h.clone()]));
+        }
+    }
+    out
+}
+
+/// The `DNSEndpoint` of `lb` with `records`; `None` without a UID (not stored yet).
+pub fn plan(lb: &LoadBalancer, records: Vec<Endpoint>) -> Option<DNSEndpoint> {
+    let mut labels = managed_labels(&lb.name_any());
+    if let Some(dns) = &lb.spec.dns {
+        labels.extend(dns.labels.clone());
+    }
+    Some(DNSEndpoint {
+        metadata: ObjectMeta {
+            name: Some(lb.name_any()),
+            namespace: lb.namespace(),
+            labels: Some(labels),
+            owner_references: Some(vec![controller_ref(lb)?]),
+            ..Default::default()
+        },
+        spec: DNSEndpointSpec { endpoints: records },
+        status: None,
+    })
+}
+
+/// Whether `object` is owned (as controller) by `lb`.
+fn owned_by(object: &DNSEndpoint, lb: &LoadBalancer) -> bool {
+    let uid = lb.uid();
+    object
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+}
+
+/// The hostnames among `names` that another LoadBalancer's `DNSEndpoint` published first (before
+/// `ours` was created, or at all when there is none yet), with that LoadBalancer's name.
+fn claimed_elsewhere(
+    names: &[String],
+    listed: &[DNSEndpoint],
+    lb: &LoadBalancer,
+    ours: Option<&DNSEndpoint>,
+) -> Vec<(String, String)> {
+    let since = ours.and_then(|o| o.metadata.creation_timestamp.clone());
+    let mut out = Vec::new();
+    for other in listed.iter().filter(|o| !owned_by(o, lb)) {
+        let earlier = match (&since, &other.metadata.creation_timestamp) {
+            (Some(ours), Some(theirs)) => theirs.0 < ours.0,
+            _ => true,
+        };
+        if !earlier {
+            continue;
+        }
+        for endpoint in &other.spec.endpoints {
+            let name = endpoint.dns_name.trim_end_matches('.').to_lowercase();
+            if names.contains(&name) && !out.iter().any(|(n, _)| *n == name) {
+                let owner = other
+                    .namespace()
+                    .map(|ns| format!("{ns}/{}", other.name_any()))
+                    .unwrap_or_else(|| other.name_any());
+                out.push((name, owner));
+            }
+        }
+    }
+    out
+}
+
+/// How the DNS publication stands after [`publish`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Published {
+    /// The `DNSPublished` condition; `None` when `spec.dns` was never set.
+    pub condition: Option<DesiredCondition>,
+    /// What changed, for Events.
+    pub changes: Vec<String>,
+    /// Look again after this (ExternalDNS has not processed the `DNSEndpoint` yet).
+    pub requeue: Option<Duration>,
+}
+
+/// Write `lb`'s `DNSEndpoint` for `addresses` (or delete it when `spec.dns` is unset) and say how
+/// it stands. `had_condition`: the LoadBalancer reports `DNSPublished` already (so turning DNS off
+/// is reported too).
+pub async fn publish(
+    client: &kube::Client,
+    lb: &LoadBalancer,
+    addresses: &[LoadBalancerAddress],
+    had_condition: bool,
+) -> Result<Published> {
+    let namespace = lb.namespace().unwrap_or_default();
+    let name = lb.name_any();
+    let api: Api<DNSEndpoint> = Api::namespaced(client.clone(), &namespace);
+    let mut out = Published {
+        condition: None,
+        changes: Vec::new(),
+        requeue: None,
+    };
+    let existing = match api.get_opt(&name).await {
+        Ok(found) => found,
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            // The kind is not served: ExternalDNS's CRD is not installed.
+            if lb.spec.dns.is_some() {
+                out.condition = Some(DesiredCondition::false_(
+                    c::DNS_PUBLISHED,
+                    r::DNS_ENDPOINT_CRD_MISSING,
+                    "ExternalDNS's DNSEndpoint CRD (dnsendpoints.externaldns.k8s.io) is not installed: install ExternalDNS with --source=crd and its CRD",
+                ));
+            }
+            return Ok(out);
+        }
+        Err(e) => {
+            return Err(kube_err("get", format!("DNSEndpoint {namespace}/{name}"))(
+                e,
+            ));
+        }
+    };
+    if let Some(found) = &existing
+        && !owned_by(found, lb)
+    {
+        out.condition = Some(DesiredCondition::false_(
+            c::DNS_PUBLISHED,
+            r::NAME_CONFLICT,
+            format!(
+                "DNSEndpoint {namespace}/{name} exists and is not this LoadBalancer's; it was left untouched. Delete or rename it"
+            ),
+        ));
+        return Ok(out);
+    }
+    if lb.spec.dns.is_none() {
+        if let Some(found) = existing {
+            api.delete(&found.name_any(), &DeleteParams::default())
+                .await
+                .map_err(kube_err(
+                    "delete",
+                    format!("DNSEndpoint {namespace}/{name}"),
+                ))?;
+            out.changes.push(format!("deleted DNSEndpoint {name}"));
+        }
+        if had_condition {
+            out.condition = Some(DesiredCondition::false_(
+                c::DNS_PUBLISHED,
+                r::DNS_DISABLED,
+                "spec.dns is not set: no DNS names are published",
+            ));
+        }
+        return Ok(out);
+    }
+    let names = hostnames(lb);
+    let listed = Api::<DNSEndpoint>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")))
+        .await
+        .map_err(kube_err("list", "DNSEndpoints".to_string()))?
+        .items;
+    let conflicts = claimed_elsewhere(&names, &listed, lb, existing.as_ref());
+    let free: Vec<String> = names
+        .iter()
+        .filter(|n| !conflicts.iter().any(|(c, _)| c == *n))
+        .cloned()
+        .collect();
+    let Some(desired) = plan(lb, records(lb, &free, addresses)) else {
+        return Ok(out);
+    };
+    let stored = match &existing {
+        Some(found) if matches(found, &desired) => found.clone(),
+        _ => {
+            let applied = api
+                .patch(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&desired),
+                )
+                .await
+                .map_err(kube_err("apply", format!("DNSEndpoint {namespace}/{name}")))?;
+            out.changes.push(format!(
+                "{} DNSEndpoint {name}: {}",
+                if existing.is_some() {
+                    "updated"
+                } else {
+                    "created"
+                },
+                describe(&desired.spec.endpoints)
+            ));
+            applied
+        }
+    };
+    out.condition = Some(condition(&stored, &conflicts, addresses.is_empty()));
+    if out
+        .condition
+        .as_ref()
+        .is_some_and(|c| c.reason == r::DNS_NOT_OBSERVED)
+    {
+        out.requeue = Some(OBSERVE_POLL);
+    }
+    Ok(out)
+}
+
+/// Whether the stored `DNSEndpoint` already is `desired`: its records, labels and owner.
+fn matches(stored: &DNSEndpoint, desired: &DNSEndpoint) -> bool {
+    let labels = stored.labels();
+    stored.spec.endpoints == desired.spec.endpoints
+        && desired
+            .labels()
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+        && desired.owner_references().iter().all(|d| {
+            stored
+                .owner_references()
+                .iter()
+                .any(|o| o.uid == d.uid && o.controller == d.controller)
+        })
+}
+
+/// `name A 192.0.2.1, name AAAA ...` for Events.
+fn describe(records: &[Endpoint]) -> String {
+    if records.is_empty() {
+        return "no records".into();
+    }
+    records
+        .iter()
+        .map(|e| format!("{} {} {}", e.dns_name, e.record_type, e.targets.join(",")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The `DNSPublished` condition of the stored `DNSEndpoint`.
+fn condition(
+    stored: &DNSEndpoint,
+    conflicts: &[(String, String)],
+    no_address: bool,
+) -> DesiredCondition {
+    if !conflicts.is_empty() {
+        return DesiredCondition::false_(
+            c::DNS_PUBLISHED,
+            r::HOSTNAME_CONFLICT,
+            format!(
+                "not published, already published by another LoadBalancer's DNSEndpoint: {}",
+                conflicts
+                    .iter()
+                    .map(|(n, o)| format!("{n} ({o})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
+    if no_address {
+        return DesiredCondition::false_(
+            c::DNS_PUBLISHED,
+            r::WAITING_FOR_ADDRESS,
+            "the load balancer has no address yet: the DNSEndpoint has no records",
+        );
+    }
+    let generation = stored.meta().generation;
+    let observed = stored.status.as_ref().and_then(|s| s.observed_generation);
+    if generation.is_some() && observed >= generation {
+        DesiredCondition::true_(
+            c::DNS_PUBLISHED,
+            r::DNS_RECORDS_OBSERVED,
+            format!(
+                "ExternalDNS processed DNSEndpoint {}: {}",
+                stored.name_any(),
+                describe(&stored.spec.endpoints)
+            ),
+        )
+    } else {
+        DesiredCondition::false_(
+            c::DNS_PUBLISHED,
+            r::DNS_NOT_OBSERVED,
+            format!(
+                "ExternalDNS has not processed DNSEndpoint {} (generation {}) yet: is it running with --source=crd (and a --label-filter matching spec.dns.labels)?",
+                stored.name_any(),
+                generation.unwrap_or_default()
+            ),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use capi_lb_api::constants::LABEL_LB_NAME;
+    use capi_lb_api::loadbalancer::{ApiEndpoint, DnsProperty, DnsPublication};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
+    use super::*;
+
+    fn lb(dns: Option<DnsPublication>, endpoint: Option<&str>) -> LoadBalancer {
+        let mut lb: LoadBalancer = serde_json::from_value(serde_json::json!({
+            "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
+            "metadata": {"name": "cp", "namespace": "ns", "uid": "lb-uid"},
+            "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryLoadBalancer", "name": "cp"}},
+        }))
+        .unwrap();
+        lb.spec.dns = dns;
+        lb.spec.endpoint = endpoint.map(|h| ApiEndpoint {
+            host: h.into(),
+            port: 6443,
+        });
+        lb
+    }
+
+    fn dns(hostnames: &[&str]) -> DnsPublication {
+        DnsPublication {
+            hostnames: hostnames.iter().map(|h| h.to_string()).collect(),
+            ttl_seconds: Some(60),
+            set_identifier: Some("eu".into()),
+            provider_specific: vec![DnsProperty {
+                name: "aws/evaluate-target-health".into(),
+                value: "true".into(),
+            }],
+            labels: [("dns".to_string(), "public".to_string())].into(),
+        }
+    }
+
+    #[test]
+    fn names_are_the_hostnames_and_the_endpoint_host_once_and_never_an_ip() {
+        let with = lb(
+            Some(dns(&["API.example.com.", "api.example.com"])),
+            Some("cp.example.com"),
+        );
+        assert_eq!(hostnames(&with), ["api.example.com", "cp.example.com"]);
+        let ip = lb(Some(dns(&["api.example.com"])), Some("192.0.2.1"));
+        assert_eq!(hostnames(&ip), ["api.example.com"]);
+        // Story 3a: the endpoint host alone is enough.
+        assert_eq!(
+            hostnames(&lb(Some(dns(&[])), Some("cp.example.com"))),
+            ["cp.example.com"]
+        );
+        assert!(hostnames(&lb(None, Some("cp.example.com"))).is_empty());
+    }
+
+    #[test]
+    fn ips_give_a_and_aaaa_records_and_a_hostname_a_cname() {
+        let lb = lb(Some(dns(&["api.example.com"])), None);
+        let names = hostnames(&lb);
+        let dual = records(
+            &lb,
+            &names,
+            &[
+                LoadBalancerAddress::ip("2001:db8::1"),
+                LoadBalancerAddress::ip("192.0.2.1"),
+                LoadBalancerAddress::ip("192.0.2.2"),
+                LoadBalancerAddress::hostname("lb.example.net"),
+            ],
+        );
+        let shape: Vec<_> = dual
+            .iter()
+            .map(|e| {
+                (
+                    e.dns_name.as_str(),
+                    e.record_type.as_str(),
+                    e.targets.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (
+                    "api.example.com",
+                    "A",
+                    vec!["192.0.2.1".to_string(), "192.0.2.2".to_string()]
+                ),
+                ("api.example.com", "AAAA", vec!["2001:db8::1".to_string()]),
+            ]
+        );
+        assert_eq!(dual[0].record_ttl, Some(60));
+        assert_eq!(dual[0].set_identifier.as_deref(), Some("eu"));
+        assert_eq!(
+            dual[0].provider_specific[0].name,
+            "aws/evaluate-target-health"
+        );
+        let cname = records(
+            &lb,
+            &names,
+            &[LoadBalancerAddress::hostname("lb.example.net")],
+        );
+        assert_eq!(
+            (cname[0].record_type.as_str(), cname[0].targets.clone()),
+            ("CNAME", vec!["lb.example.net".to_string()])
+        );
+        assert!(records(&lb, &names, &[]).is_empty());
+    }
+
+    #[test]
+    fn the_dns_endpoint_is_named_labelled_and_owned_like_the_load_balancer() {
+        let lb = lb(Some(dns(&["api.example.com"])), None);
+        let planned = plan(&lb, Vec::new()).unwrap();
+        assert_eq!(planned.name_any(), "cp");
+        assert_eq!(planned.namespace().as_deref(), Some("ns"));
+        assert_eq!(
+            planned.labels().get("dns").map(String::as_str),
+            Some("public")
+        );
+        assert_eq!(
+            planned.labels().get(LABEL_LB_NAME).map(String::as_str),
+            Some("cp")
+        );
+        assert!(owned_by(&planned, &lb));
+    }
+
+    #[test]
+    fn a_name_another_load_balancer_published_first_is_left_to_it() {
+        let lb = lb(Some(dns(&["api.example.com", "free.example.com"])), None);
+        let names = hostnames(&lb);
+        let other = |uid: &str, created: i64| {
+            let mut o = plan(
+                &lb,
+                vec![Endpoint {
+                    dns_name: "API.example.com.".into(),
+                    record_type: "A".into(),
+                    targets: vec!["192.0.2.9".into()],
+                    ..Default::default()
+                }],
+            )
+            .unwrap();
+            o.metadata.name = Some("other".into());
+            o.metadata.owner_references = Some(vec![OwnerReference {
+                uid: uid.into(),
+                controller: Some(true),
+                ..Default::default()
+            }]);
+            o.metadata.creation_timestamp = Some(Time(
+                jiff::Timestamp::from_second(1_800_000_000 + created).unwrap(),
+            ));
+            o
+        };
+        let mut ours = plan(&lb, Vec::new()).unwrap();
+        ours.metadata.creation_timestamp =
+            Some(Time(jiff::Timestamp::from_second(1_800_000_100).unwrap()));
+        // Theirs is older: theirs. Ours is older: ours. Ours does not exist yet: theirs.
+        assert_eq!(
+            claimed_elsewhere(&names, &[other("x", 0)], &lb, Some(&ours)),
+            [("api.example.com".to_string(), "ns/other".to_string())]
+        );
+        assert!(claimed_elsewhere(&names, &[other("x", 200)], &lb, Some(&ours)).is_empty());
+        assert_eq!(
+            claimed_elsewhere(&names, &[other("x", 200)], &lb, None).len(),
+            1
+        );
+        // Our own DNSEndpoint is no conflict.
+        assert!(claimed_elsewhere(&names, &[other("lb-uid", 0)], &lb, Some(&ours)).is_empty());
+    }
+
+    #[test]
+    fn the_condition_follows_what_external_dns_observed() {
+        let lb = lb(Some(dns(&["api.example.com"])), None);
+        let mut stored = plan(
+            &lb,
+            records(
+                &lb,
+                &hostnames(&lb),
+                &[LoadBalancerAddress::ip("192.0.2.1")],
+            ),
+        )
+        .unwrap();
+        stored.metadata.generation = Some(2);
+        let reason = |s: &DNSEndpoint, conflicts: &[(String, String)], none: bool| {
+            let c = condition(s, conflicts, none);
+            (c.status, c.reason)
+        };
+        assert_eq!(reason(&stored, &[], false), (false, r::DNS_NOT_OBSERVED));
+        stored.status = Some(capi_lb_api::externaldns::DNSEndpointStatus {
+            observed_generation: Some(1),
+            ..Default::default()
+        });
+        assert_eq!(reason(&stored, &[], false).1, r::DNS_NOT_OBSERVED);
+        stored.status.as_mut().unwrap().observed_generation = Some(2);
+        assert_eq!(reason(&stored, &[], false), (true, r::DNS_RECORDS_OBSERVED));
+        assert_eq!(reason(&stored, &[], true).1, r::WAITING_FOR_ADDRESS);
+        let conflict = [("api.example.com".to_string(), "ns/other".to_string())];
+        assert_eq!(reason(&stored, &conflict, false).1, r::HOSTNAME_CONFLICT);
+    }
+}
