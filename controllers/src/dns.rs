@@ -151,13 +151,17 @@ fn claimed_elsewhere(
     lb: &LoadBalancer,
     ours: Option<&DNSEndpoint>,
 ) -> Vec<(String, String)> {
-    let since = ours.and_then(|o| o.metadata.creation_timestamp.clone());
+    // Who came first: creation time, then namespace and name (the same second happens).
+    let rank = |o: &DNSEndpoint| {
+        (
+            o.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            o.namespace(),
+            o.name_any(),
+        )
+    };
     let mut out = Vec::new();
     for other in listed.iter().filter(|o| !owned_by(o, lb)) {
-        let earlier = match (&since, &other.metadata.creation_timestamp) {
-            (Some(ours), Some(theirs)) => theirs.0 < ours.0,
-            _ => true,
-        };
+        let earlier = ours.is_none_or(|ours| rank(other) < rank(ours));
         if !earlier {
             continue;
         }
@@ -203,10 +207,14 @@ pub async fn publish(
         changes: Vec::new(),
         requeue: None,
     };
-    let existing = match api.get_opt(&name).await {
-        Ok(found) => found,
+    // The DNSEndpoints capi-lb made (for hostname conflicts). A list of a kind that is not served
+    // answers 404 (a get of one object cannot tell that from a missing object).
+    let listed = match Api::<DNSEndpoint>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")))
+        .await
+    {
+        Ok(list) => list.items,
         Err(kube::Error::Api(e)) if e.code == 404 => {
-            // The kind is not served: ExternalDNS's CRD is not installed.
             if lb.spec.dns.is_some() {
                 out.condition = Some(DesiredCondition::false_(
                     c::DNS_PUBLISHED,
@@ -216,12 +224,12 @@ pub async fn publish(
             }
             return Ok(out);
         }
-        Err(e) => {
-            return Err(kube_err("get", format!("DNSEndpoint {namespace}/{name}"))(
-                e,
-            ));
-        }
+        Err(e) => return Err(kube_err("list", "DNSEndpoints".to_string())(e)),
     };
+    let existing = api
+        .get_opt(&name)
+        .await
+        .map_err(kube_err("get", format!("DNSEndpoint {namespace}/{name}")))?;
     if let Some(found) = &existing
         && !owned_by(found, lb)
     {
@@ -254,11 +262,6 @@ pub async fn publish(
         return Ok(out);
     }
     let names = hostnames(lb);
-    let listed = Api::<DNSEndpoint>::all(client.clone())
-        .list(&ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")))
-        .await
-        .map_err(kube_err("list", "DNSEndpoints".to_string()))?
-        .items;
     let conflicts = claimed_elsewhere(&names, &listed, lb, existing.as_ref());
     let free: Vec<String> = names
         .iter()

@@ -81,6 +81,13 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
             // `spec.controlPlaneEndpoint` of the Cluster of a control-plane LoadBalancer.
             (CAPI_GROUP, "clusters", &["get", "patch"]),
             ("events.k8s.io", "events", &["create", "patch"]),
+            // The ExternalDNS DNSEndpoint of spec.dns (server-side apply; the other LoadBalancers'
+            // are listed for hostname conflicts).
+            (
+                "externaldns.k8s.io",
+                "dnsendpoints",
+                &["get", "list", "create", "patch", "delete"],
+            ),
         ],
         watches: watched(&[
             (GROUP, "loadbalancers"),
