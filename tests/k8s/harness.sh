@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on 127.0.0.1 for capi-lb's end-to-end tests, without containers:
 # etcd, kube-apiserver, kube-controller-manager (garbage collector, namespace controller, ...),
-# CoreDNS serving cluster.local from that apiserver, and the MetalLB controller assigning
-# LoadBalancer addresses (only to Services of its own loadBalancerClass).
+# CoreDNS serving cluster.local from that apiserver, the MetalLB controller assigning
+# LoadBalancer addresses (only to Services of its own loadBalancerClass), and a DNS publication chain:
+# ExternalDNS (--source=crd) writing DNSEndpoints into a BIND9 zone with RFC 2136 updates.
 #
 #   tests/k8s/harness.sh install   # build/fetch the pinned binaries into $PREFIX (idempotent, cached)
 #   tests/k8s/harness.sh start     # start everything (idempotent), write $STATE/env, print it
@@ -14,9 +15,11 @@
 # k8s.io/kubernetes module at $K8S_VERSION (through the Go module proxy, in a small wrapper module:
 # k8s.io/kubernetes cannot be `go install`ed because of its replace directives), CoreDNS and the
 # MetalLB controller with `go install` (MetalLB's CRDs and controller RBAC are copied from its module
-# at install time, so `start` needs no network), etcd is Debian's etcd-server. They are cached in
-# $PREFIX keyed by version, outside the checkout; the first install takes about 10 minutes on 2 cores,
-# later runs reuse the cache.
+# at install time, so `start` needs no network), ExternalDNS in a wrapper module too (see
+# install_external_dns; its DNSEndpoint CRD is copied the same way), etcd is Debian's etcd-server, BIND9
+# (named, tsig-keygen, dig) Debian's bind9 and bind9-dnsutils, installed with apt-get when missing. They
+# are cached in $PREFIX keyed by version, outside the checkout; the first install takes about 20 minutes
+# on 2 cores, later runs reuse the cache.
 #
 # The cluster: TLS everywhere, RBAC authorization, service-account tokens, the controller manager with
 # all its default controllers. `start` creates:
@@ -29,6 +32,11 @@
 #   IPAddressPool $METALLB_NAMESPACE/harness on $METALLB_POOL (RFC 5737 documentation range), serving
 #   only Services with spec.loadBalancerClass $METALLB_CLASS (class-less LoadBalancer Services other
 #   tests create stay pending), as its own user bound to MetalLB's controller ClusterRole and Role.
+#   BIND9 on 127.0.0.1:$BIND_PORT (UDP and TCP), primary for $DNS_ZONE, which only the TSIG key in
+#   $STATE/tsig.key may update or transfer; the zone is reset to its SOA, NS and ns A records whenever
+#   named starts. ExternalDNS publishing the externaldns.k8s.io/v1alpha1 DNSEndpoints of every namespace
+#   into it (policy sync, TXT ownership records with owner id capi-lb-harness, a full sync every
+#   $EXTERNAL_DNS_INTERVAL s), as its own user allowed only to read DNSEndpoints and update their status.
 # Facts behind the flags: ../shared/FACTS.md section 8.
 set -euo pipefail
 
@@ -40,7 +48,11 @@ COREDNS_VERSION="v1.12.4"
 # The newest v0.15 the Go module proxy serves (it has v0.11.0, v0.13.5, v0.15.2, v0.16.2); v0.16's
 # controller wants its own Pod (--pod-name) and exits outside a cluster.
 METALLB_VERSION="v0.15.2"
+# The proxy serves v0.22.0 and v0.23.0; v0.22.0 is what ../shared/FACTS.md section 8 describes (needs Go >= 1.26.6).
+EXTERNAL_DNS_VERSION="v0.22.0"
 ETCD_DEB_VERSION="3.4.23-4+b4" # Debian bookworm's etcd-server
+
+case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH="$PATH:/usr/sbin" ;; esac # named and tsig-keygen
 
 PREFIX="${CAPI_LB_K8S_PREFIX:-/opt/capi-lb-k8s}"
 STATE="${CAPI_LB_K8S_STATE:-/tmp/capi-lb-k8s}"
@@ -53,12 +65,21 @@ METALLB_PORT="${CAPI_LB_K8S_METALLB_PORT:-17472}" # its metrics (MetalLB has no 
 METALLB_NAMESPACE="metallb-system"
 METALLB_CLASS="metallb.io/harness"
 METALLB_POOL="198.51.100.0/28"
+BIND_PORT="${CAPI_LB_K8S_BIND_PORT:-10055}"                 # named, UDP and TCP
+EXTERNAL_DNS_PORT="${CAPI_LB_K8S_EXTERNAL_DNS_PORT:-17979}" # ExternalDNS's /healthz and /metrics
+DNS_ZONE="capi-lb.test"
+TSIG_KEY="capi-lb-harness"
+# Seconds between ExternalDNS's full syncs (an AXFR and a list from its cache: cheap). A change is
+# in DNS within about interval + 1 s (it checks every second whether a sync is due). Its --events
+# (the crd source supports it) only schedules a sync 5 s after a change, so it is not used.
+EXTERNAL_DNS_INTERVAL=2
 
 K8S_BIN="$PREFIX/kubernetes-$K8S_VERSION/bin"
 COREDNS_BIN="$PREFIX/coredns-$COREDNS_VERSION/bin"
 METALLB_HOME="$PREFIX/metallb-$METALLB_VERSION" # bin/metallb-controller, crds/*.yaml, rbac/controller.yaml
 METALLB_BIN="$METALLB_HOME/bin"
 ETCD_BIN="$PREFIX/etcd-${ETCD_DEB_VERSION%%-*}/bin"
+EXTERNAL_DNS_HOME="$PREFIX/external-dns-$EXTERNAL_DNS_VERSION" # bin/external-dns, crds/*.yaml
 KUBECTL="$K8S_BIN/kubectl"
 SERVER="https://127.0.0.1:$APISERVER_PORT"
 
@@ -88,12 +109,14 @@ install_packages() {
   command -v openssl >/dev/null || missing+=(openssl)
   command -v curl >/dev/null || missing+=(curl)
   command -v flock >/dev/null || missing+=(util-linux)
+  { command -v named && command -v tsig-keygen; } >/dev/null || missing+=(bind9)
+  command -v dig >/dev/null || missing+=(bind9-dnsutils)
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   fi
-  command -v go >/dev/null || die "Go is needed to build kube-apiserver and CoreDNS (https://go.dev/dl, or Debian's golang-go >= 1.24: MetalLB v0.15 needs it)"
+  command -v go >/dev/null || die "Go is needed to build kube-apiserver and CoreDNS (https://go.dev/dl, >= 1.26.6: ExternalDNS v0.22 needs it)"
 }
 
 install_etcd() {
@@ -192,18 +215,72 @@ install_metallb() {
   mv "$stage" "$METALLB_HOME"
 }
 
+external_dns_installed() {
+  [ -x "$EXTERNAL_DNS_HOME/bin/external-dns" ] \
+    && [ -s "$EXTERNAL_DNS_HOME/crds/dnsendpoints.externaldns.k8s.io.yaml" ]
+}
+
+# The Go module proxy here does not serve three of the modules sigs.k8s.io/external-dns v0.22.0 requires
+# (403 "This module version is not available"): github.com/exoscale/egoscale/v3 v3.1.44 and
+# github.com/openshift/api and client-go of 2026-08. So `go install sigs.k8s.io/external-dns@v0.22.0`
+# fails; a wrapper module (as for Kubernetes) replaces each with the nearest version the proxy serves.
+# None of them is used with --provider=rfc2136 --source=crd; they only have to compile.
+EXTERNAL_DNS_REPLACE="github.com/exoscale/egoscale/v3 v3.1.43
+github.com/openshift/api v0.0.0-20260709102940-580f1c1ba691
+github.com/openshift/client-go v0.0.0-20251015124057-db0dee36e235"
+
+# The binary and its DNSEndpoint CRD (config/crd/standard), staged and then moved into place.
+install_external_dns() {
+  external_dns_installed && return
+  local src="$PREFIX/src/external-dns-$EXTERNAL_DNS_VERSION" dir began=$SECONDS stage="$EXTERNAL_DNS_HOME.tmp.$$"
+  log "building ExternalDNS $EXTERNAL_DNS_VERSION in $src; about 9 minutes the first time"
+  rm -rf "$EXTERNAL_DNS_HOME".tmp.* # left by an install that failed
+  mkdir -p "$src" "$stage/bin" "$stage/crds"
+  {
+    printf 'module capi-lb.local/external-dns-harness\n\ngo 1.26.6\n\n'
+    printf 'require sigs.k8s.io/external-dns %s\n\nreplace (\n' "$EXTERNAL_DNS_VERSION"
+    local m v
+    while read -r m v; do printf '\t%s => %s %s\n' "$m" "$m" "$v"; done <<<"$EXTERNAL_DNS_REPLACE"
+    printf ')\n'
+  } >"$src/go.mod"
+  cat >"$src/tools.go" <<'EOF'
+//go:build tools
+
+// Package tools keeps the command the harness builds in the module graph.
+package tools
+
+import _ "sigs.k8s.io/external-dns"
+EOF
+  (
+    cd "$src"
+    GOTOOLCHAIN=local GOFLAGS=-mod=mod go mod tidy
+    GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$stage/bin/external-dns" \
+      -ldflags "-s -w -X sigs.k8s.io/external-dns/pkg/apis/externaldns.Version=$EXTERNAL_DNS_VERSION" \
+      sigs.k8s.io/external-dns
+  )
+  dir="$(cd "$src" && GOTOOLCHAIN=local GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/external-dns)"
+  [ -s "$dir/config/crd/standard/dnsendpoints.externaldns.k8s.io.yaml" ] \
+    || die "sigs.k8s.io/external-dns@$EXTERNAL_DNS_VERSION: no config/crd/standard/dnsendpoints.externaldns.k8s.io.yaml in '$dir'"
+  install -m 0644 "$dir/config/crd/standard/dnsendpoints.externaldns.k8s.io.yaml" "$stage/crds/"
+  rm -rf "$EXTERNAL_DNS_HOME"
+  mv "$stage" "$EXTERNAL_DNS_HOME"
+  log "built ExternalDNS $EXTERNAL_DNS_VERSION in $((SECONDS - began)) s"
+}
+
 cmd_install() {
   install_packages
   install_etcd
   install_coredns
   install_metallb
+  install_external_dns
   install_kubernetes
-  log "installed: $("$K8S_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION, MetalLB $METALLB_VERSION"
+  log "installed: $("$K8S_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION, MetalLB $METALLB_VERSION, ExternalDNS $EXTERNAL_DNS_VERSION, $(named -v)"
 }
 
 installed() {
   [ -x "$ETCD_BIN/etcd" ] && [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] \
-    && [ -x "$KUBECTL" ] && [ -x "$COREDNS_BIN/coredns" ] && metallb_installed
+    && [ -x "$KUBECTL" ] && [ -x "$COREDNS_BIN/coredns" ] && metallb_installed && external_dns_installed \
+    && command -v named >/dev/null && command -v tsig-keygen >/dev/null && command -v dig >/dev/null
 }
 
 # --- start -------------------------------------------------------------------------------------
@@ -242,6 +319,7 @@ pki() {
   cert controller-manager-serving "/CN=kube-controller-manager" "IP:127.0.0.1,DNS:localhost"
   cert coredns "/CN=capi-lb-harness:coredns"
   cert metallb-controller "/CN=capi-lb-harness:metallb-controller"
+  cert external-dns "/CN=capi-lb-harness:external-dns"
   if [ ! -s "$PKI/sa.key" ]; then
     openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/sa.key" 2>/dev/null
     openssl ec -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
@@ -445,11 +523,119 @@ start_metallb() {
   wait_until metallb-controller 30 metallb_ready
 }
 
+# BIND9 serving $DNS_ZONE on 127.0.0.1:$BIND_PORT, updated only with the TSIG key $TSIG_KEY (made once,
+# kept in $STATE/tsig.key). No recursion, no control channel (rndc), nothing outside $STATE. The zone is
+# written anew (and its journal dropped) whenever named starts: ExternalDNS puts back what the
+# DNSEndpoints in the cluster still ask for at its first sync.
+bind_config() {
+  local bind="$STATE/bind"
+  mkdir -p "$bind"
+  if [ ! -s "$STATE/tsig.key" ]; then
+    tsig-keygen -a hmac-sha256 "$TSIG_KEY" >"$STATE/tsig.key.tmp"
+    chmod 0600 "$STATE/tsig.key.tmp"
+    mv "$STATE/tsig.key.tmp" "$STATE/tsig.key"
+  fi
+  rm -f "$bind/$DNS_ZONE.zone.jnl"
+  cat >"$bind/$DNS_ZONE.zone" <<EOF
+\$TTL 30
+@   IN SOA ns.$DNS_ZONE. hostmaster.$DNS_ZONE. (1 60 30 600 5)
+@   IN NS  ns.$DNS_ZONE.
+ns  IN A   127.0.0.1
+EOF
+  cat >"$STATE/named.conf" <<EOF
+include "$STATE/tsig.key";
+options {
+    directory "$bind";
+    pid-file "$bind/named.pid";
+    session-keyfile "$bind/session.key";
+    managed-keys-directory "$bind";
+    dump-file "$bind/named_dump.db";
+    statistics-file "$bind/named.stats";
+    listen-on port $BIND_PORT { 127.0.0.1; };
+    listen-on-v6 { none; };
+    recursion no;
+    dnssec-validation no;
+    notify no;
+};
+controls { };
+zone "$DNS_ZONE" {
+    type primary;
+    file "$bind/$DNS_ZONE.zone";
+    allow-update { key $TSIG_KEY; };
+    allow-transfer { key $TSIG_KEY; };
+};
+EOF
+}
+
+tsig_secret() { sed -n 's/^[[:space:]]*secret "\(.*\)";$/\1/p' "$STATE/tsig.key"; }
+
+bind_ready() {
+  [ -n "$(dig @127.0.0.1 -p "$BIND_PORT" +short +time=1 +tries=1 "$DNS_ZONE" SOA)" ]
+}
+
+start_bind() {
+  if ! alive named; then
+    stop_one external-dns # a fresh zone: its readiness has to mean a sync with this one
+    bind_config
+  fi
+  launch named named -g -c "$STATE/named.conf"
+  wait_until named 20 bind_ready
+}
+
+# ExternalDNS's DNSEndpoint CRD, and its user: it reads DNSEndpoints and writes only their status.
+external_dns_objects() {
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness \
+    -f "$EXTERNAL_DNS_HOME/crds" >/dev/null
+  kubectl_admin wait --for=condition=Established --timeout=30s -f "$EXTERNAL_DNS_HOME/crds" >/dev/null
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "capi-lb-harness:external-dns"}
+rules:
+- {apiGroups: [externaldns.k8s.io], resources: [dnsendpoints], verbs: [get, list, watch]}
+- {apiGroups: [externaldns.k8s.io], resources: [dnsendpoints/status], verbs: [update]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "capi-lb-harness:external-dns"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "capi-lb-harness:external-dns"}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "capi-lb-harness:external-dns"}
+EOF
+}
+
+# Ready once it has synced with BIND (read the DNSEndpoints, transferred the zone) at least once.
+external_dns_ready() {
+  local metrics
+  [ "$(curl -fsS "http://127.0.0.1:$EXTERNAL_DNS_PORT/healthz")" = OK ] \
+    && metrics="$(curl -fsS "http://127.0.0.1:$EXTERNAL_DNS_PORT/metrics")" \
+    && [[ $metrics =~ (^|$'\n')external_dns_controller_last_sync_timestamp_seconds\ [1-9] ]]
+}
+
+# Every flag can also come from an EXTERNAL_DNS_* variable, so it runs with an empty environment
+# (and gets the TSIG secret that way, not on its command line).
+start_external_dns() {
+  external_dns_objects
+  launch external-dns env -i PATH=/usr/bin:/bin HOME="$STATE" \
+    EXTERNAL_DNS_RFC2136_TSIG_SECRET="$(tsig_secret)" \
+    "$EXTERNAL_DNS_HOME/bin/external-dns" --kubeconfig="$STATE/external-dns.kubeconfig" \
+    --source=crd --crd-source-apiversion=externaldns.k8s.io/v1alpha1 --crd-source-kind=DNSEndpoint \
+    --provider=rfc2136 --rfc2136-host=127.0.0.1 --rfc2136-port="$BIND_PORT" --rfc2136-zone="$DNS_ZONE" \
+    --rfc2136-tsig-keyname="$TSIG_KEY" --rfc2136-tsig-secret-alg=hmac-sha256 --rfc2136-axfr \
+    --policy=sync --registry=txt --txt-owner-id=capi-lb-harness --domain-filter="$DNS_ZONE" \
+    --interval="${EXTERNAL_DNS_INTERVAL}s" --metrics-address="127.0.0.1:$EXTERNAL_DNS_PORT" --log-level=info
+  wait_until external-dns 30 external_dns_ready
+}
+
 write_env() {
   cat >"$STATE/env.tmp" <<EOF
 KUBECONFIG=$STATE/admin.kubeconfig
 CAPI_LB_E2E_CONTROLLER_KUBECONFIG=$STATE/controller.kubeconfig
 CAPI_LB_E2E_DNS=127.0.0.1:$DNS_PORT
+CAPI_LB_E2E_DNS_ZONE=$DNS_ZONE
+CAPI_LB_E2E_BIND=127.0.0.1:$BIND_PORT
+CAPI_LB_E2E_EXTERNAL_DNS_VERSION=$EXTERNAL_DNS_VERSION
+CAPI_LB_E2E_EXTERNAL_DNS_INTERVAL=$EXTERNAL_DNS_INTERVAL
 CAPI_LB_E2E_KUBECTL=$KUBECTL
 CAPI_LB_E2E_KUBERNETES_VERSION=$K8S_VERSION
 CAPI_LB_E2E_METALLB_CLASS=$METALLB_CLASS
@@ -462,7 +648,7 @@ EOF
 
 running() {
   alive etcd && alive kube-apiserver && alive kube-controller-manager && alive coredns \
-    && alive metallb-controller && [ -s "$STATE/env" ] && ready "$SERVER/readyz"
+    && alive metallb-controller && alive named && alive external-dns && [ -s "$STATE/env" ] && ready "$SERVER/readyz"
 }
 
 cmd_start() {
@@ -479,12 +665,15 @@ cmd_start() {
   kubeconfig "$STATE/controller-manager.kubeconfig" controller-manager
   kubeconfig "$STATE/coredns.kubeconfig" coredns
   kubeconfig "$STATE/metallb-controller.kubeconfig" metallb-controller
+  kubeconfig "$STATE/external-dns.kubeconfig" external-dns
   start_etcd
   start_apiserver
   start_controller_manager
   bootstrap_objects
   start_coredns
   start_metallb
+  start_bind
+  start_external_dns
   write_env
   log "Kubernetes $K8S_VERSION up at $SERVER in $((SECONDS - began)) s (state in $STATE)"
   cat "$STATE/env"
@@ -506,7 +695,7 @@ stop_one() {
 
 cmd_stop() {
   rm -f "$STATE/env"
-  for name in metallb-controller coredns kube-controller-manager kube-apiserver etcd; do stop_one "$name"; done
+  for name in external-dns named metallb-controller coredns kube-controller-manager kube-apiserver etcd; do stop_one "$name"; done
   # Anything still running from this state folder (a pid file lost by hand) goes too.
   pkill -KILL -f -- "$STATE/" 2>/dev/null || true
   log "stopped"
