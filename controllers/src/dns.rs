@@ -13,7 +13,6 @@
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
-use std::time::Duration;
 
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::conditions::DesiredCondition;
@@ -27,9 +26,6 @@ use kube::{Resource, ResourceExt};
 
 use crate::error::{Result, kube_err};
 use crate::publication::{controller_ref, managed_labels};
-
-/// How often to look again while ExternalDNS has not processed the `DNSEndpoint`.
-pub const OBSERVE_POLL: Duration = Duration::from_secs(5);
 
 /// The names to publish: `spec.dns.hostnames`, then `spec.endpoint.host` when it is a DNS name, each
 /// once, lowercased.
@@ -186,8 +182,6 @@ pub struct Published {
     pub condition: Option<DesiredCondition>,
     /// What changed, for Events.
     pub changes: Vec<String>,
-    /// Look again after this (ExternalDNS has not processed the `DNSEndpoint` yet).
-    pub requeue: Option<Duration>,
 }
 
 /// Write `lb`'s `DNSEndpoint` for `addresses` (or delete it when `spec.dns` is unset) and say how
@@ -205,7 +199,6 @@ pub async fn publish(
     let mut out = Published {
         condition: None,
         changes: Vec::new(),
-        requeue: None,
     };
     // The DNSEndpoints capi-lb made (for hostname conflicts). A list of a kind that is not served
     // answers 404 (a get of one object cannot tell that from a missing object).
@@ -219,7 +212,7 @@ pub async fn publish(
                 out.condition = Some(DesiredCondition::false_(
                     c::DNS_PUBLISHED,
                     r::DNS_ENDPOINT_CRD_MISSING,
-                    "ExternalDNS's DNSEndpoint CRD (dnsendpoints.externaldns.k8s.io) is not installed: install ExternalDNS with --source=crd and its CRD",
+                    "ExternalDNS's DNSEndpoint CRD (dnsendpoints.externaldns.k8s.io) is not installed: install it with ExternalDNS (--source=crd), then restart capi-lb so that it watches DNSEndpoints",
                 ));
             }
             return Ok(out);
@@ -294,14 +287,8 @@ pub async fn publish(
             applied
         }
     };
+    // ExternalDNS's status write triggers the next pass through the DNSEndpoint watch.
     out.condition = Some(condition(&stored, &conflicts, addresses.is_empty()));
-    if out
-        .condition
-        .as_ref()
-        .is_some_and(|c| c.reason == r::DNS_NOT_OBSERVED)
-    {
-        out.requeue = Some(OBSERVE_POLL);
-    }
     Ok(out)
 }
 

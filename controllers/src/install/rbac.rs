@@ -95,6 +95,7 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
             ("discovery.k8s.io", "endpointslices"),
             (CAPI_GROUP, "machines"),
             (CAPI_GROUP, "clusters"),
+            ("externaldns.k8s.io", "dnsendpoints"),
         ]),
     }];
     for entry in enabled

@@ -253,9 +253,6 @@ impl Reconciliation<'_> {
         if let Some(condition) = published.condition {
             self.conditions.push(condition);
         }
-        if let Some(after) = published.requeue {
-            self.outcome = self.outcome.min(Some(after));
-        }
         Ok(())
     }
 

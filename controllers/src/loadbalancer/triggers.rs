@@ -16,6 +16,7 @@ use capi_lb_api::constants::{
     LABEL_LB_NAME, LABEL_SERVICE_NAME, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX,
     TARGET_SINCE_PREFIX, TARGET_STATE_PREFIX,
 };
+use capi_lb_api::externaldns::DNSEndpoint;
 use capi_lb_api::target::target_key;
 use capi_lb_providers::provider::tags;
 use k8s_openapi::api::core::v1::Service;
@@ -57,6 +58,10 @@ struct Summary {
     machines: bool,
     /// The selector of its Machines; `None` when it targets another kind or the selector is invalid.
     selector: Option<Selector>,
+    /// It publishes DNS names (`spec.dns` is set).
+    dns: bool,
+    /// The DNS names it publishes (see [`crate::dns::hostnames`]).
+    hostnames: Vec<String>,
 }
 
 impl Summary {
@@ -69,6 +74,8 @@ impl Summary {
             service: lb.annotations().get(class::ANNOTATION_SERVICE).cloned(),
             machines,
             selector: machines.then(|| lb.effective_selector().ok()).flatten(),
+            dns: lb.spec.dns.is_some(),
+            hostnames: crate::dns::hostnames(lb),
         }
     }
 
@@ -103,6 +110,8 @@ struct Index {
     unindexed: HashMap<String, BTreeSet<Key>>,
     /// target key (the suffix of capi-lb's annotations on targets) -> LoadBalancer.
     by_target_key: HashMap<String, Key>,
+    /// DNS name -> LoadBalancers publishing it (in any namespace: a name is global).
+    by_hostname: HashMap<String, BTreeSet<Key>>,
 }
 
 impl Index {
@@ -133,12 +142,26 @@ impl Index {
         }
         self.by_target_key
             .insert(target_key(&namespace, &name), r.clone());
+        for hostname in &summary.hostnames {
+            self.by_hostname
+                .entry(hostname.clone())
+                .or_default()
+                .insert(r.clone());
+        }
         self.summaries.insert(r, summary);
     }
 
     fn remove(&mut self, r: &Key) {
-        if self.summaries.remove(r).is_none() {
+        let Some(summary) = self.summaries.remove(r) else {
             return;
+        };
+        for hostname in &summary.hostnames {
+            if let Some(refs) = self.by_hostname.get_mut(hostname) {
+                refs.remove(r);
+                if refs.is_empty() {
+                    self.by_hostname.remove(hostname);
+                }
+            }
         }
         let namespace = r.0.clone();
         self.by_label.retain(|_, refs| {
@@ -341,6 +364,34 @@ impl Triggers {
             .map(|(r, _)| r.clone())
             .collect();
         keys.sort();
+        keys.iter().map(to_ref).collect()
+    }
+
+    /// LoadBalancers that deal with `endpoint` (an ExternalDNS `DNSEndpoint`): its owner (ExternalDNS
+    /// processed it, or it was changed or deleted by someone else), a LoadBalancer with `spec.dns`
+    /// of the same name (a foreign DNSEndpoint in its way is gone or changed), and those publishing
+    /// one of its DNS names (a name another LoadBalancer held may have been released).
+    pub fn of_dns_endpoint(&self, endpoint: &DNSEndpoint) -> Vec<Ref> {
+        let Some(namespace) = endpoint.namespace() else {
+            return Vec::new();
+        };
+        let index = self.read();
+        let mut keys: BTreeSet<Key> = endpoint
+            .owner_references()
+            .iter()
+            .filter(|o| o.kind == LoadBalancer::kind(&()) && o.controller == Some(true))
+            .map(|o| (namespace.clone(), o.name.clone()))
+            .collect();
+        let same_name = (namespace.clone(), endpoint.name_any());
+        if index.summaries.get(&same_name).is_some_and(|s| s.dns) {
+            keys.insert(same_name);
+        }
+        for record in &endpoint.spec.endpoints {
+            let name = record.dns_name.trim_end_matches('.').to_lowercase();
+            if let Some(refs) = index.by_hostname.get(&name) {
+                keys.extend(refs.iter().cloned());
+            }
+        }
         keys.iter().map(to_ref).collect()
     }
 }
@@ -558,5 +609,51 @@ mod tests {
         )))));
         t.event(&watcher::Event::InitDone);
         assert_eq!(names(t.of_cluster(&cluster)), ["a/other"]);
+    }
+
+    #[test]
+    fn dns_endpoints_map_to_their_owner_the_same_name_and_who_publishes_their_names() {
+        let dns = |names: serde_json::Value| json!({"dns": {"hostnames": names}});
+        let first = lb("a", "first", dns(json!(["api.example.com"])));
+        let second = lb(
+            "b",
+            "second",
+            dns(json!(["API.example.com.", "x.example.com"])),
+        );
+        let hand = lb("a", "hand", dns(json!(["hand.example.com"])));
+        let plain = lb("a", "plain", json!({}));
+        let t = Triggers::of([&first, &second, &hand, &plain]);
+        let endpoint = |name: &str, owner: Option<&str>, dns_name: &str| -> DNSEndpoint {
+            let owners = owner.map(|o| {
+                json!([{"apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1",
+                        "kind": "LoadBalancer", "name": o, "uid": "u", "controller": true}])
+            });
+            serde_json::from_value(json!({
+                "apiVersion": "externaldns.k8s.io/v1alpha1", "kind": "DNSEndpoint",
+                "metadata": {"name": name, "namespace": "a", "ownerReferences": owners},
+                "spec": {"endpoints": [{"dnsName": dns_name, "recordType": "A", "targets": ["192.0.2.1"]}]}}))
+            .unwrap()
+        };
+        // The first LoadBalancer's: itself and the one waiting for the same name elsewhere.
+        assert_eq!(
+            names(t.of_dns_endpoint(&endpoint("first", Some("first"), "api.example.com."))),
+            ["a/first", "b/second"]
+        );
+        // A foreign one in the way of a LoadBalancer of that name.
+        assert_eq!(
+            names(t.of_dns_endpoint(&endpoint("hand", None, "other.example.com"))),
+            ["a/hand"]
+        );
+        // Same name as a LoadBalancer without spec.dns, unrelated names: nothing.
+        assert!(
+            t.of_dns_endpoint(&endpoint("plain", None, "y.example.com"))
+                .is_empty()
+        );
+        // A LoadBalancer that stops publishing a name no longer maps from it.
+        t.apply(&lb("b", "second", dns(json!(["x.example.com"]))));
+        assert_eq!(
+            names(t.of_dns_endpoint(&endpoint("z", None, "api.example.com"))),
+            ["a/first"]
+        );
     }
 }

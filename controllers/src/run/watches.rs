@@ -9,6 +9,7 @@ use capi_lb_api::constants::{
     ENDPOINTSLICE_MANAGED_BY_VALUE, LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME, MANAGED_BY_VALUE, WATCH_FILTER_LABEL,
 };
+use capi_lb_api::externaldns::DNSEndpoint;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::catalog;
 use capi_lb_providers::provider::tags;
@@ -57,6 +58,7 @@ pub(super) async fn loadbalancer_controller(
     let controller = watches.class_services(controller);
     let controller = watches.provider_objects(controller, registry).await?;
     let controller = watches.cluster_api(controller, options.resync).await?;
+    let controller = watches.dns_endpoints(controller, options.resync).await?;
     Ok((controller, store))
 }
 
@@ -194,6 +196,36 @@ impl Watches<'_> {
                 api::<Cluster>(self.client, self.ns),
                 watcher::Config::default(),
                 move |cluster: Cluster| triggers.of_cluster(&cluster),
+            );
+        }
+        Ok(controller)
+    }
+
+    /// ExternalDNS's DNSEndpoints, when their CRD is served: ExternalDNS reporting what it
+    /// processed, a name released by another LoadBalancer, a foreign DNSEndpoint in the way going
+    /// away (see [`Triggers::of_dns_endpoint`]).
+    async fn dns_endpoints(
+        &self,
+        mut controller: Controller<Watched>,
+        resync: Duration,
+    ) -> Result<Controller<Watched>, RunError> {
+        if installed(
+            self.client,
+            capi_lb_api::externaldns::GROUP,
+            &DNSEndpoint::kind(&()),
+        )
+        .await
+        .map_err(RunError::Connect)?
+        {
+            let triggers = self.triggers.clone();
+            controller = controller.watches(
+                api::<DNSEndpoint>(self.client, self.ns),
+                watcher::Config::default(),
+                move |endpoint: DNSEndpoint| triggers.of_dns_endpoint(&endpoint),
+            );
+        } else {
+            tracing::info!(
+                "ExternalDNS's DNSEndpoints are not installed: not watching them (LoadBalancers with spec.dns report DNSEndpointCRDMissing; restart capi-lb once the CRD is installed, or wait for the resync every {resync:?})"
             );
         }
         Ok(controller)
