@@ -48,6 +48,8 @@ pub struct Cluster {
     pub kubectl: PathBuf,
     /// MetalLB's controller, serving one load-balancer class from one pool.
     pub metallb: Option<MetalLb>,
+    /// ExternalDNS (`--source=crd`) writing a zone of an authoritative DNS server.
+    pub external_dns: Option<ExternalDns>,
     /// Where the cluster came from, for messages.
     pub source: String,
 }
@@ -73,6 +75,52 @@ impl MetalLb {
             _ => Ok(None),
         }
     }
+}
+
+/// ExternalDNS of the cluster under test and the DNS server it writes to.
+#[derive(Clone, Debug)]
+pub struct ExternalDns {
+    /// The zone it manages (its `--domain-filter`).
+    pub zone: String,
+    /// The authoritative server of the zone (BIND on the harness), reachable from the tests.
+    pub server: SocketAddr,
+    /// Its `--interval`: how long a change may take to reach the zone.
+    pub interval: Duration,
+}
+
+impl ExternalDns {
+    fn from(
+        zone: Option<String>,
+        server: Option<String>,
+        interval: Option<String>,
+    ) -> Result<Option<Self>, String> {
+        let (Some(zone), Some(server)) = (zone, server) else {
+            return Ok(None);
+        };
+        let interval = match interval {
+            Some(i) => i
+                .parse::<u64>()
+                .map_err(|e| format!("CAPI_LB_E2E_EXTERNAL_DNS_INTERVAL={i}: {e} (seconds)"))?,
+            None => 60,
+        };
+        Ok(Some(Self {
+            zone,
+            server: server
+                .parse()
+                .map_err(|e| format!("CAPI_LB_E2E_BIND={server}: {e} (want IP:port)"))?,
+            interval: Duration::from_secs(interval),
+        }))
+    }
+}
+
+/// ExternalDNS of the cluster under test; panics when there is none (these tests never skip).
+pub fn external_dns() -> &'static ExternalDns {
+    cluster().external_dns.as_ref().unwrap_or_else(|| {
+        panic!(
+            "no ExternalDNS on {}: set CAPI_LB_E2E_DNS_ZONE and CAPI_LB_E2E_BIND to the zone an ExternalDNS (--source=crd) manages and its DNS server (IP:port), and CAPI_LB_E2E_EXTERNAL_DNS_INTERVAL to its --interval in seconds",
+            cluster().source
+        )
+    })
 }
 
 /// MetalLB of the cluster under test; panics when there is none (these tests never skip).
@@ -134,6 +182,11 @@ fn resolve_cluster() -> Result<Cluster, String> {
                 std::env::var("CAPI_LB_E2E_METALLB_CLASS").ok(),
                 std::env::var("CAPI_LB_E2E_METALLB_POOL").ok(),
             )?,
+            external_dns: ExternalDns::from(
+                std::env::var("CAPI_LB_E2E_DNS_ZONE").ok(),
+                std::env::var("CAPI_LB_E2E_BIND").ok(),
+                std::env::var("CAPI_LB_E2E_EXTERNAL_DNS_INTERVAL").ok(),
+            )?,
             source: "CAPI_LB_E2E_KUBECONFIG".into(),
         });
     }
@@ -163,6 +216,11 @@ fn resolve_cluster() -> Result<Cluster, String> {
         metallb: MetalLb::from(
             Some(get("CAPI_LB_E2E_METALLB_CLASS")?),
             Some(get("CAPI_LB_E2E_METALLB_POOL")?),
+        )?,
+        external_dns: ExternalDns::from(
+            Some(get("CAPI_LB_E2E_DNS_ZONE")?),
+            Some(get("CAPI_LB_E2E_BIND")?),
+            Some(get("CAPI_LB_E2E_EXTERNAL_DNS_INTERVAL")?),
         )?,
         source: "tests/k8s/harness.sh".into(),
     })
@@ -747,16 +805,26 @@ pub enum DnsAnswer {
 /// Ask the cluster's DNS server (CoreDNS) for `name`'s records of `record_type` ("A", "AAAA",
 /// "CNAME"), over UDP. Returns the response code and the answers, sorted.
 pub async fn dns_query(name: &str, record_type: &str) -> (String, Vec<DnsAnswer>) {
-    use hickory_proto::op::{Message, Query};
-    use hickory_proto::rr::{Name, RData, RecordType};
-    use std::str::FromStr;
-
     let server = cluster().dns.unwrap_or_else(|| {
         panic!(
             "no DNS server for {}: set CAPI_LB_E2E_DNS to the cluster's DNS (IP:port reachable from here)",
             cluster().source
         )
     });
+    dns_query_at(server, name, record_type).await
+}
+
+/// Ask the DNS server at `server` for `name`'s records of `record_type`, over UDP: the response
+/// code and the answers, sorted.
+pub async fn dns_query_at(
+    server: SocketAddr,
+    name: &str,
+    record_type: &str,
+) -> (String, Vec<DnsAnswer>) {
+    use hickory_proto::op::{Message, Query};
+    use hickory_proto::rr::{Name, RData, RecordType};
+    use std::str::FromStr;
+
     let rtype = RecordType::from_str(record_type).unwrap();
     let mut query = Message::query();
     query.metadata.id = rand_id();
