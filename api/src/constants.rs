@@ -92,6 +92,13 @@ pub const ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX: &str =
 /// Service annotation written by capi-lb: the DNS name of the published `-ext` endpoint.
 pub const ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME: &str =
     "loadbalancer.cluster.x-k8s.io/external-endpoint-dns-name";
+/// Service annotation: DNS names (comma-separated) to publish for this Service of type
+/// LoadBalancer through ExternalDNS (a `DNSEndpoint` named like its `-ext` endpoint).
+pub const ANNOTATION_HOSTNAMES: &str = "loadbalancer.cluster.x-k8s.io/hostnames";
+/// Service annotation: TTL in seconds of the records of [`ANNOTATION_HOSTNAMES`].
+pub const ANNOTATION_DNS_TTL: &str = "loadbalancer.cluster.x-k8s.io/dns-ttl";
+/// Service annotation written by capi-lb: the name of the `DNSEndpoint` it keeps for the Service.
+pub const ANNOTATION_DNS_ENDPOINT: &str = "loadbalancer.cluster.x-k8s.io/dns-endpoint";
 /// Label on objects the `-ext` publisher creates: who manages them.
 pub const LABEL_EXTERNAL_MANAGED_BY: &str = "loadbalancer.cluster.x-k8s.io/managed-by";
 /// Label on objects the `-ext` publisher creates: the source Service.
@@ -251,6 +258,8 @@ pub mod reason {
     pub const HOSTNAME_CONFLICT: &str = "HostnameConflict";
     /// `spec.dns` was removed: nothing is published.
     pub const DNS_DISABLED: &str = "DNSDisabled";
+    /// A name asked for is not a DNS name.
+    pub const INVALID_HOSTNAME: &str = "InvalidHostname";
 
     // Paused
     /// Reconciliation is paused.
@@ -279,6 +288,7 @@ pub mod reason {
                 | NOT_HONOURED
                 | DNS_ENDPOINT_CRD_MISSING
                 | HOSTNAME_CONFLICT
+                | INVALID_HOSTNAME
         )
     }
 }

@@ -11,7 +11,7 @@
 //! another LoadBalancer's `DNSEndpoint` published first is left to it (two owners of one name would
 //! make ExternalDNS flap between them).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use capi_lb_api::LoadBalancer;
@@ -20,12 +20,18 @@ use capi_lb_api::constants::{FIELD_MANAGER, LABEL_MANAGED_BY, MANAGED_BY_VALUE};
 use capi_lb_api::constants::{condition as c, reason as r};
 use capi_lb_api::externaldns::{DNSEndpoint, DNSEndpointSpec, Endpoint, ProviderSpecificProperty};
 use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 
 use crate::error::{Result, kube_err};
 use crate::publication::{controller_ref, managed_labels};
+
+/// A DNS name capi-lb publishes: a DNS subdomain of lowercase labels, optionally under `*.`.
+pub fn is_hostname(name: &str) -> bool {
+    let name = name.strip_prefix("*.").unwrap_or(name);
+    capi_lb_api::naming::is_dns_subdomain(name) && name.split('.').all(|l| l.len() <= 63)
+}
 
 /// The names to publish: `spec.dns.hostnames`, then `spec.endpoint.host` when it is a DNS name, each
 /// once, lowercased.
@@ -37,70 +43,93 @@ pub fn hostnames(lb: &LoadBalancer) -> Vec<String> {
         .spec
         .endpoint
         .as_ref()
-        .map(|e| e.host.trim_end_matches('.').to_lowercase())
+        .map(|e| e.host.as_str())
         .filter(|h| h.parse::<IpAddr>().is_err());
+    unique(dns.hostnames.iter().map(String::as_str).chain(endpoint))
+}
+
+/// `names` without a final dot, lowercased, each once, in order.
+pub fn unique<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut seen = BTreeSet::new();
-    dns.hostnames
-        .iter()
-        .map(|h| h.trim_end_matches('.').to_lowercase())
-        .chain(endpoint)
-        .filter(|h| seen.insert(h.clone()))
+    names
+        .into_iter()
+        .map(|h| h.trim().trim_end_matches('.').to_lowercase())
+        .filter(|h| !h.is_empty() && seen.insert(h.clone()))
         .collect()
+}
+
+/// What every record of one `DNSEndpoint` carries besides its name and targets.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RecordOptions {
+    /// TTL in seconds; `None`: the DNS provider's default.
+    pub ttl: Option<i64>,
+    /// Routing-policy identifier.
+    pub set_identifier: Option<String>,
+    /// DNS-provider-specific properties.
+    pub provider_specific: Vec<ProviderSpecificProperty>,
+}
+
+impl RecordOptions {
+    /// The options of a LoadBalancer's `spec.dns`.
+    pub fn of(lb: &LoadBalancer) -> Self {
+        let Some(dns) = &lb.spec.dns else {
+            return Self::default();
+        };
+        Self {
+            ttl: dns.ttl_seconds,
+            set_identifier: dns.set_identifier.clone(),
+            provider_specific: dns
+                .provider_specific
+                .iter()
+                .map(|p| ProviderSpecificProperty {
+                    name: p.name.clone(),
+                    value: p.value.clone(),
+                })
+                .collect(),
+        }
+    }
 }
 
 /// The records of `names` for `addresses`: per name an A record with the IPv4 addresses and an
 /// AAAA record with the IPv6 ones, or, without any IP, a CNAME to the first hostname. Empty without
 /// addresses.
 pub fn records(
-    lb: &LoadBalancer,
+    options: &RecordOptions,
     names: &[String],
     addresses: &[LoadBalancerAddress],
 ) -> Vec<Endpoint> {
-    let Some(dns) = &lb.spec.dns else {
-        return Vec::new();
-    };
     let ips: Vec<IpAddr> = addresses
         .iter()
         .filter(|a| a.type_ == AddressType::Ip)
         .filter_map(|a| a.address.parse().ok())
         .collect();
+    let family = |v4: bool| -> Vec<String> {
+        ips.iter()
+            .filter(|i| i.is_ipv4() == v4)
+            .map(|i| i.to_string())
+            .collect()
+    };
+    let (v4, v6) = (family(true), family(false));
     let hostname = addresses
         .iter()
         .find(|a| a.type_ == AddressType::Hostname)
-        .map(|a| a.address.clone());
+        .map(|a| a.address.trim_end_matches('.').to_string());
     let record = |name: &String, record_type: &str, targets: Vec<String>| Endpoint {
         dns_name: name.clone(),
         record_type: record_type.into(),
         targets,
-        record_ttl: dns.ttl_seconds,
-        set_identifier: dns.set_identifier.clone(),
-        provider_specific: dns
-            .provider_specific
-            .iter()
-            .map(|p| ProviderSpecificProperty {
-                name: p.name.clone(),
-                value: p.value.clone(),
-            })
-            .collect(),
+        record_ttl: options.ttl,
+        set_identifier: options.set_identifier.clone(),
+        provider_specific: options.provider_specific.clone(),
         labels: Default::default(),
     };
     let mut out = Vec::new();
     for name in names {
-        let v4: Vec<String> = ips
-            .iter()
-            .filter(|i| i.is_ipv4())
-            .map(|i| i.to_string())
-            .collect();
-        let v6: Vec<String> = ips
-            .iter()
-            .filter(|i| i.is_ipv6())
-            .map(|i| i.to_string())
-            .collect();
         if !v4.is_empty() {
-            out.push(record(name, "A", v4));
+            out.push(record(name, "A", v4.clone()));
         }
         if !v6.is_empty() {
-            out.push(record(name, "AAAA", v6));
+            out.push(record(name, "AAAA", v6.clone()));
         }
         if ips.is_empty()
             && let Some(h) = &hostname
@@ -111,43 +140,80 @@ pub fn records(
     out
 }
 
-/// The `DNSEndpoint` of `lb` with `records`; `None` without a UID (not stored yet).
-pub fn plan(lb: &LoadBalancer, records: Vec<Endpoint>) -> Option<DNSEndpoint> {
-    let mut labels = managed_labels(&lb.name_any());
-    if let Some(dns) = &lb.spec.dns {
-        labels.extend(dns.labels.clone());
+/// Whose `DNSEndpoint` it is and where it goes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Owner {
+    /// Namespace of the owner and the `DNSEndpoint`.
+    pub namespace: String,
+    /// Name of the `DNSEndpoint`.
+    pub name: String,
+    /// The owner (a LoadBalancer or a Service), `Kind name` for messages.
+    pub describe: String,
+    /// Controller owner reference to the owner.
+    pub reference: OwnerReference,
+    /// Labels on the `DNSEndpoint` (capi-lb's, and the user's for ExternalDNS's `--label-filter`).
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Owner {
+    /// The `DNSEndpoint` of LoadBalancer `lb`, named like it; `None` without a UID (not stored).
+    pub fn of(lb: &LoadBalancer) -> Option<Self> {
+        let mut labels = managed_labels(&lb.name_any());
+        if let Some(dns) = &lb.spec.dns {
+            labels.extend(dns.labels.clone());
+        }
+        Some(Self {
+            namespace: lb.namespace().unwrap_or_default(),
+            name: lb.name_any(),
+            describe: format!("LoadBalancer {}", lb.name_any()),
+            reference: controller_ref(lb)?,
+            labels,
+        })
     }
-    Some(DNSEndpoint {
+}
+
+/// What to publish: the names, their record options. `None` where publication is off.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Wanted {
+    /// The names (see [`unique`]).
+    pub names: Vec<String>,
+    /// The record options.
+    pub options: RecordOptions,
+}
+
+/// The `DNSEndpoint` of `owner` with `records`.
+pub fn plan(owner: &Owner, records: Vec<Endpoint>) -> DNSEndpoint {
+    DNSEndpoint {
         metadata: ObjectMeta {
-            name: Some(lb.name_any()),
-            namespace: lb.namespace(),
-            labels: Some(labels),
-            owner_references: Some(vec![controller_ref(lb)?]),
+            name: Some(owner.name.clone()),
+            namespace: Some(owner.namespace.clone()),
+            labels: Some(owner.labels.clone()),
+            owner_references: Some(vec![owner.reference.clone()]),
             ..Default::default()
         },
         spec: DNSEndpointSpec { endpoints: records },
         status: None,
-    })
+    }
 }
 
-/// Whether `object` is owned (as controller) by `lb`.
-fn owned_by(object: &DNSEndpoint, lb: &LoadBalancer) -> bool {
-    let uid = lb.uid();
+/// Whether `object` is owned (as controller) by the object with UID `uid`.
+fn owned_by(object: &DNSEndpoint, uid: &str) -> bool {
     object
         .owner_references()
         .iter()
-        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+        .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
-/// The hostnames among `names` that another LoadBalancer's `DNSEndpoint` published first (before
-/// `ours` was created, or at all when there is none yet), with that LoadBalancer's name.
+/// The hostnames among `names` that another owner's `DNSEndpoint` holds, with that
+/// `DNSEndpoint`'s namespace/name. The one that publishes a name keeps it: a name only elsewhere is
+/// theirs, a name only in `ours` is ours. A name in both (two owners wrote at once) goes to the
+/// earlier `DNSEndpoint` (creation time, then namespace and name), which both sides agree on.
 fn claimed_elsewhere(
     names: &[String],
     listed: &[DNSEndpoint],
-    lb: &LoadBalancer,
+    uid: &str,
     ours: Option<&DNSEndpoint>,
 ) -> Vec<(String, String)> {
-    // Who came first: creation time, then namespace and name (the same second happens).
     let rank = |o: &DNSEndpoint| {
         (
             o.metadata.creation_timestamp.as_ref().map(|t| t.0),
@@ -155,20 +221,23 @@ fn claimed_elsewhere(
             o.name_any(),
         )
     };
-    let mut out = Vec::new();
-    for other in listed.iter().filter(|o| !owned_by(o, lb)) {
-        let earlier = ours.is_none_or(|ours| rank(other) < rank(ours));
-        if !earlier {
-            continue;
-        }
-        for endpoint in &other.spec.endpoints {
-            let name = endpoint.dns_name.trim_end_matches('.').to_lowercase();
-            if names.contains(&name) && !out.iter().any(|(n, _)| *n == name) {
+    let holds = |o: &DNSEndpoint, name: &str| {
+        o.spec
+            .endpoints
+            .iter()
+            .any(|e| e.dns_name.trim_end_matches('.').eq_ignore_ascii_case(name))
+    };
+    let mut out: Vec<(String, String)> = Vec::new();
+    for other in listed.iter().filter(|o| !owned_by(o, uid)) {
+        for name in names {
+            let theirs = holds(other, name)
+                && ours.is_none_or(|ours| !holds(ours, name) || rank(other) < rank(ours));
+            if theirs && !out.iter().any(|(n, _)| n == name) {
                 let owner = other
                     .namespace()
                     .map(|ns| format!("{ns}/{}", other.name_any()))
                     .unwrap_or_else(|| other.name_any());
-                out.push((name, owner));
+                out.push((name.clone(), owner));
             }
         }
     }
@@ -178,27 +247,33 @@ fn claimed_elsewhere(
 /// How the DNS publication stands after [`publish`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Published {
-    /// The `DNSPublished` condition; `None` when `spec.dns` was never set.
+    /// The `DNSPublished` condition; `None` when nothing is wanted and `report_off` was false.
     pub condition: Option<DesiredCondition>,
     /// What changed, for Events.
     pub changes: Vec<String>,
+    /// A `DNSEndpoint` of `owner`'s exists now.
+    pub exists: bool,
 }
 
-/// Write `lb`'s `DNSEndpoint` for `addresses` (or delete it when `spec.dns` is unset) and say how
-/// it stands. `had_condition`: the LoadBalancer reports `DNSPublished` already (so turning DNS off
-/// is reported too).
+/// Write `owner`'s `DNSEndpoint` for `wanted` names and `addresses` (delete it when nothing is
+/// wanted) and say how it stands. `report_off`: say so in the condition when nothing is wanted
+/// (publication was on before).
 pub async fn publish(
     client: &kube::Client,
-    lb: &LoadBalancer,
+    owner: &Owner,
+    wanted: Option<&Wanted>,
     addresses: &[LoadBalancerAddress],
-    had_condition: bool,
+    report_off: bool,
 ) -> Result<Published> {
-    let namespace = lb.namespace().unwrap_or_default();
-    let name = lb.name_any();
-    let api: Api<DNSEndpoint> = Api::namespaced(client.clone(), &namespace);
+    let Owner {
+        namespace, name, ..
+    } = owner;
+    let uid = owner.reference.uid.as_str();
+    let api: Api<DNSEndpoint> = Api::namespaced(client.clone(), namespace);
     let mut out = Published {
         condition: None,
         changes: Vec::new(),
+        exists: false,
     };
     // The DNSEndpoints capi-lb made (for hostname conflicts). A list of a kind that is not served
     // answers 404 (a get of one object cannot tell that from a missing object).
@@ -208,7 +283,7 @@ pub async fn publish(
     {
         Ok(list) => list.items,
         Err(kube::Error::Api(e)) if e.code == 404 => {
-            if lb.spec.dns.is_some() {
+            if wanted.is_some() {
                 out.condition = Some(DesiredCondition::false_(
                     c::DNS_PUBLISHED,
                     r::DNS_ENDPOINT_CRD_MISSING,
@@ -220,22 +295,25 @@ pub async fn publish(
         Err(e) => return Err(kube_err("list", "DNSEndpoints".to_string())(e)),
     };
     let existing = api
-        .get_opt(&name)
+        .get_opt(name)
         .await
         .map_err(kube_err("get", format!("DNSEndpoint {namespace}/{name}")))?;
     if let Some(found) = &existing
-        && !owned_by(found, lb)
+        && !owned_by(found, uid)
     {
-        out.condition = Some(DesiredCondition::false_(
-            c::DNS_PUBLISHED,
-            r::NAME_CONFLICT,
-            format!(
-                "DNSEndpoint {namespace}/{name} exists and is not this LoadBalancer's; it was left untouched. Delete or rename it"
-            ),
-        ));
+        if wanted.is_some() {
+            out.condition = Some(DesiredCondition::false_(
+                c::DNS_PUBLISHED,
+                r::NAME_CONFLICT,
+                format!(
+                    "DNSEndpoint {namespace}/{name} exists and is not {}'s; it was left untouched. Delete or rename it",
+                    owner.describe
+                ),
+            ));
+        }
         return Ok(out);
     }
-    if lb.spec.dns.is_none() {
+    let Some(wanted) = wanted else {
         if let Some(found) = existing {
             api.delete(&found.name_any(), &DeleteParams::default())
                 .await
@@ -245,31 +323,40 @@ pub async fn publish(
                 ))?;
             out.changes.push(format!("deleted DNSEndpoint {name}"));
         }
-        if had_condition {
+        if report_off {
             out.condition = Some(DesiredCondition::false_(
                 c::DNS_PUBLISHED,
                 r::DNS_DISABLED,
-                "spec.dns is not set: no DNS names are published",
+                "no DNS names are asked for: nothing is published",
             ));
         }
         return Ok(out);
+    };
+    if let Some(bad) = wanted.names.iter().find(|n| !is_hostname(n)) {
+        out.exists = existing.is_some();
+        out.condition = Some(DesiredCondition::false_(
+            c::DNS_PUBLISHED,
+            r::INVALID_HOSTNAME,
+            format!(
+                "{bad:?} is not a DNS name (lowercase labels of letters, digits and '-', at most 253 characters, optionally under \"*.\"); nothing was changed"
+            ),
+        ));
+        return Ok(out);
     }
-    let names = hostnames(lb);
-    let conflicts = claimed_elsewhere(&names, &listed, lb, existing.as_ref());
-    let free: Vec<String> = names
+    let conflicts = claimed_elsewhere(&wanted.names, &listed, uid, existing.as_ref());
+    let free: Vec<String> = wanted
+        .names
         .iter()
         .filter(|n| !conflicts.iter().any(|(c, _)| c == *n))
         .cloned()
         .collect();
-    let Some(desired) = plan(lb, records(lb, &free, addresses)) else {
-        return Ok(out);
-    };
+    let desired = plan(owner, records(&wanted.options, &free, addresses));
     let stored = match &existing {
         Some(found) if matches(found, &desired) => found.clone(),
         _ => {
             let applied = api
                 .patch(
-                    &name,
+                    name,
                     &PatchParams::apply(FIELD_MANAGER).force(),
                     &Patch::Apply(&desired),
                 )
@@ -287,6 +374,7 @@ pub async fn publish(
             applied
         }
     };
+    out.exists = true;
     // ExternalDNS's status write triggers the next pass through the DNSEndpoint watch.
     out.condition = Some(condition(&stored, &conflicts, addresses.is_empty()));
     Ok(out)
@@ -426,11 +514,41 @@ mod tests {
     }
 
     #[test]
+    fn hostnames_are_dns_subdomains_optionally_under_a_wildcard() {
+        for good in [
+            "api.example.com",
+            "*.apps.example.com",
+            "localhost",
+            "a-1.b",
+        ] {
+            assert!(is_hostname(good), "{good}");
+        }
+        let long_label = format!("{}.example.com", "a".repeat(64));
+        for bad in [
+            "",
+            "API.example.com",
+            "api..example.com",
+            "-api.example.com",
+            "a.*.example.com",
+            "api.example.com.",
+            "api_1.example.com",
+            long_label.as_str(),
+        ] {
+            assert!(!is_hostname(bad), "{bad}");
+        }
+        assert_eq!(
+            unique([" API.example.com. ", "api.example.com", "", "b.example.com"]),
+            ["api.example.com", "b.example.com"]
+        );
+    }
+
+    #[test]
     fn ips_give_a_and_aaaa_records_and_a_hostname_a_cname() {
         let lb = lb(Some(dns(&["api.example.com"])), None);
         let names = hostnames(&lb);
+        let options = RecordOptions::of(&lb);
         let dual = records(
-            &lb,
+            &options,
             &names,
             &[
                 LoadBalancerAddress::ip("2001:db8::1"),
@@ -467,7 +585,7 @@ mod tests {
             "aws/evaluate-target-health"
         );
         let cname = records(
-            &lb,
+            &options,
             &names,
             &[LoadBalancerAddress::hostname("lb.example.net")],
         );
@@ -475,13 +593,13 @@ mod tests {
             (cname[0].record_type.as_str(), cname[0].targets.clone()),
             ("CNAME", vec!["lb.example.net".to_string()])
         );
-        assert!(records(&lb, &names, &[]).is_empty());
+        assert!(records(&options, &names, &[]).is_empty());
     }
 
     #[test]
     fn the_dns_endpoint_is_named_labelled_and_owned_like_the_load_balancer() {
         let lb = lb(Some(dns(&["api.example.com"])), None);
-        let planned = plan(&lb, Vec::new()).unwrap();
+        let planned = plan(&Owner::of(&lb).unwrap(), Vec::new());
         assert_eq!(planned.name_any(), "cp");
         assert_eq!(planned.namespace().as_deref(), Some("ns"));
         assert_eq!(
@@ -492,24 +610,23 @@ mod tests {
             planned.labels().get(LABEL_LB_NAME).map(String::as_str),
             Some("cp")
         );
-        assert!(owned_by(&planned, &lb));
+        assert!(owned_by(&planned, "lb-uid"));
     }
 
     #[test]
-    fn a_name_another_load_balancer_published_first_is_left_to_it() {
+    fn a_name_another_owner_publishes_is_left_to_it_and_a_tie_goes_to_the_older() {
         let lb = lb(Some(dns(&["api.example.com", "free.example.com"])), None);
         let names = hostnames(&lb);
         let other = |uid: &str, created: i64| {
             let mut o = plan(
-                &lb,
+                &Owner::of(&lb).unwrap(),
                 vec![Endpoint {
                     dns_name: "API.example.com.".into(),
                     record_type: "A".into(),
                     targets: vec!["192.0.2.9".into()],
                     ..Default::default()
                 }],
-            )
-            .unwrap();
+            );
             o.metadata.name = Some("other".into());
             o.metadata.owner_references = Some(vec![OwnerReference {
                 uid: uid.into(),
@@ -521,35 +638,41 @@ mod tests {
             ));
             o
         };
-        let mut ours = plan(&lb, Vec::new()).unwrap();
+        let mut ours = plan(&Owner::of(&lb).unwrap(), Vec::new());
         ours.metadata.creation_timestamp =
             Some(Time(jiff::Timestamp::from_second(1_800_000_100).unwrap()));
-        // Theirs is older: theirs. Ours is older: ours. Ours does not exist yet: theirs.
+        let theirs = [("api.example.com".to_string(), "ns/other".to_string())];
+        // A name only they publish is theirs, however old ours is; without ours too.
         assert_eq!(
-            claimed_elsewhere(&names, &[other("x", 0)], &lb, Some(&ours)),
-            [("api.example.com".to_string(), "ns/other".to_string())]
+            claimed_elsewhere(&names, &[other("x", 200)], "lb-uid", Some(&ours)),
+            theirs
         );
-        assert!(claimed_elsewhere(&names, &[other("x", 200)], &lb, Some(&ours)).is_empty());
         assert_eq!(
-            claimed_elsewhere(&names, &[other("x", 200)], &lb, None).len(),
-            1
+            claimed_elsewhere(&names, &[other("x", 200)], "lb-uid", None),
+            theirs
         );
+        // A name both publish goes to the older DNSEndpoint.
+        ours.spec.endpoints = other("lb-uid", 0).spec.endpoints;
+        assert_eq!(
+            claimed_elsewhere(&names, &[other("x", 0)], "lb-uid", Some(&ours)),
+            theirs
+        );
+        assert!(claimed_elsewhere(&names, &[other("x", 200)], "lb-uid", Some(&ours)).is_empty());
         // Our own DNSEndpoint is no conflict.
-        assert!(claimed_elsewhere(&names, &[other("lb-uid", 0)], &lb, Some(&ours)).is_empty());
+        assert!(claimed_elsewhere(&names, &[other("lb-uid", 0)], "lb-uid", Some(&ours)).is_empty());
     }
 
     #[test]
     fn the_condition_follows_what_external_dns_observed() {
         let lb = lb(Some(dns(&["api.example.com"])), None);
         let mut stored = plan(
-            &lb,
+            &Owner::of(&lb).unwrap(),
             records(
-                &lb,
+                &RecordOptions::of(&lb),
                 &hostnames(&lb),
                 &[LoadBalancerAddress::ip("192.0.2.1")],
             ),
-        )
-        .unwrap();
+        );
         stored.metadata.generation = Some(2);
         let reason = |s: &DNSEndpoint, conflicts: &[(String, String)], none: bool| {
             let c = condition(s, conflicts, none);

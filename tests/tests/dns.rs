@@ -199,3 +199,242 @@ async fn without_external_dns_the_crd_is_named() {
     );
     assert!(is_ready(&lb), "the load balancer itself works");
 }
+
+// --- Services of type LoadBalancer ---------------------------------------------------------------
+
+const HOSTNAMES: &str = "loadbalancer.cluster.x-k8s.io/hostnames";
+const MARKER: &str = "loadbalancer.cluster.x-k8s.io/dns-endpoint";
+
+fn lb_service(
+    name: &str,
+    annotations: serde_json::Value,
+    ingress: serde_json::Value,
+) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations},
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": "metallb.io/x",
+                 "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]},
+        "status": {"loadBalancer": {"ingress": ingress}},
+    })
+}
+
+async fn service(world: &World, name: &str) -> k8s_openapi::api::core::v1::Service {
+    Api::<k8s_openapi::api::core::v1::Service>::namespaced(world.client(), NS)
+        .get(name)
+        .await
+        .unwrap()
+}
+
+fn reasons(world: &World) -> Vec<(String, bool)> {
+    world
+        .ctx
+        .events
+        .timeline()
+        .into_iter()
+        .map(|e| (e.reason, e.warning))
+        .collect()
+}
+
+/// A Service of another implementation's class with the hostnames annotation: a DNSEndpoint named
+/// like its `-ext` endpoint, owned by it, following its ingress, the name written onto the Service;
+/// ExternalDNS taking it is told once; the annotation removed, it goes.
+#[tokio::test]
+async fn a_services_hostnames_follow_its_ingress_and_go_with_the_annotation() {
+    let world = dns_world(vec![lb_service(
+        "web",
+        json!({HOSTNAMES: "www.example.com, Web.Example.com.", "loadbalancer.cluster.x-k8s.io/dns-ttl": "120"}),
+        json!([{"ip": "198.51.100.7"}, {"ip": "2001:db8::7"}]),
+    )])
+    .await;
+    world.settle_services(10).await.unwrap();
+    let published = endpoint(&world, "web-ext").await.expect("a DNSEndpoint");
+    assert_eq!(
+        records(&published),
+        [
+            (
+                "www.example.com".into(),
+                "A".into(),
+                vec!["198.51.100.7".into()]
+            ),
+            (
+                "www.example.com".into(),
+                "AAAA".into(),
+                vec!["2001:db8::7".into()]
+            ),
+            (
+                "web.example.com".into(),
+                "A".into(),
+                vec!["198.51.100.7".into()]
+            ),
+            (
+                "web.example.com".into(),
+                "AAAA".into(),
+                vec!["2001:db8::7".into()]
+            ),
+        ]
+    );
+    assert_eq!(published.spec.endpoints[0].record_ttl, Some(120));
+    let svc = service(&world, "web").await;
+    assert_eq!(published.owner_references()[0].uid, svc.uid().unwrap());
+    assert_eq!(svc.annotations()[MARKER], "web-ext");
+    assert!(reasons(&world).contains(&("DNSEndpointChanged".into(), false)));
+
+    // Converged: nothing is written again.
+    let writes = world.api.stats.writes_excluding_events();
+    world.settle_services(10).await.unwrap();
+    assert_eq!(world.api.stats.writes_excluding_events(), writes);
+
+    // ExternalDNS takes it: told once.
+    observe(&world, "web-ext").await;
+    world.reconcile_service(NS, "web").await.unwrap();
+    world.reconcile_service(NS, "web").await.unwrap();
+    let observed = reasons(&world)
+        .iter()
+        .filter(|r| r.0 == "RecordsObserved")
+        .count();
+    assert_eq!(observed, 1);
+
+    // The ingress changes: the records follow in place.
+    Api::<k8s_openapi::api::core::v1::Service>::namespaced(world.client(), NS)
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"loadBalancer": {"ingress": [{"hostname": "web.lb.example.net"}]}}})),
+        )
+        .await
+        .unwrap();
+    world.settle_services(10).await.unwrap();
+    let moved = endpoint(&world, "web-ext").await.unwrap();
+    assert_eq!(moved.uid(), published.uid());
+    assert_eq!(
+        records(&moved)[0],
+        (
+            "www.example.com".into(),
+            "CNAME".into(),
+            vec!["web.lb.example.net".into()]
+        )
+    );
+
+    // The annotation goes: so do the DNSEndpoint and the marker.
+    merge_patch::<k8s_openapi::api::core::v1::Service>(
+        &world,
+        "web",
+        json!({"metadata": {"annotations": {HOSTNAMES: null}}}),
+    )
+    .await;
+    world.settle_services(10).await.unwrap();
+    assert!(endpoint(&world, "web-ext").await.is_none());
+    assert!(
+        !service(&world, "web")
+            .await
+            .annotations()
+            .contains_key(MARKER)
+    );
+}
+
+/// A Service that stops being of type LoadBalancer (annotation kept) loses its DNSEndpoint; bad
+/// annotations are reported once and change nothing; a Service without the annotation costs no
+/// DNSEndpoint call.
+#[tokio::test]
+async fn bad_annotations_are_reported_and_a_service_leaving_the_type_loses_its_names() {
+    let world = dns_world(vec![
+        lb_service(
+            "ttl",
+            json!({HOSTNAMES: "ttl.example.com", "loadbalancer.cluster.x-k8s.io/dns-ttl": "soon"}),
+            json!([{"ip": "198.51.100.8"}]),
+        ),
+        lb_service(
+            "bad",
+            json!({HOSTNAMES: "UNDER_score.example.com"}),
+            json!([{"ip": "198.51.100.9"}]),
+        ),
+        lb_service(
+            "kept",
+            json!({HOSTNAMES: "kept.example.com"}),
+            json!([{"ip": "198.51.100.10"}]),
+        ),
+        lb_service("plain", json!({}), json!([{"ip": "198.51.100.11"}])),
+    ])
+    .await;
+    world.settle_services(10).await.unwrap();
+    world.settle_services(10).await.unwrap();
+    assert!(endpoint(&world, "ttl-ext").await.is_none());
+    assert!(endpoint(&world, "bad-ext").await.is_none());
+    assert!(endpoint(&world, "plain-ext").await.is_none());
+    let warnings: Vec<_> = world
+        .ctx
+        .events
+        .timeline()
+        .into_iter()
+        .filter(|e| e.reason == "InvalidHostname")
+        .collect();
+    assert_eq!(warnings.len(), 2, "each reported once: {warnings:?}");
+    assert!(warnings.iter().all(|w| w.warning));
+    assert!(warnings.iter().any(|w| w.message.contains("dns-ttl")));
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.message.contains("under_score.example.com"))
+    );
+
+    assert!(endpoint(&world, "kept-ext").await.is_some());
+    merge_patch::<k8s_openapi::api::core::v1::Service>(
+        &world,
+        "kept",
+        json!({"spec": {"type": "ClusterIP", "loadBalancerClass": null}}),
+    )
+    .await;
+    world.settle_services(10).await.unwrap();
+    assert!(endpoint(&world, "kept-ext").await.is_none());
+    assert!(
+        !service(&world, "kept")
+            .await
+            .annotations()
+            .contains_key(MARKER)
+    );
+}
+
+/// A Service of capi-lb's class: its DNSEndpoint has the address of the LoadBalancer realising it;
+/// a name the LoadBalancer itself publishes first stays the LoadBalancer's (reported on the Service
+/// once).
+#[tokio::test]
+async fn a_service_of_capi_lbs_class_publishes_the_realising_load_balancers_address() {
+    let world = dns_world(vec![
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "tcp", "namespace": NS,
+                         "annotations": {"loadbalancer.cluster.x-k8s.io/load-balancer-ref": "tenant",
+                                         HOSTNAMES: "tcp.example.com,api.example.com"}},
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": "loadbalancer.cluster.x-k8s.io/capi-lb",
+                     "ports": [{"name": "https", "port": 6443, "targetPort": 6443, "protocol": "TCP"}]},
+        }),
+        lb("tenant").spec("dns", json!({"hostnames": ["api.example.com"]})).build(),
+        infra("tenant").build(),
+    ])
+    .await;
+    world.run_until_stable(30).await.unwrap();
+    world.settle_services(10).await.unwrap();
+    world.run_until_stable(30).await.unwrap();
+    world.settle_services(10).await.unwrap();
+    let address = get_lb(&world, "tenant").await.status.unwrap().addresses[0]
+        .address
+        .clone();
+    let published = endpoint(&world, "tcp-ext")
+        .await
+        .expect("the Service's DNSEndpoint");
+    assert_eq!(
+        records(&published),
+        [("tcp.example.com".into(), "A".into(), vec![address.clone()])],
+        "api.example.com is the LoadBalancer's"
+    );
+    assert_eq!(
+        records(&endpoint(&world, "tenant").await.unwrap()),
+        [("api.example.com".into(), "A".into(), vec![address])]
+    );
+    let conflicts = reasons(&world)
+        .into_iter()
+        .filter(|r| r.0 == "HostnameConflict")
+        .count();
+    assert_eq!(conflicts, 1, "{:?}", reasons(&world));
+}

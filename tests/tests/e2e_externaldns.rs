@@ -18,6 +18,7 @@ use capi_lb_tests::k8s::{
     DnsAnswer, TestNs, condition, dns_query_at, external_dns, in_memory, load_balancer, merge,
     metallb, wait_for, wait_gone, wait_ready,
 };
+use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
@@ -286,8 +287,9 @@ async fn a_hostname_only_load_balancer_gets_a_cname() {
 }
 
 /// Two LoadBalancers asking for one name: the first keeps it (and BIND answers its address only),
-/// the second reports `HostnameConflict` and publishes its other name; once the first is deleted the
-/// second takes the name over (triggered by the DNSEndpoint watch, with a resync of one hour).
+/// the second reports `HostnameConflict` and publishes its other name; once the first no longer
+/// asks for it the second takes the name over (triggered by the first's DNSEndpoint dropping it,
+/// with a resync of one hour).
 #[tokio::test]
 async fn a_name_two_load_balancers_want_goes_to_the_first_then_to_the_second() {
     let mut t = TestNs::new("xdns-conflict").await;
@@ -304,11 +306,11 @@ async fn a_name_two_load_balancers_want_goes_to_the_first_then_to_the_second() {
         json!({"addressPools": ["203.0.113.32/28"]}),
     ))
     .await;
-    let started = Instant::now();
     t.create(with_dns("one", "one", json!({"hostnames": [shared]}), None))
         .await;
     let first = first_ip(&wait_ready(&t, "one").await);
     dns_published(&t, "one", "RecordsObserved").await;
+    let started = Instant::now();
     t.create(with_dns(
         "two",
         "two",
@@ -340,10 +342,14 @@ async fn a_name_two_load_balancers_want_goes_to_the_first_then_to_the_second() {
     )
     .await;
 
-    let lbs = t.api::<LoadBalancer>();
+    // The first lets the name go (a spec change, not a deletion): the second takes it.
     let released = Instant::now();
-    lbs.delete("one", &DeleteParams::default()).await.unwrap();
-    wait_gone(&lbs, "one").await;
+    merge(
+        &t.api::<LoadBalancer>(),
+        "one",
+        json!({"spec": {"dns": {"hostnames": [hostname(&t, "elsewhere")]}}}),
+    )
+    .await;
     resolves(
         "released to the second",
         &shared,
@@ -363,3 +369,106 @@ fn condition_message(lb: &LoadBalancer) -> String {
         .map(|c| c.message.clone())
         .unwrap_or_default()
 }
+
+/// Services of type LoadBalancer name their DNS names with an annotation: one served by MetalLB
+/// resolves to MetalLB's address, one of capi-lb's class to the address of the LoadBalancer that
+/// realises it; the annotation removed, the record goes and the Service no longer carries the
+/// DNSEndpoint's name.
+#[tokio::test]
+async fn services_of_type_load_balancer_publish_the_names_of_their_annotation() {
+    let mut t = TestNs::new("xdns-svc").await;
+    t.start(t.options(&["inmemory"]));
+    let web = hostname(&t, "web");
+    let tcp = hostname(&t, "tcp");
+    let created = Instant::now();
+    t.create(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "annotations": {HOSTNAMES: web}},
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": metallb().class,
+                 "allocateLoadBalancerNodePorts": false,
+                 "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]},
+    }))
+    .await;
+    t.create(in_memory(
+        "tenant",
+        json!({"addressPools": ["203.0.113.48/28"]}),
+    ))
+    .await;
+    t.create(load_balancer("tenant", "tenant", json!({}))).await;
+    t.create(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "tcp", "annotations": {
+            HOSTNAMES: tcp, "loadbalancer.cluster.x-k8s.io/load-balancer-ref": "tenant"}},
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": "loadbalancer.cluster.x-k8s.io/capi-lb",
+                 "ports": [{"name": "https", "port": 6443, "targetPort": 6443, "protocol": "TCP"}]},
+    }))
+    .await;
+    let with_ingress = |svc: Option<&Service>| {
+        svc.and_then(|s| s.status.as_ref())
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|l| l.ingress.as_ref())
+            .and_then(|i| i.first())
+            .and_then(|i| i.ip.clone())
+            .is_some()
+    };
+    let services = t.api::<Service>();
+    let web_ip = wait_for(&services, "web", "MetalLB's address", with_ingress)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .load_balancer
+        .unwrap()
+        .ingress
+        .unwrap()[0]
+        .ip
+        .clone()
+        .unwrap();
+    assert!(
+        metallb()
+            .pool
+            .contains(&web_ip.parse::<std::net::IpAddr>().unwrap())
+    );
+    resolves(
+        "MetalLB Service",
+        &web,
+        "A",
+        &ips(&[web_ip.as_str()]),
+        created,
+    )
+    .await;
+    let tenant = first_ip(&wait_ready(&t, "tenant").await);
+    resolves(
+        "capi-lb's class",
+        &tcp,
+        "A",
+        &ips(&[tenant.as_str()]),
+        created,
+    )
+    .await;
+    let marked = wait_for(&services, "web", "the DNSEndpoint's name", |s| {
+        s.is_some_and(|s| s.annotations().get(MARKER).map(String::as_str) == Some("web-ext"))
+    })
+    .await
+    .unwrap();
+    let endpoint = t.api::<DNSEndpoint>().get("web-ext").await.unwrap();
+    assert_eq!(endpoint.owner_references()[0].uid, marked.uid().unwrap());
+
+    let removed = Instant::now();
+    merge(
+        &services,
+        "web",
+        json!({"metadata": {"annotations": {HOSTNAMES: null}}}),
+    )
+    .await;
+    resolves("annotation removed", &web, "A", &[], removed).await;
+    wait_for(&services, "web", "no DNSEndpoint name", |s| {
+        s.is_some_and(|s| !s.annotations().contains_key(MARKER))
+    })
+    .await;
+    wait_gone(&t.api::<DNSEndpoint>(), "web-ext").await;
+    t.finish().await;
+}
+
+const HOSTNAMES: &str = "loadbalancer.cluster.x-k8s.io/hostnames";
+const MARKER: &str = "loadbalancer.cluster.x-k8s.io/dns-endpoint";

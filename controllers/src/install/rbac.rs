@@ -130,8 +130,18 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
                 // Legacy Endpoints (--legacy-endpoints) and kube-dc's (--adopt-kube-dc).
                 ("", "endpoints", &["get", "create", "patch", "delete"]),
                 ("events.k8s.io", "events", &["create", "patch"]),
+                // The ExternalDNS DNSEndpoint of a Service's hostnames annotation.
+                (
+                    "externaldns.k8s.io",
+                    "dnsendpoints",
+                    &["get", "list", "create", "patch", "delete"],
+                ),
             ],
-            watches: watched(&[("", "services"), ("discovery.k8s.io", "endpointslices")]),
+            watches: watched(&[
+                ("", "services"),
+                ("discovery.k8s.io", "endpointslices"),
+                ("externaldns.k8s.io", "dnsendpoints"),
+            ]),
         });
     }
     out

@@ -247,8 +247,21 @@ impl Reconciliation<'_> {
         if self.lb.spec.dns.is_none() && !had {
             return Ok(());
         }
-        let published =
-            crate::dns::publish(&self.ctx.client, self.lb, &self.status.addresses, had).await?;
+        let Some(owner) = crate::dns::Owner::of(self.lb) else {
+            return Ok(());
+        };
+        let wanted = self.lb.spec.dns.as_ref().map(|_| crate::dns::Wanted {
+            names: crate::dns::hostnames(self.lb),
+            options: crate::dns::RecordOptions::of(self.lb),
+        });
+        let published = crate::dns::publish(
+            &self.ctx.client,
+            &owner,
+            wanted.as_ref(),
+            &self.status.addresses,
+            had,
+        )
+        .await?;
         self.note(false, event::DNS_ENDPOINT_CHANGED, published.changes);
         if let Some(condition) = published.condition {
             self.conditions.push(condition);

@@ -188,6 +188,9 @@ pub struct Triggers {
     index: RwLock<Index>,
     /// LoadBalancers of a relist in progress (between `Init` and `InitDone`).
     relist: RwLock<Option<Vec<LoadBalancer>>>,
+    /// The DNS names each DNSEndpoint (namespace, name) had when last seen: a name it no longer
+    /// has was released, and who waits for it must hear of it.
+    dns_names: RwLock<HashMap<Key, BTreeSet<String>>>,
 }
 
 impl Triggers {
@@ -375,6 +378,26 @@ impl Triggers {
         let Some(namespace) = endpoint.namespace() else {
             return Vec::new();
         };
+        let object = (namespace.clone(), endpoint.name_any());
+        let names: BTreeSet<String> = endpoint
+            .spec
+            .endpoints
+            .iter()
+            .map(|r| r.dns_name.trim_end_matches('.').to_lowercase())
+            .collect();
+        // With the names it had before: one it dropped was released.
+        let released = {
+            let mut seen = self
+                .dns_names
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            let before = if endpoint.meta().deletion_timestamp.is_some() {
+                seen.remove(&object)
+            } else {
+                seen.insert(object.clone(), names.clone())
+            };
+            before.unwrap_or_default()
+        };
         let index = self.read();
         let mut keys: BTreeSet<Key> = endpoint
             .owner_references()
@@ -382,13 +405,11 @@ impl Triggers {
             .filter(|o| o.kind == LoadBalancer::kind(&()) && o.controller == Some(true))
             .map(|o| (namespace.clone(), o.name.clone()))
             .collect();
-        let same_name = (namespace.clone(), endpoint.name_any());
-        if index.summaries.get(&same_name).is_some_and(|s| s.dns) {
-            keys.insert(same_name);
+        if index.summaries.get(&object).is_some_and(|s| s.dns) {
+            keys.insert(object);
         }
-        for record in &endpoint.spec.endpoints {
-            let name = record.dns_name.trim_end_matches('.').to_lowercase();
-            if let Some(refs) = index.by_hostname.get(&name) {
+        for name in names.iter().chain(&released) {
+            if let Some(refs) = index.by_hostname.get(name) {
                 keys.extend(refs.iter().cloned());
             }
         }
@@ -654,6 +675,15 @@ mod tests {
         assert_eq!(
             names(t.of_dns_endpoint(&endpoint("z", None, "api.example.com"))),
             ["a/first"]
+        );
+        // A DNSEndpoint that drops a name: who wants it hears of it.
+        assert_eq!(
+            names(t.of_dns_endpoint(&endpoint("z", None, "other.example.com"))),
+            ["a/first"]
+        );
+        assert!(
+            t.of_dns_endpoint(&endpoint("z", None, "other.example.com"))
+                .is_empty()
         );
     }
 }

@@ -23,10 +23,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use capi_lb_api::constants::{
-    ANNOTATION_EXTERNAL_ENDPOINT, ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME,
-    ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX, ENDPOINT_TYPE_EXTERNAL, KUBE_DC_LABEL_MANAGED_BY,
+    ANNOTATION_DNS_ENDPOINT, ANNOTATION_DNS_TTL, ANNOTATION_EXTERNAL_ENDPOINT,
+    ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME, ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX,
+    ANNOTATION_HOSTNAMES, ENDPOINT_TYPE_EXTERNAL, KUBE_DC_LABEL_MANAGED_BY,
     KUBE_DC_LABEL_SOURCE_SERVICE, KUBE_DC_MANAGED_BY_VALUE, LABEL_ENDPOINT_TYPE,
     LABEL_EXTERNAL_MANAGED_BY, LABEL_MANAGED_BY, LABEL_SOURCE_SERVICE, MANAGED_BY_VALUE, event,
+    reason,
 };
 use capi_lb_api::loadbalancer::LoadBalancerAddress;
 use capi_lb_api::naming::is_dns_label;
@@ -37,6 +39,7 @@ use serde_json::json;
 
 use crate::context::Context;
 use crate::context::{ExternalEndpoints, Outcome, Policy};
+use crate::dns;
 use crate::error::{Result, is_not_found, kube_err};
 use crate::metadata::controller_of;
 use crate::publication::{self, Desired, Published, PublishedPort, Publisher};
@@ -251,22 +254,36 @@ pub async fn reconcile_service(
     ctx: Arc<Context>,
     reported: &Reported,
 ) -> Result<Outcome> {
-    let config = &ctx.config.external;
     let namespace = service.namespace().unwrap_or_default();
-    let name = service.name_any();
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     if let Some(source) = source_of(&service) {
         return remove_orphan(&ctx, &services, &service, &source).await;
     }
-    if crate::class::is_ours(&service) {
-        return bind(&ctx, &service, reported).await;
-    }
-    let desired = match decide(&service, config) {
+    let outcome = if crate::class::is_ours(&service) {
+        bind(&ctx, &service, reported).await?
+    } else {
+        publish_endpoint(&ctx, &service, reported).await?
+    };
+    publish_dns(&ctx, &service, reported).await?;
+    Ok(outcome)
+}
+
+/// The `-ext` endpoint of a Service of another class than capi-lb's.
+async fn publish_endpoint(
+    ctx: &Arc<Context>,
+    service: &Arc<Service>,
+    reported: &Reported,
+) -> Result<Outcome> {
+    let config = &ctx.config.external;
+    let namespace = service.namespace().unwrap_or_default();
+    let name = service.name_any();
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    let desired = match decide(service, config) {
         Decision::Ignore => return Ok(Outcome::done()),
         Decision::Invalid(message) => {
             warn_once(
-                &ctx,
-                &service,
+                ctx,
+                service,
                 reported,
                 event::INVALID_EXTERNAL_ENDPOINT,
                 "Publish",
@@ -284,9 +301,161 @@ pub async fn reconcile_service(
     };
     let publisher = publisher(&namespace, &name, owner, config);
     let report = publication::publish(&ctx.client, &publisher, desired.as_ref().ok()).await?;
-    let dns_name = announce(&ctx, &service, reported, &report, &desired).await;
-    annotate_dns_name(&services, &service, dns_name).await?;
+    let dns_name = announce(ctx, service, reported, &report, &desired).await;
+    annotate(
+        &services,
+        service,
+        ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME,
+        dns_name,
+    )
+    .await?;
     Ok(Outcome::done())
+}
+
+/// The DNS names a Service asks for with [`ANNOTATION_HOSTNAMES`] (and [`ANNOTATION_DNS_TTL`]):
+/// `None` when it asks for none or is not (or no longer) a LoadBalancer; `Err` with what is wrong
+/// with the annotations.
+pub fn dns_wanted(service: &Service) -> std::result::Result<Option<dns::Wanted>, String> {
+    let annotations = service.annotations();
+    let Some(listed) = annotations.get(ANNOTATION_HOSTNAMES) else {
+        return Ok(None);
+    };
+    if !is_load_balancer(service) || service.meta().deletion_timestamp.is_some() {
+        return Ok(None);
+    }
+    let names = dns::unique(listed.split(','));
+    if names.is_empty() {
+        return Ok(None);
+    }
+    if names.len() > MAX_HOSTNAMES {
+        return Err(format!(
+            "annotation {ANNOTATION_HOSTNAMES} names {} DNS names, at most {MAX_HOSTNAMES} are published; nothing was changed",
+            names.len()
+        ));
+    }
+    let ttl = match annotations.get(ANNOTATION_DNS_TTL) {
+        None => None,
+        Some(v) => match v.trim().parse::<i64>() {
+            Ok(ttl) if (1..=604_800).contains(&ttl) => Some(ttl),
+            _ => {
+                return Err(format!(
+                    "annotation {ANNOTATION_DNS_TTL} must be a number of seconds from 1 to 604800, not {v:?}; nothing was changed"
+                ));
+            }
+        },
+    };
+    Ok(Some(dns::Wanted {
+        names,
+        options: dns::RecordOptions {
+            ttl,
+            ..Default::default()
+        },
+    }))
+}
+
+/// At most this many names per Service (as in a LoadBalancer's `spec.dns.hostnames`).
+const MAX_HOSTNAMES: usize = 8;
+
+/// The name of the `DNSEndpoint` of `service`: like its `-ext` endpoint.
+fn dns_endpoint_name(service: &Service, config: &ExternalEndpoints) -> String {
+    let suffix = service
+        .annotations()
+        .get(ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX)
+        .filter(|s| is_dns_label(&format!("a{s}")))
+        .unwrap_or(&config.suffix);
+    format!("{}{suffix}", service.name_any())
+}
+
+/// DNS names of a Service of type LoadBalancer (any class) through ExternalDNS: its
+/// `DNSEndpoint` follows the Service's ingress; problems and ExternalDNS taking the records are
+/// told with Events on the Service; the `DNSEndpoint`'s name is written onto it
+/// ([`ANNOTATION_DNS_ENDPOINT`]), which is also how a Service that no longer asks is known to
+/// have one to remove without an API call for every other Service.
+async fn publish_dns(ctx: &Context, service: &Service, reported: &Reported) -> Result<()> {
+    let marker = service.annotations().get(ANNOTATION_DNS_ENDPOINT).cloned();
+    let uid = service.uid().unwrap_or_default();
+    let key = format!("{uid}/dns");
+    let wanted = match dns_wanted(service) {
+        Ok(wanted) => wanted,
+        Err(message) => {
+            if reported.first_time(&key, &message) {
+                ctx.events
+                    .publish(
+                        &service.object_ref(&()),
+                        true,
+                        reason::INVALID_HOSTNAME,
+                        "PublishDNS",
+                        message,
+                    )
+                    .await;
+            }
+            return Ok(());
+        }
+    };
+    if wanted.is_none() && marker.is_none() {
+        return Ok(());
+    }
+    let Some(reference) = publication::controller_ref(service) else {
+        return Ok(());
+    };
+    let namespace = service.namespace().unwrap_or_default();
+    let source = service.name_any();
+    let owner = |name: String| dns::Owner {
+        namespace: namespace.clone(),
+        name,
+        describe: format!("Service {source}"),
+        reference: reference.clone(),
+        labels: labels(&source),
+    };
+    let current = owner(dns_endpoint_name(service, &ctx.config.external));
+    let mut changes = Vec::new();
+    if let Some(old) = marker.as_ref().filter(|m| **m != current.name) {
+        // Another suffix: the old one goes.
+        changes.extend(
+            dns::publish(&ctx.client, &owner(old.clone()), None, &[], false)
+                .await?
+                .changes,
+        );
+    }
+    let published = dns::publish(
+        &ctx.client,
+        &current,
+        wanted.as_ref(),
+        &ingress_addresses(service),
+        false,
+    )
+    .await?;
+    changes.extend(published.changes);
+    let reference = service.object_ref(&());
+    if !changes.is_empty() {
+        ctx.events
+            .publish(
+                &reference,
+                false,
+                event::DNS_ENDPOINT_CHANGED,
+                "PublishDNS",
+                changes.join("; "),
+            )
+            .await;
+    }
+    match published.condition {
+        Some(c) if c.status || reason::is_problem(c.reason) => {
+            if reported.first_time(&key, &c.message) {
+                ctx.events
+                    .publish(&reference, !c.status, c.reason, "PublishDNS", c.message)
+                    .await;
+            }
+        }
+        _ => reported.clear(&key),
+    }
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    annotate(
+        &services,
+        service,
+        ANNOTATION_DNS_ENDPOINT,
+        published.exists.then_some(current.name),
+    )
+    .await
 }
 
 /// A Warning Event on `service`, unless the same `message` was already reported for it.
@@ -372,22 +541,20 @@ async fn announce(
     dns_name
 }
 
-/// The DNS name on the source, only our one annotation, only when it differs (a source deleted
-/// meanwhile is left alone).
-async fn annotate_dns_name(
+/// One of capi-lb's annotations on the source (`None`: removed), only when it differs (a source
+/// deleted meanwhile is left alone).
+async fn annotate(
     services: &Api<Service>,
     service: &Service,
-    dns_name: Option<String>,
+    key: &str,
+    value: Option<String>,
 ) -> Result<()> {
-    let current = service
-        .annotations()
-        .get(ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME);
-    if current == dns_name.as_ref() {
+    let current = service.annotations().get(key);
+    if current == value.as_ref() {
         return Ok(());
     }
     let name = service.name_any();
-    let patch =
-        json!({"metadata": {"annotations": {ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME: dns_name}}});
+    let patch = json!({"metadata": {"annotations": {key: value}}});
     match services
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await

@@ -24,6 +24,7 @@ use capi_lb_api::constants::{
     ENDPOINT_TYPE_EXTERNAL, LABEL_ENDPOINT_TYPE, LABEL_EXTERNAL_MANAGED_BY, LABEL_SOURCE_SERVICE,
     MANAGED_BY_VALUE,
 };
+use capi_lb_api::externaldns::DNSEndpoint;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::catalog::{self, Dependencies, UnknownProvider};
 use capi_lb_providers::clock::{SharedClock, SystemClock};
@@ -309,7 +310,7 @@ async fn external_endpoints(
         ctx,
         reported: Reported::default(),
     });
-    Controller::new(api::<Service>(client, ns), watcher::Config::default())
+    let mut controller = Controller::new(api::<Service>(client, ns), watcher::Config::default())
         .watches(
             api::<Service>(client, ns),
             watcher::Config::default().labels(&ours),
@@ -319,7 +320,22 @@ async fn external_endpoints(
             api::<EndpointSlice>(client, ns),
             watcher::Config::default().labels(&ours),
             move |slice: EndpointSlice| to_source(slice.labels(), slice.namespace()),
-        )
+        );
+    // The DNSEndpoints of Services' DNS names: ExternalDNS reporting what it processed.
+    match installed(client, capi_lb_api::externaldns::GROUP, "DNSEndpoint").await {
+        Ok(true) => {
+            controller = controller.watches(
+                api::<DNSEndpoint>(client, ns),
+                watcher::Config::default().labels(&ours),
+                move |endpoint: DNSEndpoint| to_source(endpoint.labels(), endpoint.namespace()),
+            );
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "could not tell whether DNSEndpoints are served: not watching them")
+        }
+    }
+    controller
         .with_config(ControllerConfig::default().concurrency(options.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(
