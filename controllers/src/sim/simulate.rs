@@ -14,8 +14,10 @@ use std::path::{Path, PathBuf};
 
 use capi_lb_api::capi::Machine;
 use capi_lb_api::constants::{
-    ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME, LABEL_LB_NAME, LABEL_SERVICE_NAME, LABEL_SOURCE_SERVICE,
+    ANNOTATION_DNS_ENDPOINT, ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME, LABEL_LB_NAME,
+    LABEL_SERVICE_NAME, LABEL_SOURCE_SERVICE,
 };
+use capi_lb_api::externaldns::DNSEndpoint;
 use capi_lb_api::target::TargetKeys;
 use capi_lb_api::validation::{FieldErrors, parse};
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
@@ -260,7 +262,11 @@ pub fn load(sources: &[Source]) -> Result<Vec<Value>, SimulateError> {
 /// Run a simulation of `sources`.
 pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulation, SimulateError> {
     let objects = load(sources)?;
-    let world = World::new(objects).await.map_err(Box::new)?;
+    // A cluster with ExternalDNS's CRD installed (ExternalDNS itself does not run: DNSEndpoints
+    // stay not observed).
+    let world = World::with_builder(objects, |b| b.with_resource::<DNSEndpoint>())
+        .await
+        .map_err(Box::new)?;
     let run = world.run_until_stable(MAX_PASSES).await.map_err(Box::new)?;
     // The -ext publisher for Services of type LoadBalancer (after the LoadBalancers settled).
     world.settle_services(MAX_PASSES).await.map_err(Box::new)?;
@@ -359,6 +365,9 @@ async fn write_load_balancer(
     for service in &services {
         emit_service(output, client, &namespace, service).await?;
     }
+    if lb.spec.dns.is_some() {
+        emit_dns_endpoint(output, client, &namespace, &name).await?;
+    }
     let infra_ref = &lb.spec.infrastructure_ref;
     if infra_ref.kind == "InMemoryLoadBalancer"
         && let Some(infra) = Api::<InMemoryLoadBalancer>::namespaced(client.clone(), &namespace)
@@ -441,6 +450,26 @@ async fn write_load_balancer_services(
         for service in &ext {
             emit_service(output, client, &namespace, service).await?;
         }
+        if let Some(endpoint) = source.annotations().get(ANNOTATION_DNS_ENDPOINT) {
+            emit_dns_endpoint(output, client, &namespace, endpoint).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Write the ExternalDNS `DNSEndpoint` `name`, when there is one.
+async fn emit_dns_endpoint(
+    output: &mut String,
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<(), SimulateError> {
+    if let Some(endpoint) = Api::<DNSEndpoint>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(Box::new)?
+    {
+        emit(output, serde_json::to_value(endpoint).unwrap_or_default());
     }
     Ok(())
 }
