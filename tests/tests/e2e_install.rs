@@ -781,6 +781,15 @@ fn cel_cases() -> Vec<CelCase> {
             "spec.sourceRanges",
         )
         .spec(lb_spec(json!({"sourceRanges": ["10.0.0.0/8", "10.0.0.1"]}))),
+        case(
+            "LoadBalancer",
+            "spec.dns.hostnames",
+            "hostnames must be unique",
+            "spec.dns.hostnames",
+        )
+        .spec(lb_spec(
+            json!({"dns": {"hostnames": ["api.example.com", "api.example.com"]}}),
+        )),
         // ServiceLoadBalancer
         case(
             "ServiceLoadBalancer",
@@ -1283,6 +1292,22 @@ async fn openapi_constraints_are_refused_alike_by_the_apiserver_and_client_side(
             "spec.infrastructureRef",
             "Required value",
             "infrastructureRef",
+        ),
+        (
+            "LoadBalancer",
+            lb_spec(json!({"dns": {"hostnames": ["api.example.com", "API.example.com"]}})),
+            "spec.dns.hostnames[1]",
+            "should match",
+            "does not match",
+        ),
+        (
+            "LoadBalancer",
+            lb_spec(json!({"dns": {"hostnames": (0..9)
+                .map(|i| format!("h{i}.example.com"))
+                .collect::<Vec<_>>()}})),
+            "spec.dns.hostnames",
+            "must have at most 8 items",
+            "",
         ),
         (
             "KubeDCLoadBalancer",

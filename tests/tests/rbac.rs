@@ -13,6 +13,7 @@ use std::time::Duration;
 use capi_lb::install::rbac::{self, Enabled, Permission, finalizers_of, verb_of};
 use capi_lb::sim::world::World;
 use capi_lb_api::capi::{Cluster, Machine};
+use capi_lb_api::externaldns::DNSEndpoint;
 use capi_lb_api::kubedc::EIp;
 use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer};
 use capi_lb_tests::kubedc_sim::KubeDcSim;
@@ -139,6 +140,134 @@ async fn external_scenario() -> BTreeSet<Permission> {
     out
 }
 
+/// What the DNS publication does with DNSEndpoints: get and list on every pass, create (by
+/// server-side apply), patch (by server-side apply), delete.
+const DNS_VERBS: [&str; 5] = ["get", "list", "create", "patch", "delete"];
+
+/// Panics unless `used` holds every DNSEndpoint verb of [`DNS_VERBS`]: each scenario below runs a
+/// single component, so this checks that component's own DNSEndpoint permissions.
+fn assert_dns_verbs(component: &str, used: &BTreeSet<Permission>) {
+    for verb in DNS_VERBS {
+        let p = (
+            "externaldns.k8s.io".to_string(),
+            "dnsendpoints".to_string(),
+            verb.to_string(),
+        );
+        assert!(
+            used.contains(&p),
+            "the {component} did not {verb} a DNSEndpoint"
+        );
+    }
+}
+
+async fn dns_endpoint(world: &World, name: &str) -> Option<DNSEndpoint> {
+    Api::<DNSEndpoint>::namespaced(world.client(), NS)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+/// The LoadBalancer controller publishing `spec.dns` (ExternalDNS's DNSEndpoint kind served):
+/// created, changed (another hostname), then `spec.dns` removed so that it is deleted.
+async fn loadbalancer_dns_scenario() -> BTreeSet<Permission> {
+    let world = World::with_builder(
+        vec![
+            lb("dns")
+                .spec("dns", json!({"hostnames": ["api.example.com"]}))
+                .build(),
+            infra("dns").build(),
+        ],
+        |b| b.with_resource::<DNSEndpoint>(),
+    )
+    .await
+    .unwrap();
+    world.run_until_stable(20).await.unwrap();
+    assert!(
+        dns_endpoint(&world, "dns").await.is_some(),
+        "the DNSEndpoint was created"
+    );
+    merge_patch::<LoadBalancer>(
+        &world,
+        "dns",
+        json!({"spec": {"dns": {"hostnames": ["api.example.com", "www.example.com"]}}}),
+    )
+    .await;
+    world.run_until_stable(20).await.unwrap();
+    let changed = dns_endpoint(&world, "dns").await.unwrap();
+    assert!(
+        changed
+            .spec
+            .endpoints
+            .iter()
+            .any(|e| e.dns_name == "www.example.com"),
+        "the DNSEndpoint was changed"
+    );
+    merge_patch::<LoadBalancer>(&world, "dns", json!({"spec": {"dns": null}})).await;
+    world.run_until_stable(20).await.unwrap();
+    assert!(
+        dns_endpoint(&world, "dns").await.is_none(),
+        "the DNSEndpoint was deleted"
+    );
+    let used = observed(&world);
+    assert_dns_verbs("LoadBalancer controller", &used);
+    used
+}
+
+/// The `-ext` publisher publishing a Service's hostnames annotation (ExternalDNS's DNSEndpoint
+/// kind served): created, changed (another ingress), then the annotation removed so that it is
+/// deleted.
+async fn external_dns_scenario() -> BTreeSet<Permission> {
+    let world = World::with_builder(
+        vec![json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": NS,
+                         "annotations": {"loadbalancer.cluster.x-k8s.io/hostnames": "www.example.com"}},
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": "metallb.io/x",
+                     "ports": [{"name": "https", "port": 443, "protocol": "TCP"}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.7"}]}},
+        })],
+        |b| b.with_resource::<DNSEndpoint>(),
+    )
+    .await
+    .unwrap();
+    world.settle_services(10).await.unwrap();
+    assert!(
+        dns_endpoint(&world, "web-ext").await.is_some(),
+        "the DNSEndpoint was created"
+    );
+    Api::<Service>::namespaced(world.client(), NS)
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.8"}]}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    world.settle_services(10).await.unwrap();
+    let changed = dns_endpoint(&world, "web-ext").await.unwrap();
+    assert_eq!(
+        changed.spec.endpoints[0].targets,
+        ["198.51.100.8"],
+        "the DNSEndpoint was changed"
+    );
+    merge_patch::<Service>(
+        &world,
+        "web",
+        json!({"metadata": {"annotations": {"loadbalancer.cluster.x-k8s.io/hostnames": null}}}),
+    )
+    .await;
+    world.settle_services(10).await.unwrap();
+    assert!(
+        dns_endpoint(&world, "web-ext").await.is_none(),
+        "the DNSEndpoint was deleted"
+    );
+    let used = observed(&world);
+    assert_dns_verbs("external endpoint publisher", &used);
+    used
+}
+
 /// The kube-dc provider: create with the simulated kube-dc controller, then delete.
 async fn kubedc_scenario() -> BTreeSet<Permission> {
     let world = World::with_builder(
@@ -247,6 +376,8 @@ async fn the_generated_cluster_role_allows_exactly_what_the_controllers_do() {
     let mut used = loadbalancer_scenario().await;
     used.extend(class_scenario().await);
     used.extend(external_scenario().await);
+    used.extend(loadbalancer_dns_scenario().await);
+    used.extend(external_dns_scenario().await);
     used.extend(kubedc_scenario().await);
     used.extend(service_scenario().await);
     used.extend(octavia_scenario().await);
