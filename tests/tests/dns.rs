@@ -120,6 +120,15 @@ async fn the_hostnames_follow_the_address_and_external_dns_observing_makes_it_pu
         cond(&get_lb(&world, "cp").await, "DNSPublished"),
         ("False".into(), "DNSDisabled".into())
     );
+    // From then on a reconcile does not look at DNSEndpoints at all.
+    let before = world.api.stats.requests().len();
+    world.reconcile(NS, "cp").await.unwrap();
+    let dns_requests: Vec<_> = world.api.stats.requests()[before..]
+        .iter()
+        .filter(|r| r.path.contains("dnsendpoints"))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(dns_requests.is_empty(), "{dns_requests:?}");
 }
 
 #[tokio::test]

@@ -239,12 +239,14 @@ impl Reconciliation<'_> {
     /// The DNS names of `spec.dns` through ExternalDNS (see [`crate::dns`]); nothing at all for a
     /// LoadBalancer that never had them.
     async fn publish_dns(&mut self) -> Result<()> {
-        let had = self
+        let reported = self
             .lb
             .status
             .as_ref()
-            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == c::DNS_PUBLISHED));
-        if self.lb.spec.dns.is_none() && !had {
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == c::DNS_PUBLISHED));
+        let had = reported.is_some();
+        // Never had DNS names, or their DNSEndpoint was deleted when they were removed: no call.
+        if self.lb.spec.dns.is_none() && reported.is_none_or(|c| c.reason == r::DNS_DISABLED) {
             return Ok(());
         }
         let Some(owner) = crate::dns::Owner::of(self.lb) else {
