@@ -21,11 +21,11 @@ use capi_lb_api::constants::{condition as c, reason as r};
 use capi_lb_api::externaldns::{DNSEndpoint, DNSEndpointSpec, Endpoint, ProviderSpecificProperty};
 use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 
 use crate::error::{Result, kube_err};
-use crate::publication::{controller_ref, managed_labels};
+use crate::publication::{controller_ref, delete_exact, managed_labels};
 
 /// A DNS name capi-lb publishes: a DNS subdomain of lowercase labels, optionally under `*.`.
 pub fn is_hostname(name: &str) -> bool {
@@ -315,12 +315,7 @@ pub async fn publish(
     }
     let Some(wanted) = wanted else {
         if let Some(found) = existing {
-            api.delete(&found.name_any(), &DeleteParams::default())
-                .await
-                .map_err(kube_err(
-                    "delete",
-                    format!("DNSEndpoint {namespace}/{name}"),
-                ))?;
+            delete_exact(&api, &found, &format!("DNSEndpoint {namespace}/{name}")).await?;
             out.changes.push(format!("deleted DNSEndpoint {name}"));
         }
         if report_off {

@@ -303,6 +303,16 @@ async fn a_services_hostnames_follow_its_ingress_and_go_with_the_annotation() {
         .filter(|r| r.0 == "RecordsObserved")
         .count();
     assert_eq!(observed, 1);
+    // A restarted controller finds it observed: no Event, no write.
+    let restarted = world.restart();
+    let writes = world.api.stats.writes();
+    restarted.settle_services(10).await.unwrap();
+    assert_eq!(
+        restarted.api.stats.writes(),
+        writes,
+        "{:?}",
+        reasons(&restarted)
+    );
 
     // The ingress changes: the records follow in place.
     Api::<k8s_openapi::api::core::v1::Service>::namespaced(world.client(), NS)

@@ -63,7 +63,9 @@ async fn replace_ports(
         .map_err(kube_err("replace the ports of", describe.to_string()))
 }
 
-async fn delete_exact<K>(api: &Api<K>, obj: &K, what: &str) -> Result<()>
+/// Delete `obj` itself (a UID precondition: never an object recreated by someone else meanwhile);
+/// gone already is fine.
+pub(crate) async fn delete_exact<K>(api: &Api<K>, obj: &K, what: &str) -> Result<()>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {

@@ -122,20 +122,9 @@ pub fn decide(service: &Service, config: &ExternalEndpoints) -> Decision {
             ),
         });
     }
-    let suffix = match annotations.get(ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX) {
-        Some(s) => {
-            let ok = !s.is_empty()
-                && s.len() < 63
-                && s.bytes()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
-            if !ok {
-                return Decision::Invalid(format!(
-                    "annotation {ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX} {s:?} is not a valid suffix (lowercase letters, digits and -); nothing was changed"
-                ));
-            }
-            s.clone()
-        }
-        None => config.suffix.clone(),
+    let suffix = match suffix(service, config) {
+        Ok(suffix) => suffix,
+        Err(message) => return Decision::Invalid(message),
     };
     let service_name = format!("{name}{suffix}");
     if !is_dns_label(&service_name) {
@@ -167,6 +156,30 @@ pub fn decide(service: &Service, config: &ExternalEndpoints) -> Decision {
         addresses,
         ready: true,
     })
+}
+
+/// The suffix of `service`'s `-ext` endpoint: its annotation, or the configured one; `Err` with
+/// the message when the annotation is not a valid suffix.
+fn suffix(service: &Service, config: &ExternalEndpoints) -> std::result::Result<String, String> {
+    match service
+        .annotations()
+        .get(ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX)
+    {
+        Some(s) => {
+            let ok = !s.is_empty()
+                && s.len() < 63
+                && s.bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-');
+            if ok {
+                Ok(s.clone())
+            } else {
+                Err(format!(
+                    "annotation {ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX} {s:?} is not a valid suffix (lowercase letters, digits and -); nothing was changed"
+                ))
+            }
+        }
+        None => Ok(config.suffix.clone()),
+    }
 }
 
 /// Labels on every object the `-ext` publisher creates for Service `source`.
@@ -228,6 +241,15 @@ impl Reported {
         }
         seen.insert(uid.to_string(), message.to_string());
         true
+    }
+
+    /// What was last reported for `uid`.
+    fn get(&self, uid: &str) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(uid)
+            .cloned()
     }
 
     fn clear(&self, uid: &str) {
@@ -353,16 +375,16 @@ pub fn dns_wanted(service: &Service) -> std::result::Result<Option<dns::Wanted>,
     }))
 }
 
+/// What [`Reported`] holds for a Service whose `DNSEndpoint` ExternalDNS has not taken yet.
+const WAITING_FOR_EXTERNAL_DNS: &str = "waiting for ExternalDNS";
+
 /// At most this many names per Service (as in a LoadBalancer's `spec.dns.hostnames`).
 const MAX_HOSTNAMES: usize = 8;
 
-/// The name of the `DNSEndpoint` of `service`: like its `-ext` endpoint.
+/// The name of the `DNSEndpoint` of `service`: like its `-ext` endpoint (with the configured
+/// suffix while its suffix annotation is invalid, which is reported on its own).
 fn dns_endpoint_name(service: &Service, config: &ExternalEndpoints) -> String {
-    let suffix = service
-        .annotations()
-        .get(ANNOTATION_EXTERNAL_ENDPOINT_SUFFIX)
-        .filter(|s| is_dns_label(&format!("a{s}")))
-        .unwrap_or(&config.suffix);
+    let suffix = suffix(service, config).unwrap_or_else(|_| config.suffix.clone());
     format!("{}{suffix}", service.name_any())
 }
 
@@ -439,14 +461,27 @@ async fn publish_dns(ctx: &Context, service: &Service, reported: &Reported) -> R
             .await;
     }
     match published.condition {
-        Some(c) if c.status || reason::is_problem(c.reason) => {
-            if reported.first_time(&key, &c.message) {
+        // Taken by ExternalDNS: told once it was seen waiting for it (so a restart, which finds
+        // everything observed, writes no Event).
+        Some(c) if c.status => {
+            let was_waiting = reported.get(&key).as_deref() == Some(WAITING_FOR_EXTERNAL_DNS);
+            if reported.first_time(&key, &c.message) && was_waiting {
                 ctx.events
-                    .publish(&reference, !c.status, c.reason, "PublishDNS", c.message)
+                    .publish(&reference, false, c.reason, "PublishDNS", c.message)
                     .await;
             }
         }
-        _ => reported.clear(&key),
+        Some(c) if reason::is_problem(c.reason) => {
+            if reported.first_time(&key, &c.message) {
+                ctx.events
+                    .publish(&reference, true, c.reason, "PublishDNS", c.message)
+                    .await;
+            }
+        }
+        Some(_) => {
+            reported.first_time(&key, WAITING_FOR_EXTERNAL_DNS);
+        }
+        None => reported.clear(&key),
     }
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     annotate(
