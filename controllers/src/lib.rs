@@ -1,6 +1,7 @@
 //! capi-lb controllers: the LoadBalancer reconciler, endpoint publication, the in-memory Kubernetes
 //! API used by `capi-lb simulate` and the tests, and the pieces of the `capi-lb` binary.
 
+pub mod bench;
 pub mod class;
 pub mod context;
 pub mod dns;

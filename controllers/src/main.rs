@@ -39,15 +39,11 @@ enum LogFormat {
 enum Command {
     /// Run the controller against the cluster in KUBECONFIG (or the in-cluster configuration).
     Run(Box<RunOptions>),
-    /// Measure how fast an ingress IP change of a LoadBalancer Service reaches its `-ext`
-    /// EndpointSlice, with N Services in an in-memory cluster (see docs/benchmarks.md).
+    /// Benchmarks (see docs/benchmarks.md): `external-endpoints` (the default) in an in-memory
+    /// cluster, `converge` against a real one.
     Bench {
-        /// LoadBalancer Services in the cluster (comma-separated list: one run each).
-        #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]
-        services: Vec<usize>,
-        /// IP changes measured per run.
-        #[arg(long, default_value_t = 500)]
-        changes: usize,
+        #[command(subcommand)]
+        scenario: Option<Scenario>,
     },
     /// Write the install manifests (CRDs, RBAC, Deployment, kustomizations, clusterctl components)
     /// under a directory, by component.
@@ -75,13 +71,162 @@ enum Command {
     },
 }
 
-async fn bench(services: &[usize], changes: usize) -> ExitCode {
+#[derive(Subcommand, Debug)]
+enum Scenario {
+    /// How fast an ingress IP change of a LoadBalancer Service reaches its `-ext` EndpointSlice,
+    /// with N Services in an in-memory cluster.
+    ExternalEndpoints {
+        /// LoadBalancer Services in the cluster (comma-separated list: one run each).
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]
+        services: Vec<usize>,
+        /// IP changes measured per run.
+        #[arg(long, default_value_t = 500)]
+        changes: usize,
+    },
+    /// N LoadBalancers with M Machines each converging on a real cluster (default: the test
+    /// harness of tests/k8s/harness.sh) under `capi-lb run --providers inmemory` started as a
+    /// child process: time to Ready and to every target active, reconciles and API requests per
+    /// LoadBalancer, writes while idle, a warm restart, peak memory. Installs capi-lb's CRDs (and
+    /// its RBAC with --controller-kubeconfig), works in a fresh namespace and deletes it after.
+    Converge(Box<ConvergeArgs>),
+}
+
+#[derive(clap::Args, Debug)]
+struct ConvergeArgs {
+    /// Admin kubeconfig of the cluster [default: the harness's, $CAPI_LB_K8S_STATE or
+    /// /tmp/capi-lb-k8s, /admin.kubeconfig].
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The controller's kubeconfig [default: the harness's controller.kubeconfig when
+    /// --kubeconfig is not given; else --kubeconfig].
+    #[arg(long)]
+    controller_kubeconfig: Option<PathBuf>,
+    /// LoadBalancers (comma-separated list: one run each).
+    #[arg(long, value_delimiter = ',', default_value = "100")]
+    loadbalancers: Vec<usize>,
+    /// Machines per LoadBalancer.
+    #[arg(long, default_value_t = 3)]
+    machines: usize,
+    /// Requests in flight while creating.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    parallel: u16,
+    /// The idle window after convergence, in seconds.
+    #[arg(long, default_value_t = 15)]
+    idle_seconds: u64,
+    /// Give up waiting for convergence after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_seconds: u64,
+    /// Skip the warm restart.
+    #[arg(long)]
+    no_restart: bool,
+    /// A CRD file to apply first (e.g. Cluster API's Machine and Cluster CRDs); repeatable.
+    #[arg(long = "crd")]
+    crds: Vec<PathBuf>,
+    /// An extra argument of `capi-lb run` (e.g. --controller-arg=--concurrency=8); repeatable.
+    #[arg(long = "controller-arg", allow_hyphen_values = true)]
+    controller_args: Vec<String>,
+    /// Where the controller's log goes.
+    #[arg(long, default_value = "/tmp/capi-lb-bench-controller.log")]
+    controller_log: PathBuf,
+    /// Keep the namespace and its objects.
+    #[arg(long)]
+    keep: bool,
+    /// Exit with status 3 when convergence took more reconciles per LoadBalancer than this.
+    #[arg(long)]
+    max_reconciles_per_loadbalancer: Option<f64>,
+    /// Exit with status 3 when the controller wrote anything while idle or after the warm
+    /// restart.
+    #[arg(long)]
+    fail_on_idle_writes: bool,
+}
+
+fn harness_state() -> PathBuf {
+    std::env::var_os("CAPI_LB_K8S_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/capi-lb-k8s"))
+}
+
+async fn bench(scenario: Option<Scenario>) -> ExitCode {
+    match scenario.unwrap_or(Scenario::ExternalEndpoints {
+        services: vec![100, 1000, 5000],
+        changes: 500,
+    }) {
+        Scenario::ExternalEndpoints { services, changes } => {
+            bench_external(&services, changes).await
+        }
+        Scenario::Converge(args) => bench_converge(*args).await,
+    }
+}
+
+async fn bench_converge(args: ConvergeArgs) -> ExitCode {
+    let controller = match std::env::current_exe() {
+        Ok(path) => path,
+        Err(e) => {
+            eprintln!("capi-lb bench: cannot find its own binary: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let harness = args.kubeconfig.is_none();
+    let kubeconfig = args
+        .kubeconfig
+        .unwrap_or_else(|| harness_state().join("admin.kubeconfig"));
+    let controller_kubeconfig = args.controller_kubeconfig.or_else(|| {
+        let path = harness_state().join("controller.kubeconfig");
+        (harness && path.exists()).then_some(path)
+    });
+    let mut status = ExitCode::SUCCESS;
+    for n in args.loadbalancers {
+        let options = capi_lb::bench::converge::Options {
+            kubeconfig: kubeconfig.clone(),
+            controller_kubeconfig: controller_kubeconfig.clone(),
+            loadbalancers: n,
+            machines: args.machines,
+            parallel: usize::from(args.parallel),
+            idle: std::time::Duration::from_secs(args.idle_seconds),
+            timeout: std::time::Duration::from_secs(args.timeout_seconds),
+            restart: !args.no_restart,
+            controller: controller.clone(),
+            controller_args: args.controller_args.clone(),
+            controller_log: args.controller_log.clone(),
+            crds: args.crds.clone(),
+            keep: args.keep,
+        };
+        let report = match capi_lb::bench::converge::run(&options).await {
+            Ok(report) => report,
+            Err(e) => {
+                eprintln!("capi-lb bench converge: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        print!("{}", capi_lb::bench::converge::render(&report));
+        let per_lb = report.converge.reconciles / n.max(1) as f64;
+        if let Some(max) = args.max_reconciles_per_loadbalancer
+            && per_lb > max
+        {
+            eprintln!(
+                "capi-lb bench converge: {per_lb:.2} reconciles per LoadBalancer, more than {max}"
+            );
+            status = ExitCode::from(3);
+        }
+        let restart_writes = report.restart.as_ref().map_or(0.0, |r| r.counts.writes());
+        if args.fail_on_idle_writes && (report.idle.writes() > 0.0 || restart_writes > 0.0) {
+            eprintln!(
+                "capi-lb bench converge: {} writes while idle, {restart_writes} after the warm restart",
+                report.idle.writes()
+            );
+            status = ExitCode::from(3);
+        }
+    }
+    status
+}
+
+async fn bench_external(services: &[usize], changes: usize) -> ExitCode {
     println!(
         "| Services | changes | median | p99 | max | writes/change | events/change | reads/change | initial publish |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &n in services {
-        match capi_lb::sim::bench::external_endpoints(n, changes).await {
+        match capi_lb::bench::external::external_endpoints(n, changes).await {
             Ok(r) => println!(
                 "| {} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.1} | {:.1} | {:.1} | {:.2} s |",
                 r.services,
@@ -128,7 +273,10 @@ async fn main() -> ExitCode {
         }
     });
     match command {
-        Command::Bench { services, changes } => bench(&services, changes).await,
+        Command::Bench { scenario } => {
+            init_logging(cli.log_format, "warn");
+            bench(scenario).await
+        }
         Command::Run(options) => {
             init_logging(cli.log_format, "info");
             run(*options).await

@@ -5,7 +5,9 @@
 //! [`Progress::Pending`], never by blocking), resources are found again by their ownership tags after a
 //! controller restart, a load balancer tagged for another owner is never adopted, and failures can be
 //! injected per operation. The cloud is cheap to clone and shared, so a test can restart the
-//! controller and keep the cloud.
+//! controller and keep the cloud; [`InMemoryCloud::load`] and [`InMemoryCloud::save`] keep it in a
+//! file, so that it outlives the process too (`capi-lb run --inmemory-state`, for demos and the
+//! warm-restart benchmark).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -76,7 +78,7 @@ pub const INJECTED_FAILURE: &str = "InjectedFailure";
 pub const POOL_EXHAUSTED: &str = "AddressPoolExhausted";
 
 /// A load balancer in the in-memory cloud.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CloudLoadBalancer {
     /// Provider ID, `imlb-0001`.
     pub id: String,
@@ -99,7 +101,7 @@ pub struct CloudLoadBalancer {
 }
 
 /// A member in the in-memory cloud.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CloudMember {
     /// Address traffic goes to.
     pub address: String,
@@ -117,6 +119,19 @@ struct CloudState {
     failures_returned: HashMap<(String, usize), u32>,
     /// Calls made to the cloud (every provider method counts one).
     calls: u64,
+}
+
+/// What [`InMemoryCloud::save`] keeps (calls and injected failures are not kept).
+#[derive(serde::Deserialize)]
+struct Saved {
+    next_id: u64,
+    load_balancers: BTreeMap<String, CloudLoadBalancer>,
+}
+
+#[derive(serde::Serialize)]
+struct SavedRef<'a> {
+    next_id: u64,
+    load_balancers: &'a BTreeMap<String, CloudLoadBalancer>,
 }
 
 /// The in-memory cloud: shared state behind every [`InMemoryProvider`] built from it.
@@ -147,6 +162,47 @@ impl InMemoryCloud {
     /// Number of provider calls made so far.
     pub fn calls(&self) -> u64 {
         self.lock().calls
+    }
+
+    /// The cloud saved in `path` by [`InMemoryCloud::save`], or an empty one when there is no
+    /// such file.
+    pub fn load(clock: SharedClock, path: &std::path::Path) -> std::io::Result<Self> {
+        let cloud = Self::new(clock);
+        match std::fs::read(path) {
+            Ok(bytes) => {
+                let saved: Saved = serde_json::from_slice(&bytes).map_err(|e| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{}: {e}", path.display()),
+                    )
+                })?;
+                let mut state = cloud.lock();
+                state.next_id = saved.next_id;
+                state.load_balancers = saved.load_balancers;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        Ok(cloud)
+    }
+
+    /// The cloud's load balancers as JSON, for [`InMemoryCloud::save`].
+    pub fn snapshot(&self) -> Vec<u8> {
+        let state = self.lock();
+        let saved = SavedRef {
+            next_id: state.next_id,
+            load_balancers: &state.load_balancers,
+        };
+        // Plain data with string keys: serialising cannot fail.
+        serde_json::to_vec(&saved).unwrap_or_default()
+    }
+
+    /// Write `snapshot` to `path` atomically (a temporary file renamed over it).
+    pub fn save(snapshot: &[u8], path: &std::path::Path) -> std::io::Result<()> {
+        let mut temporary = path.as_os_str().to_owned();
+        temporary.push(".tmp");
+        std::fs::write(&temporary, snapshot)?;
+        std::fs::rename(&temporary, path)
     }
 
     /// Put a load balancer into the cloud as if someone else created it (tests: a foreign load
@@ -659,5 +715,42 @@ impl Provider for InMemoryProvider {
                 changes,
             })
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::clock::SystemClock;
+
+    #[test]
+    fn a_saved_cloud_loads_with_its_load_balancers_and_next_id() {
+        let clock: SharedClock = Arc::new(SystemClock);
+        let dir = std::env::temp_dir().join(format!("capi-lb-inmemory-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cloud.json");
+        let _ = std::fs::remove_file(&path);
+        // No file: an empty cloud.
+        assert!(
+            InMemoryCloud::load(clock.clone(), &path)
+                .unwrap()
+                .load_balancers()
+                .is_empty()
+        );
+
+        let cloud = InMemoryCloud::new(clock.clone());
+        let id = cloud.insert_foreign(BTreeMap::from([("owner".into(), "x".into())]), "10.0.0.1");
+        assert!(cloud.insert_member(&id, "m0", "10.1.0.1"));
+        InMemoryCloud::save(&cloud.snapshot(), &path).unwrap();
+
+        let loaded = InMemoryCloud::load(clock, &path).unwrap();
+        assert_eq!(loaded.load_balancers(), cloud.load_balancers());
+        // IDs continue where the saved cloud stopped.
+        let next = loaded.insert_foreign(BTreeMap::new(), "10.0.0.2");
+        assert_ne!(next, id);
+        std::fs::write(&path, b"{not json").unwrap();
+        assert!(InMemoryCloud::load(Arc::new(SystemClock), &path).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -102,7 +102,7 @@ impl LoadBalancerIdentity {
 }
 
 /// One listener of the load balancer (one entry of `LoadBalancer.spec.ports`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Listener {
     /// Port name.
     pub name: String,
@@ -166,7 +166,7 @@ impl DesiredMember {
 }
 
 /// State of a member as the provider sees it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum MemberState {
     /// Requested, not yet serving.
     Adding,

@@ -19,6 +19,7 @@ fn options(providers: &[&str]) -> RunOptions {
         metrics_address: None,
         leader_election: Default::default(),
         watch_filter: None,
+        inmemory_state: None,
     }
 }
 

@@ -28,6 +28,7 @@ use capi_lb_api::externaldns::DNSEndpoint;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::catalog::{self, Dependencies, UnknownProvider};
 use capi_lb_providers::clock::{SharedClock, SystemClock};
+use capi_lb_providers::inmemory::InMemoryCloud;
 use capi_lb_providers::observe::ApiObserver;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Service;
@@ -79,6 +80,9 @@ pub enum RunError {
     /// An unknown provider was asked for.
     #[error(transparent)]
     UnknownProvider(#[from] UnknownProvider),
+    /// The in-memory cloud's file could not be read.
+    #[error("cannot load the in-memory cloud: {0}")]
+    InMemoryState(#[source] std::io::Error),
 }
 
 /// Build the registry of the requested providers from the catalog (those that work through the
@@ -131,10 +135,16 @@ async fn installed(client: &kube::Client, group: &str, kind: &str) -> Result<boo
 /// Run the controller against the configured cluster until SIGTERM or SIGINT.
 pub async fn run(options: RunOptions) -> Result<(), RunError> {
     crate::install_crypto_provider();
-    let client = kube::Client::try_default()
+    let metrics = Arc::new(Metrics::new());
+    let config = kube::Config::infer()
         .await
-        .map_err(RunError::Connect)?;
-    run_with_client(client, options, shutdown_signal()).await
+        .map_err(|e| RunError::Connect(kube::Error::InferConfig(e)))?;
+    // Every request is counted (`capi_lb_kube_requests_total`).
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map_err(RunError::Connect)?
+        .with_layer(&metrics.kube_layer())
+        .build();
+    run_instrumented(client, metrics, options, shutdown_signal()).await
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -167,18 +177,38 @@ pub async fn run_with_client(
     options: RunOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), RunError> {
+    run_instrumented(client, Arc::new(Metrics::new()), options, shutdown).await
+}
+
+/// [`run_with_client`] reporting into `metrics` (whose [`Metrics::kube_layer`] may count the
+/// client's requests).
+pub async fn run_instrumented(
+    client: kube::Client,
+    metrics: Arc<Metrics>,
+    options: RunOptions,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), RunError> {
     options.check()?;
     require_crds(&client).await?;
     let clock: SharedClock = Arc::new(SystemClock);
-    let metrics = Arc::new(Metrics::new());
     let health = Arc::new(Health::default());
-    let registry = providers(
-        &options.providers,
-        &client,
-        clock.clone(),
-        Some(metrics.clone()),
-    )?
-    .wrapped(|p| Arc::new(MeteredProvider::new(p, metrics.clone())));
+    let cloud = match &options.inmemory_state {
+        Some(path) => {
+            Some(InMemoryCloud::load(clock.clone(), path).map_err(RunError::InMemoryState)?)
+        }
+        None => None,
+    };
+    let dependencies = Dependencies {
+        observer: Some(metrics.clone()),
+        cloud: cloud.clone(),
+        ..Dependencies::new(client.clone(), clock.clone())
+    };
+    let registry = catalog::registry(&options.providers, &dependencies)?
+        .wrapped(|p| Arc::new(MeteredProvider::new(p, metrics.clone())));
+    let saver = match (&options.inmemory_state, cloud) {
+        (Some(path), Some(cloud)) => Some(CloudSaver::start(cloud, path.clone())),
+        _ => None,
+    };
     let shutdown = shutdown.shared();
     if let Some(address) = options.metrics_address {
         serve_telemetry(address, &metrics, &health, shutdown.clone()).await?;
@@ -214,8 +244,10 @@ pub async fn run_with_client(
         "starting capi-lb controller"
     );
 
-    let (controller, store) = loadbalancer_controller(&client, &options, &registry).await?;
-    let observers = observe_cache(store, health.clone(), metrics.clone());
+    // Ready (`/readyz`) once the LoadBalancer cache is synced (standby replicas already are).
+    let (controller, store) =
+        loadbalancer_controller(&client, &options, &registry, health.clone()).await?;
+    let observers = observe_cache(store, metrics.clone());
     let loadbalancers = controller
         .with_config(ControllerConfig::default().concurrency(options.concurrency))
         .graceful_shutdown_on(stop.clone())
@@ -233,6 +265,9 @@ pub async fn run_with_client(
     };
     futures::join!(loadbalancers, services);
     observers.abort();
+    if let Some(saver) = saver {
+        saver.stop().await;
+    }
     if leadership.release().await {
         health.set_broken();
         metrics.set_leader(false);
@@ -240,6 +275,44 @@ pub async fn run_with_client(
     }
     tracing::info!("capi-lb controller stopped");
     Ok(())
+}
+
+/// Saves the in-memory cloud to its file within a second of each change, and at the end.
+struct CloudSaver {
+    task: tokio::task::JoinHandle<()>,
+    cloud: InMemoryCloud,
+    path: std::path::PathBuf,
+}
+
+impl CloudSaver {
+    fn start(cloud: InMemoryCloud, path: std::path::PathBuf) -> Self {
+        let (watched, file) = (cloud.clone(), path.clone());
+        let task = tokio::spawn(async move {
+            let mut saved = watched.snapshot();
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let now = watched.snapshot();
+                if now != saved {
+                    match InMemoryCloud::save(&now, &file) {
+                        Ok(()) => saved = now,
+                        Err(e) => {
+                            tracing::warn!(path = %file.display(), error = %e, "cannot save the in-memory cloud")
+                        }
+                    }
+                }
+            }
+        });
+        Self { task, cloud, path }
+    }
+
+    async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+        if let Err(e) = InMemoryCloud::save(&self.cloud.snapshot(), &self.path) {
+            tracing::warn!(path = %self.path.display(), error = %e, "cannot save the in-memory cloud");
+        }
+    }
 }
 
 /// Refuse to start without the LoadBalancer CRD.

@@ -51,6 +51,11 @@ pub struct RunOptions {
     /// Reconcile only LoadBalancers labelled cluster.x-k8s.io/watch-filter=<value> (clusterctl).
     #[arg(long, env = "CAPI_LB_WATCH_FILTER")]
     pub watch_filter: Option<String>,
+    /// Keep the in-memory provider's cloud in this file (loaded at start, saved within a second of
+    /// each change and at shutdown), so that it outlives the process like a real cloud: for demos
+    /// and the warm-restart benchmark. Without it the cloud lives and dies with the process.
+    #[arg(long, env = "CAPI_LB_INMEMORY_STATE")]
+    pub inmemory_state: Option<std::path::PathBuf>,
 }
 
 /// Where the metrics and health server listens, if anywhere. (An alias, so that clap parses
@@ -171,6 +176,7 @@ impl RunOptions {
             metrics_address: None,
             leader_election: LeaderElection::default(),
             watch_filter: None,
+            inmemory_state: None,
         }
     }
 

@@ -33,6 +33,7 @@ pub(super) async fn loadbalancer_controller(
     client: &kube::Client,
     options: &RunOptions,
     registry: &ProviderRegistry,
+    health: Arc<Health>,
 ) -> Result<(Controller<Watched>, Store<Watched>), RunError> {
     let ns = options.namespace.as_deref();
     let lb_watch = match &options.watch_filter {
@@ -44,7 +45,15 @@ pub(super) async fn loadbalancer_controller(
     let lb_events = {
         let triggers = triggers.clone();
         reflector::reflector(writer, watcher(api::<Watched>(client, ns), lb_watch))
-            .inspect_ok(move |event| triggers.event(event))
+            .inspect_ok(move |event| {
+                // Ready once the first list is in the cache. (Not `Store::wait_until_ready`: its
+                // one-shot keeps a single waker, and the controller's runner waits on it too, so
+                // a second waiter may never wake.)
+                if matches!(event, watcher::Event::InitDone) {
+                    health.set_ready(true);
+                }
+                triggers.event(event)
+            })
             .applied_objects()
     };
     let watches = Watches {
@@ -232,17 +241,12 @@ impl Watches<'_> {
     }
 }
 
-/// Ready once the LoadBalancer cache is synced (standby replicas already are); the managed
-/// object gauges follow the cache.
+/// The managed object gauges follow the LoadBalancer cache.
 pub(super) fn observe_cache(
     store: Store<Watched>,
-    health: Arc<Health>,
     metrics: Arc<Metrics>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            health.set_ready(true);
-        }
         let mut tick = tokio::time::interval(Duration::from_secs(10));
         loop {
             tick.tick().await;

@@ -1,8 +1,7 @@
 //! Simulation: the in-memory Kubernetes API, the [`world::World`] that wires it to the in-memory
-//! cloud, a manual clock and a controller context (used by the tests and `capi-lb simulate`), the
-//! `simulate` command itself, and the `bench` command.
+//! cloud, a manual clock and a controller context (used by the tests and `capi-lb simulate`), and the
+//! `simulate` command itself.
 
-pub mod bench;
 pub mod inmemory_api;
 pub mod simulate;
 pub mod world;

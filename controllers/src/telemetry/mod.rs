@@ -15,7 +15,16 @@
 //!   to Keystone (`identity`) and Octavia (`load-balancer`), `status` = the HTTP status or `none`
 //!   when no answer came; errors are the requests with a 4xx/5xx/`none` status;
 //! - `managed_objects{kind}`: LoadBalancers (`loadbalancers`, `ready_loadbalancers`) in the cache;
-//! - `leader`: 1 while this replica holds the leader lease (or runs without leader election).
+//! - `leader`: 1 while this replica holds the leader lease (or runs without leader election);
+//! - `kube_requests_total{verb,resource,code}`: every Kubernetes API request of the controller
+//!   (`verb` = get, list, watch, create, update, patch, delete; `resource` = the plural with its
+//!   subresource; `code` = the HTTP status class, `none` when no answer came), see
+//!   [`Metrics::kube_layer`];
+//! - `process_resident_memory_bytes`, `process_peak_resident_memory_bytes` and
+//!   `process_cpu_seconds`: the process' memory and CPU time, read from `/proc` at each scrape.
+
+pub mod kube_requests;
+pub mod process;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +48,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -59,6 +69,10 @@ pub struct Metrics {
     leader: Gauge,
     openstack_requests: Family<Labels, Counter>,
     openstack_duration: Family<Labels, Histogram>,
+    kube_requests: Family<Labels, Counter>,
+    rss: Gauge,
+    peak_rss: Gauge,
+    cpu: Gauge<f64, AtomicU64>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -89,6 +103,28 @@ impl Metrics {
         let openstack_requests = Family::<Labels, Counter>::default();
         let openstack_duration =
             Family::<Labels, Histogram>::new_with_constructor(duration_histogram as fn() -> _);
+        let kube_requests = Family::<Labels, Counter>::default();
+        registry.register(
+            "kube_requests",
+            "Kubernetes API requests by verb, resource and HTTP status class (none: no answer)",
+            kube_requests.clone(),
+        );
+        let (rss, peak_rss, cpu) = (Gauge::default(), Gauge::default(), Gauge::default());
+        registry.register(
+            "process_resident_memory_bytes",
+            "Resident memory of the process",
+            rss.clone(),
+        );
+        registry.register(
+            "process_peak_resident_memory_bytes",
+            "Peak resident memory of the process since it started",
+            peak_rss.clone(),
+        );
+        registry.register(
+            "process_cpu_seconds",
+            "User and system CPU time of the process",
+            cpu.clone(),
+        );
         registry.register(
             "openstack_requests",
             "OpenStack API requests of the Octavia provider by service, operation and HTTP status (none: no answer)",
@@ -145,11 +181,28 @@ impl Metrics {
             leader,
             openstack_requests,
             openstack_duration,
+            kube_requests,
+            rss,
+            peak_rss,
+            cpu,
+        }
+    }
+
+    /// A layer for the Kubernetes client that counts its requests into `kube_requests_total`.
+    pub fn kube_layer(&self) -> kube_requests::CountRequests {
+        kube_requests::CountRequests {
+            requests: self.kube_requests.clone(),
         }
     }
 
     /// The metrics in the Prometheus text format.
     pub fn encode(&self) -> String {
+        if let Some(p) = process::own() {
+            self.rss.set(i64::try_from(p.rss_bytes).unwrap_or(i64::MAX));
+            self.peak_rss
+                .set(i64::try_from(p.peak_rss_bytes).unwrap_or(i64::MAX));
+            self.cpu.set(p.cpu_seconds);
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);

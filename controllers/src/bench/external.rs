@@ -1,6 +1,4 @@
-//! `capi-lb bench`: measurements behind `docs/benchmarks.md`.
-//!
-//! `external-endpoints`: how long an ingress IP change of one Service takes to reach its `-ext`
+//! `capi-lb bench external-endpoints`: how long an ingress IP change of one Service takes to reach its `-ext`
 //! EndpointSlice, and how many writes it costs, with N LoadBalancer Services in the cluster. The
 //! cluster is the in-memory API (kube-fake-client behind capi-lb's layer); the measured span is from
 //! the moment the Service's new status is stored to the moment the reconcile that a watch event would

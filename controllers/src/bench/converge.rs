@@ -1,0 +1,931 @@
+//! `capi-lb bench converge`: how fast the controller brings N LoadBalancers with M Machines each to
+//! Ready with every target active on a real cluster, what it costs (reconciles and API requests per
+//! LoadBalancer, from the controller's own metrics), whether it writes anything once converged, and
+//! its memory.
+//!
+//! The benchmark runs `capi-lb run --providers inmemory` as a child process (its own binary by
+//! default) against the cluster, in a fresh namespace: each LoadBalancer comes with its Cluster API
+//! Cluster, an InMemoryLoadBalancer and M control-plane Machines with an address, all created with
+//! parallel requests while the controller runs. Convergence is followed through a watch of the
+//! LoadBalancers. Then an idle window: the controller must make no write. Then (optionally) a warm
+//! restart: a new controller process fills its caches, reconciles every LoadBalancer once and must
+//! write nothing. Finally everything is deleted, through the controller (finalizers).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use capi_lb_api::LoadBalancer;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{DynamicObject, GroupVersionKind};
+use kube::discovery::Scope;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use super::scrape::{self, Scrape};
+use crate::telemetry::kube_requests::is_write;
+
+/// The field manager of the benchmark's own writes.
+const MANAGER: &str = "capi-lb-bench";
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The cluster (admin credentials: the benchmark installs CRDs and RBAC and creates objects).
+    pub kubeconfig: PathBuf,
+    /// The controller's credentials (default: `kubeconfig`). With them, capi-lb's generated RBAC
+    /// is applied first, so the controller has exactly what it would have when installed.
+    pub controller_kubeconfig: Option<PathBuf>,
+    /// LoadBalancers.
+    pub loadbalancers: usize,
+    /// Machines per LoadBalancer.
+    pub machines: usize,
+    /// Requests in flight while creating and deleting.
+    pub parallel: usize,
+    /// The idle window after convergence.
+    pub idle: Duration,
+    /// Give up waiting for convergence after this long.
+    pub timeout: Duration,
+    /// Measure a warm restart after the idle window.
+    pub restart: bool,
+    /// The controller binary (`capi-lb`).
+    pub controller: PathBuf,
+    /// Extra arguments of `capi-lb run` (e.g. `--concurrency 8`).
+    pub controller_args: Vec<String>,
+    /// Where the controller's log goes.
+    pub controller_log: PathBuf,
+    /// CRD files to apply first (e.g. Cluster API's Machine and Cluster CRDs), conversion webhooks
+    /// removed.
+    pub crds: Vec<PathBuf>,
+    /// Keep the namespace and its objects (and stop the controller) instead of cleaning up.
+    pub keep: bool,
+}
+
+/// Counts taken from the controller's metrics over a phase.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Counts {
+    /// Reconciles of the LoadBalancer controller.
+    pub reconciles: f64,
+    /// Reconciles of the `-ext` publisher for Services.
+    pub service_reconciles: f64,
+    /// Kubernetes API requests by `verb resource`.
+    pub requests: BTreeMap<String, f64>,
+}
+
+impl Counts {
+    /// Requests of any kind (watch requests included: each one opens or re-opens a watch).
+    pub fn total_requests(&self) -> f64 {
+        self.requests.values().fold(0.0, |a, b| a + b)
+    }
+
+    /// Writes (create, update, patch, delete), Events included.
+    pub fn writes(&self) -> f64 {
+        self.requests
+            .iter()
+            .filter(|(k, _)| k.split_once(' ').is_some_and(|(verb, _)| is_write(verb)))
+            .map(|(_, v)| v)
+            .fold(0.0, |a, b| a + b)
+    }
+
+    fn of(scrape: &Scrape) -> Self {
+        let mut requests = BTreeMap::new();
+        for s in scrape.samples("capi_lb_kube_requests_total") {
+            let key = format!(
+                "{} {}",
+                s.labels.get("verb").map_or("", String::as_str),
+                s.labels.get("resource").map_or("", String::as_str)
+            );
+            *requests.entry(key).or_insert(0.0) += s.value;
+        }
+        Self {
+            reconciles: scrape.sum(
+                "capi_lb_reconciles_total",
+                &[("controller", "loadbalancer")],
+            ),
+            service_reconciles: scrape.sum(
+                "capi_lb_reconciles_total",
+                &[("controller", "external-endpoint")],
+            ),
+            requests,
+        }
+    }
+
+    /// What happened between `before` and `self`.
+    fn since(&self, before: &Counts) -> Counts {
+        let mut requests = self.requests.clone();
+        for (k, v) in requests.iter_mut() {
+            *v -= before.requests.get(k).copied().unwrap_or(0.0);
+        }
+        requests.retain(|_, v| *v != 0.0);
+        Counts {
+            reconciles: self.reconciles - before.reconciles,
+            service_reconciles: self.service_reconciles - before.service_reconciles,
+            requests,
+        }
+    }
+}
+
+/// The warm restart.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Restart {
+    /// From the new process' start to every LoadBalancer reconciled once with nothing in flight.
+    pub resynced: Duration,
+    /// What the new process did until the end of an idle window after that.
+    pub counts: Counts,
+    /// Its peak resident memory.
+    pub peak_rss_bytes: u64,
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// LoadBalancers.
+    pub loadbalancers: usize,
+    /// Machines per LoadBalancer.
+    pub machines: usize,
+    /// From the first write to the last object created.
+    pub created: Duration,
+    /// From the first write to every LoadBalancer Ready.
+    pub ready: Duration,
+    /// From the first write to every target of every LoadBalancer active.
+    pub active: Duration,
+    /// What the controller did from its start to convergence.
+    pub converge: Counts,
+    /// What it did in the idle window after convergence.
+    pub idle: Counts,
+    /// LoadBalancer changes seen by the benchmark's watch during the idle window.
+    pub idle_events: usize,
+    /// Peak resident memory of the controller by the end of the idle window.
+    pub peak_rss_bytes: u64,
+    /// CPU time of the controller by the end of the idle window.
+    pub cpu_seconds: f64,
+    /// The warm restart, when measured.
+    pub restart: Option<Restart>,
+    /// Deleting everything through the controller.
+    pub cleanup: Option<Duration>,
+}
+
+/// Errors of a run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Setting up failed.
+    #[error("{0}")]
+    Setup(String),
+    /// An API request failed.
+    #[error("{0}: {1}")]
+    Api(String, #[source] Box<kube::Error>),
+    /// The controller process failed.
+    #[error("controller: {0}")]
+    Controller(String),
+    /// Convergence did not happen in time.
+    #[error(
+        "not converged after {0:?}: {1} of {2} LoadBalancers Ready, {3} with every target active"
+    )]
+    Timeout(Duration, usize, usize, usize),
+}
+
+fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> BenchError {
+    let what = what.into();
+    move |e| BenchError::Api(what, Box::new(e))
+}
+
+async fn client_of(path: &PathBuf) -> Result<(Client, kube::Config), BenchError> {
+    crate::install_crypto_provider();
+    let file = Kubeconfig::read_from(path)
+        .map_err(|e| BenchError::Setup(format!("{}: {e}", path.display())))?;
+    let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| BenchError::Setup(format!("{}: {e}", path.display())))?;
+    let client = Client::try_from(config.clone())
+        .map_err(|e| BenchError::Setup(format!("{}: {e}", path.display())))?;
+    Ok((client, config))
+}
+
+/// Server-side apply one document of any kind (found by discovery).
+async fn apply(client: &Client, doc: &Value) -> Result<(), BenchError> {
+    let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let kind = doc["kind"].as_str().unwrap_or_default();
+    let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+    let what = format!("apply {kind} {name}");
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(api_err(&what))?;
+    let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
+        Some(ns) if caps.scope == Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        _ => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(doc),
+    )
+    .await
+    .map_err(api_err(what))?;
+    Ok(())
+}
+
+async fn apply_crd(client: &Client, crd: &CustomResourceDefinition) -> Result<(), BenchError> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = crd.name_any();
+    crds.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .map_err(api_err(format!("apply CRD {name}")))?;
+    let established = |c: &CustomResourceDefinition| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            })
+    };
+    for _ in 0..100 {
+        if crds
+            .get_opt(&name)
+            .await
+            .map_err(api_err(format!("get CRD {name}")))?
+            .is_some_and(|c| established(&c))
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(BenchError::Setup(format!(
+        "CRD {name} not established after 10 s"
+    )))
+}
+
+/// capi-lb's CRDs, the given CRD files, and (for a separate controller identity) the RBAC.
+async fn install(client: &Client, options: &Options) -> Result<(), BenchError> {
+    for crd in capi_lb_api::crds() {
+        apply_crd(client, &crd).await?;
+    }
+    for path in &options.crds {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| BenchError::Setup(format!("{}: {e}", path.display())))?;
+        let mut crd: CustomResourceDefinition = serde_saphyr::from_str(&text)
+            .map_err(|e| BenchError::Setup(format!("{}: {e}", path.display())))?;
+        crd.spec.conversion = None;
+        crd.metadata.annotations = None;
+        apply_crd(client, &crd).await?;
+    }
+    if options.controller_kubeconfig.is_some() {
+        let files = crate::install::manifests::files()
+            .map_err(|e| BenchError::Setup(format!("generating the RBAC: {e}")))?;
+        let text = files
+            .iter()
+            .find(|(p, _)| p.ends_with("rbac/rbac.yaml"))
+            .map(|(_, t)| t.clone())
+            .ok_or_else(|| BenchError::Setup("no rbac/rbac.yaml generated".into()))?;
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+                               "metadata": {"name": "capi-lb-system"}});
+        apply(client, &namespace).await?;
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
+            .map_err(|e| BenchError::Setup(format!("the generated RBAC: {e}")))?;
+        for doc in docs {
+            apply(client, &doc).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The objects of LoadBalancer `i`: its Cluster, InMemoryLoadBalancer, Machines (with their
+/// addresses, set through the status subresource as Cluster API would) and the LoadBalancer.
+struct Fixture {
+    i: usize,
+    machines: usize,
+}
+
+impl Fixture {
+    fn cluster(&self) -> String {
+        format!("c-{:05}", self.i)
+    }
+
+    fn name(&self) -> String {
+        format!("lb-{:05}", self.i)
+    }
+
+    fn machine(&self, j: usize) -> (String, Value, Value) {
+        let name = format!("{}-m{j}", self.cluster());
+        let doc = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "labels": {
+                "cluster.x-k8s.io/cluster-name": self.cluster(),
+                "cluster.x-k8s.io/control-plane": ""}},
+            "spec": {"clusterName": self.cluster(), "bootstrap": {"dataSecretName": "none"},
+                     "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                           "kind": "DockerMachine", "name": name}}});
+        // 10.<i / 256>.<i % 256>.<j + 1>: unique for up to 65,536 LoadBalancers.
+        let ip = format!("10.{}.{}.{}", (self.i / 256) % 256, self.i % 256, j + 1);
+        let status = json!({"status": {"addresses": [{"type": "InternalIP", "address": ip}]}});
+        (name, doc, status)
+    }
+
+    fn documents(&self) -> Vec<Value> {
+        vec![
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                   "metadata": {"name": self.cluster()}, "spec": {"paused": false}}),
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                   "kind": "InMemoryLoadBalancer", "metadata": {"name": self.name()},
+                   "spec": {"addressPools": ["100.64.0.0/16"]}}),
+        ]
+    }
+
+    fn load_balancer(&self) -> Value {
+        json!({"apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
+               "metadata": {"name": self.name()},
+               "spec": {"clusterName": self.cluster(), "controlPlane": {},
+                        "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                              "kind": "InMemoryLoadBalancer",
+                                              "name": self.name()}}})
+    }
+}
+
+/// APIs of the kinds the benchmark creates, in one namespace.
+struct Apis {
+    clusters: Api<DynamicObject>,
+    infra: Api<DynamicObject>,
+    machines: Api<DynamicObject>,
+    lbs: Api<LoadBalancer>,
+}
+
+impl Apis {
+    async fn new(client: &Client, ns: &str) -> Result<Self, BenchError> {
+        let resolve = |group: &'static str, version: &'static str, kind: &'static str| {
+            let client = client.clone();
+            async move {
+                let gvk = GroupVersionKind::gvk(group, version, kind);
+                kube::discovery::pinned_kind(&client, &gvk)
+                    .await
+                    .map(|(r, _)| r)
+                    .map_err(|e| {
+                        BenchError::Setup(format!(
+                            "{kind}.{group}/{version} is not served ({e}): install its CRD \
+                             (Cluster API's with --crd)"
+                        ))
+                    })
+            }
+        };
+        let (cluster, infra, machine) = (
+            resolve("cluster.x-k8s.io", "v1beta2", "Cluster").await?,
+            resolve(
+                "infrastructure.cluster.x-k8s.io",
+                "v1alpha1",
+                "InMemoryLoadBalancer",
+            )
+            .await?,
+            resolve("cluster.x-k8s.io", "v1beta2", "Machine").await?,
+        );
+        Ok(Self {
+            clusters: Api::namespaced_with(client.clone(), ns, &cluster),
+            infra: Api::namespaced_with(client.clone(), ns, &infra),
+            machines: Api::namespaced_with(client.clone(), ns, &machine),
+            lbs: Api::namespaced(client.clone(), ns),
+        })
+    }
+
+    async fn create(&self, f: &Fixture) -> Result<(), BenchError> {
+        let post = PostParams::default();
+        let object = |doc: Value| {
+            serde_json::from_value::<DynamicObject>(doc)
+                .map_err(|e| BenchError::Setup(format!("a fixture: {e}")))
+        };
+        let [cluster, infra] = <[Value; 2]>::try_from(f.documents())
+            .map_err(|_| BenchError::Setup("fixture documents".into()))?;
+        self.clusters
+            .create(&post, &object(cluster)?)
+            .await
+            .map_err(api_err(format!("create Cluster {}", f.cluster())))?;
+        self.infra
+            .create(&post, &object(infra)?)
+            .await
+            .map_err(api_err(format!("create InMemoryLoadBalancer {}", f.name())))?;
+        for j in 0..f.machines {
+            let (name, doc, status) = f.machine(j);
+            self.machines
+                .create(&post, &object(doc)?)
+                .await
+                .map_err(api_err(format!("create Machine {name}")))?;
+            self.machines
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .map_err(api_err(format!("set the address of Machine {name}")))?;
+        }
+        let lb: LoadBalancer = serde_json::from_value(f.load_balancer())
+            .map_err(|e| BenchError::Setup(format!("a fixture: {e}")))?;
+        self.lbs
+            .create(&post, &lb)
+            .await
+            .map_err(api_err(format!("create LoadBalancer {}", f.name())))?;
+        Ok(())
+    }
+}
+
+/// The controller as a child process with its metrics on loopback.
+struct Controller {
+    child: tokio::process::Child,
+    metrics: SocketAddr,
+    started: Instant,
+}
+
+impl Controller {
+    async fn start(options: &Options, ns: &str) -> Result<Self, BenchError> {
+        // A free port for the metrics (the controller binds it right after).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| BenchError::Controller(format!("no free port: {e}")))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&options.controller_log)
+            .map_err(|e| {
+                BenchError::Controller(format!("{}: {e}", options.controller_log.display()))
+            })?;
+        let log_err = log
+            .try_clone()
+            .map_err(|e| BenchError::Controller(e.to_string()))?;
+        let kubeconfig = options
+            .controller_kubeconfig
+            .as_ref()
+            .unwrap_or(&options.kubeconfig);
+        let state = state_file(ns);
+        let child = tokio::process::Command::new(&options.controller)
+            .arg("run")
+            .args(["--providers", "inmemory", "--namespace", ns])
+            // The cloud outlives the process, as a real one would: the warm restart finds it.
+            .arg("--inmemory-state")
+            .arg(&state)
+            .args(["--metrics-bind-address", &port.to_string()])
+            .args(&options.controller_args)
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("CAPI_LB_NAMESPACE")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                BenchError::Controller(format!("starting {}: {e}", options.controller.display()))
+            })?;
+        let mut controller = Self {
+            child,
+            metrics: port,
+            started: Instant::now(),
+        };
+        controller.wait_ready().await?;
+        Ok(controller)
+    }
+
+    /// Until `/readyz` answers 200 (its LoadBalancer cache is synced).
+    async fn wait_ready(&mut self) -> Result<(), BenchError> {
+        for _ in 0..600 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(BenchError::Controller(format!(
+                    "exited ({status}) before it was ready (see its log)"
+                )));
+            }
+            if let Ok((200, _)) = scrape::get(self.metrics, "/readyz").await {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(BenchError::Controller(
+            "not ready after 30 s (see its log)".into(),
+        ))
+    }
+
+    async fn scrape(&self) -> Result<Scrape, BenchError> {
+        scrape::metrics(self.metrics)
+            .await
+            .map_err(|e| BenchError::Controller(format!("scraping its metrics: {e}")))
+    }
+
+    /// SIGTERM (reconciles in flight finish), then wait for the exit.
+    async fn stop(mut self) -> Result<(), BenchError> {
+        if let Some(pid) = self.child.id() {
+            let _ = tokio::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+        }
+        match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(BenchError::Controller(e.to_string())),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                Err(BenchError::Controller(
+                    "did not stop within 30 s of SIGTERM".into(),
+                ))
+            }
+        }
+    }
+}
+
+/// Where the controller keeps the in-memory cloud of the benchmark in namespace `ns`.
+fn state_file(ns: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("{ns}-cloud.json"))
+}
+
+/// Convergence as the watch of the LoadBalancers shows it.
+#[derive(Default)]
+struct Progress {
+    /// name -> (ready, every target active)
+    state: HashMap<String, (bool, bool)>,
+    events: usize,
+}
+
+impl Progress {
+    fn see(&mut self, lb: &LoadBalancer, machines: usize) {
+        let (ready, active) = lb.status.as_ref().map_or((false, false), |s| {
+            (s.ready, s.active_targets.len() == machines && machines > 0)
+        });
+        self.state.insert(lb.name_any(), (ready, active));
+        self.events += 1;
+    }
+
+    fn ready(&self) -> usize {
+        self.state.values().filter(|(r, _)| *r).count()
+    }
+
+    fn active(&self) -> usize {
+        self.state.values().filter(|(_, a)| *a).count()
+    }
+}
+
+/// Run the benchmark once.
+pub async fn run(options: &Options) -> Result<Report, BenchError> {
+    let (client, _) = client_of(&options.kubeconfig).await?;
+    install(&client, options).await?;
+    let ns = format!(
+        "capi-lb-bench-{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() % 0xfffff)
+            .unwrap_or_default()
+    );
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))
+        .map_err(|e| BenchError::Setup(e.to_string()))?;
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .map_err(api_err(format!("create namespace {ns}")))?;
+    let apis = Apis::new(&client, &ns).await?;
+    let controller = Controller::start(options, &ns).await?;
+    let result = measure(options, &apis, &ns, controller).await;
+    let (mut report, controller) = match result {
+        Ok(ok) => ok,
+        Err((e, controller)) => {
+            if !options.keep {
+                let _ = cleanup(options, &apis, &namespaces, &ns).await;
+            }
+            if let Some(c) = controller {
+                let _ = c.stop().await;
+            }
+            return Err(e);
+        }
+    };
+    if !options.keep {
+        report.cleanup = Some(cleanup(options, &apis, &namespaces, &ns).await?);
+    }
+    controller.stop().await?;
+    if !options.keep {
+        let _ = std::fs::remove_file(state_file(&ns));
+    }
+    Ok(report)
+}
+
+type Failed = (BenchError, Option<Controller>);
+
+async fn measure(
+    options: &Options,
+    apis: &Apis,
+    ns: &str,
+    controller: Controller,
+) -> Result<(Report, Controller), Failed> {
+    let (n, m) = (options.loadbalancers, options.machines);
+    let before = match controller.scrape().await {
+        Ok(s) => Counts::of(&s),
+        Err(e) => return Err((e, Some(controller))),
+    };
+
+    // The watch runs from before the first write.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<LoadBalancer>();
+    let watch_api = apis.lbs.clone();
+    let watch = tokio::spawn(async move {
+        let stream = watcher(watch_api, watcher::Config::default())
+            .default_backoff()
+            .applied_objects();
+        futures::pin_mut!(stream);
+        while let Ok(Some(lb)) = stream.try_next().await {
+            if tx.send(lb).is_err() {
+                break;
+            }
+        }
+    });
+
+    let start = Instant::now();
+    let creation = futures::stream::iter((0..n).map(|i| {
+        let fixture = Fixture { i, machines: m };
+        async move { apis.create(&fixture).await }
+    }))
+    .buffer_unordered(options.parallel.max(1))
+    .try_collect::<Vec<()>>();
+    let mut progress = Progress::default();
+    let mut created = None;
+    let mut ready = None;
+    let mut active = None;
+    futures::pin_mut!(creation);
+    let deadline = tokio::time::sleep(options.timeout);
+    tokio::pin!(deadline);
+    while ready.is_none() || active.is_none() || created.is_none() {
+        tokio::select! {
+            result = &mut creation, if created.is_none() => {
+                if let Err(e) = result {
+                    watch.abort();
+                    return Err((e, Some(controller)));
+                }
+                created = Some(start.elapsed());
+            }
+            Some(lb) = rx.recv() => {
+                progress.see(&lb, m);
+                if ready.is_none() && progress.ready() == n {
+                    ready = Some(start.elapsed());
+                }
+                if active.is_none() && progress.active() == n {
+                    active = Some(start.elapsed());
+                }
+            }
+            _ = &mut deadline => {
+                watch.abort();
+                return Err((
+                    BenchError::Timeout(options.timeout, progress.ready(), n, progress.active()),
+                    Some(controller),
+                ));
+            }
+        }
+    }
+    // Reconciles triggered by the last writes may still be running: wait until the controller
+    // has nothing in flight before taking the convergence counts.
+    let converged = match settle(&controller).await {
+        Ok(s) => s,
+        Err(e) => {
+            watch.abort();
+            return Err((e, Some(controller)));
+        }
+    };
+    let converge = Counts::of(&converged).since(&before);
+
+    // Idle: nothing may be written.
+    let events_before = {
+        while let Ok(lb) = rx.try_recv() {
+            progress.see(&lb, m);
+        }
+        progress.events
+    };
+    tokio::time::sleep(options.idle).await;
+    while let Ok(lb) = rx.try_recv() {
+        progress.see(&lb, m);
+    }
+    watch.abort();
+    let idle_events = progress.events - events_before;
+    let after_idle = match controller.scrape().await {
+        Ok(s) => s,
+        Err(e) => return Err((e, Some(controller))),
+    };
+    let idle = Counts::of(&after_idle).since(&Counts::of(&converged));
+    let peak_rss_bytes = after_idle.sum("capi_lb_process_peak_resident_memory_bytes", &[]) as u64;
+    let cpu_seconds = after_idle.sum("capi_lb_process_cpu_seconds", &[]);
+
+    let (restart, controller) = if options.restart {
+        if let Err(e) = controller.stop().await {
+            return Err((e, None));
+        }
+        let restarted = match Controller::start(options, ns).await {
+            Ok(c) => c,
+            Err(e) => return Err((e, None)),
+        };
+        match warm(options, &restarted).await {
+            Ok(r) => (Some(r), restarted),
+            Err(e) => return Err((e, Some(restarted))),
+        }
+    } else {
+        (None, controller)
+    };
+    Ok((
+        Report {
+            loadbalancers: n,
+            machines: m,
+            created: created.unwrap_or_default(),
+            ready: ready.unwrap_or_default(),
+            active: active.unwrap_or_default(),
+            converge,
+            idle,
+            idle_events,
+            peak_rss_bytes,
+            cpu_seconds,
+            restart,
+            cleanup: None,
+        },
+        controller,
+    ))
+}
+
+/// Scrape until no reconcile is in flight and the reconcile count stood still for half a second.
+async fn settle(controller: &Controller) -> Result<Scrape, BenchError> {
+    let mut last = None;
+    loop {
+        let s = controller.scrape().await?;
+        let in_flight = s.sum("capi_lb_reconciles_in_flight", &[]);
+        let done = s.sum("capi_lb_reconciles_total", &[]);
+        if in_flight == 0.0 && last == Some(done) {
+            return Ok(s);
+        }
+        last = Some(done);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A restarted controller: until every LoadBalancer was reconciled once and nothing is in flight,
+/// then an idle window.
+async fn warm(options: &Options, controller: &Controller) -> Result<Restart, BenchError> {
+    let n = options.loadbalancers as f64;
+    let deadline = Instant::now() + options.timeout;
+    let resynced = loop {
+        let s = controller.scrape().await?;
+        if Counts::of(&s).reconciles >= n && s.sum("capi_lb_reconciles_in_flight", &[]) == 0.0 {
+            break controller.started.elapsed();
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Controller(format!(
+                "the restarted controller reconciled {} of {n} LoadBalancers in {:?}",
+                Counts::of(&s).reconciles,
+                options.timeout
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(options.idle).await;
+    let s = settle(controller).await?;
+    Ok(Restart {
+        resynced,
+        counts: Counts::of(&s),
+        peak_rss_bytes: s.sum("capi_lb_process_peak_resident_memory_bytes", &[]) as u64,
+    })
+}
+
+/// Delete the LoadBalancers (the controller runs their finalizers), wait until they are gone, then
+/// delete the namespace and wait for it.
+async fn cleanup(
+    options: &Options,
+    apis: &Apis,
+    namespaces: &Api<Namespace>,
+    ns: &str,
+) -> Result<Duration, BenchError> {
+    let start = Instant::now();
+    let deadline = start + options.timeout;
+    apis.lbs
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .map_err(api_err("delete the LoadBalancers"))?;
+    loop {
+        let left = apis
+            .lbs
+            .list_metadata(&ListParams::default().limit(1))
+            .await
+            .map_err(api_err("list the LoadBalancers"))?;
+        if left.items.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Setup(format!(
+                "LoadBalancers left in {ns} after {:?}",
+                options.timeout
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let gone = start.elapsed();
+    namespaces
+        .delete(ns, &DeleteParams::background())
+        .await
+        .map_err(api_err(format!("delete namespace {ns}")))?;
+    while namespaces
+        .get_opt(ns)
+        .await
+        .map_err(api_err(format!("get namespace {ns}")))?
+        .is_some()
+    {
+        if Instant::now() > deadline {
+            return Err(BenchError::Setup(format!(
+                "namespace {ns} not gone after {:?}",
+                options.timeout
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(gone)
+}
+
+/// The report as the lines `docs/benchmarks.md` shows.
+pub fn render(r: &Report) -> String {
+    let n = r.loadbalancers.max(1) as f64;
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let mut out = String::new();
+    let line = |out: &mut String, s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    line(
+        &mut out,
+        format!(
+            "{} LoadBalancers x {} Machines: created in {:.1} s, all Ready at {:.1} s, all targets active at {:.1} s",
+            r.loadbalancers,
+            r.machines,
+            r.created.as_secs_f64(),
+            r.ready.as_secs_f64(),
+            r.active.as_secs_f64()
+        ),
+    );
+    line(
+        &mut out,
+        format!(
+            "converge: {:.2} reconciles/LoadBalancer, {:.1} API requests/LoadBalancer ({:.1} writes), {:.0} -ext Service reconciles",
+            r.converge.reconciles / n,
+            r.converge.total_requests() / n,
+            r.converge.writes() / n,
+            r.converge.service_reconciles
+        ),
+    );
+    for (k, v) in &r.converge.requests {
+        line(&mut out, format!("  {k:<40} {:>9.0}  {:>6.2}/LB", v, v / n));
+    }
+    line(
+        &mut out,
+        format!(
+            "idle: {:.0} writes, {:.0} reconciles, {} LoadBalancer changes seen",
+            r.idle.writes(),
+            r.idle.reconciles + r.idle.service_reconciles,
+            r.idle_events
+        ),
+    );
+    for (k, v) in r
+        .idle
+        .requests
+        .iter()
+        .filter(|(k, _)| k.split_once(' ').is_some_and(|(verb, _)| is_write(verb)))
+    {
+        line(&mut out, format!("  {k:<40} {v:>9.0}"));
+    }
+    line(
+        &mut out,
+        format!(
+            "controller: peak RSS {:.1} MiB, CPU {:.1} s",
+            mib(r.peak_rss_bytes),
+            r.cpu_seconds
+        ),
+    );
+    if let Some(w) = &r.restart {
+        line(
+            &mut out,
+            format!(
+                "warm restart: all reconciled {:.1} s after start, {:.0} writes, {:.0} reconciles, {:.0} requests, peak RSS {:.1} MiB",
+                w.resynced.as_secs_f64(),
+                w.counts.writes(),
+                w.counts.reconciles,
+                w.counts.total_requests(),
+                mib(w.peak_rss_bytes)
+            ),
+        );
+        for (k, v) in w
+            .counts
+            .requests
+            .iter()
+            .filter(|(k, _)| k.split_once(' ').is_some_and(|(verb, _)| is_write(verb)))
+        {
+            line(&mut out, format!("  {k:<40} {v:>9.0}"));
+        }
+    }
+    if let Some(c) = r.cleanup {
+        line(
+            &mut out,
+            format!("cleanup: LoadBalancers gone in {:.1} s", c.as_secs_f64()),
+        );
+    }
+    out
+}

@@ -1,0 +1,10 @@
+//! `capi-lb bench`: the measurements behind `docs/benchmarks.md`.
+//!
+//! - [`external`]: an ingress IP change reaching a Service's `-ext` EndpointSlice, in the in-memory
+//!   API;
+//! - [`converge`]: N LoadBalancers with M Machines each converging on a real cluster, with the
+//!   controller's reconciles, API requests, idle writes and memory.
+
+pub mod converge;
+pub mod external;
+pub mod scrape;
