@@ -9,6 +9,7 @@ use capi_lb_api::constants::DEFAULT_PUBLICATION_SUFFIX;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::clock::SharedClock;
 
+use crate::cache::Caches;
 use crate::events::EventSink;
 use crate::kinds::KindResolver;
 use crate::telemetry::Metrics;
@@ -50,6 +51,8 @@ pub struct Context {
     pub events: EventSink,
     /// Prometheus metrics.
     pub metrics: Arc<Metrics>,
+    /// Caches of watched kinds (`run` only), read instead of listing.
+    pub caches: Caches,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -84,6 +87,7 @@ impl Context {
             clock,
             events,
             metrics: Arc::new(Metrics::new()),
+            caches: Caches::default(),
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -91,6 +95,12 @@ impl Context {
     /// Use `metrics` (shared with the HTTP server) instead of a private registry.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// Read targets from `caches` (see [`crate::cache`]).
+    pub fn with_caches(mut self, caches: Caches) -> Self {
+        self.caches = caches;
         self
     }
 

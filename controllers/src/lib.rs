@@ -2,6 +2,7 @@
 //! API used by `capi-lb simulate` and the tests, and the pieces of the `capi-lb` binary.
 
 pub mod bench;
+pub mod cache;
 pub mod class;
 pub mod context;
 pub mod dns;

@@ -35,13 +35,15 @@ impl Reconciliation<'_> {
             return Ok(Listing::Listed(serving));
         }
         let kind = &self.lb.spec.target_kind;
+        let keys = TargetKeys::new(&self.namespace, &self.identity.name);
         let objects = match self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await {
-            Ok(resource) => targets::list(&self.ctx.client, &resource, &self.namespace)
-                .await
-                .map_err(kube_err("list", format!("{kind}")))?,
+            Ok(resource) => targets::list(self.ctx, &resource, &self.namespace, |o| {
+                targets::concerns(o, selector, &keys)
+            })
+            .await
+            .map_err(kube_err("list", format!("{kind}")))?,
             Err(message) => return Ok(Listing::Unavailable(message)),
         };
-        let keys = TargetKeys::new(&self.namespace, &self.identity.name);
         Ok(Listing::Listed(
             targets::observe(objects, selector, &keys, &self.lb.spec)
                 .into_iter()

@@ -125,15 +125,42 @@ pub fn observe(
     targets
 }
 
-/// List every object of `resource` in `namespace`. The selector is applied by [`observe`], which
-/// also needs the objects that no longer match.
+/// The objects of `resource` in `namespace` that `keep` accepts: from the kind's cache when
+/// `run` keeps one (see [`crate::cache`]), else by listing every object of the namespace (the
+/// selector alone would miss the objects that no longer match but still carry our annotations).
 pub async fn list(
-    client: &kube::Client,
+    ctx: &Context,
     resource: &ApiResource,
     namespace: &str,
+    keep: impl Fn(&DynamicObject) -> bool,
 ) -> Result<Vec<DynamicObject>, kube::Error> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
-    Ok(api.list(&ListParams::default()).await?.items)
+    if let Some(cached) = ctx
+        .caches
+        .of(resource)
+        .and_then(|c| c.list(namespace, &keep))
+    {
+        return Ok(cached);
+    }
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, resource);
+    let mut objects = api.list(&ListParams::default()).await?.items;
+    objects.retain(|o| keep(o));
+    Ok(objects)
+}
+
+/// True for an object a LoadBalancer must look at: selected, or carrying one of its annotations.
+pub fn concerns(object: &DynamicObject, selector: &Selector, keys: &TargetKeys) -> bool {
+    selector.matches(object.labels())
+        || keys
+            .all()
+            .iter()
+            .any(|k| object.annotations().contains_key(*k))
+}
+
+/// Tell the kind's cache (if any) what was just written.
+fn wrote(ctx: &Context, resource: &ApiResource, object: &DynamicObject) {
+    if let Some(cache) = ctx.caches.of(resource) {
+        cache.wrote(object);
+    }
 }
 
 /// Everything one reconcile pass needs to move the targets of one LoadBalancer.
@@ -222,7 +249,11 @@ impl Pass<'_> {
             Err(message) => return Ok(Listing::Unavailable(message)),
         };
         let namespace = self.lb.namespace().unwrap_or_default();
-        let objects = match list(&self.ctx.client, &resource, &namespace).await {
+        let objects = match list(self.ctx, &resource, &namespace, |o| {
+            concerns(o, self.selector, &self.keys)
+        })
+        .await
+        {
             Ok(objects) => objects,
             Err(e) => return Ok(Listing::Unavailable(format!("cannot list {kind}: {e}"))),
         };
@@ -244,7 +275,7 @@ impl Pass<'_> {
             if &annotations == target.object.annotations() {
                 continue;
             }
-            match self.write(&api, &target.object, &annotations).await? {
+            match self.write(&resource, &api, &target.object, &annotations).await? {
                 Some(updated) => {
                     target.object = updated;
                     target.observed.pre_drain = hooks;
@@ -278,6 +309,7 @@ impl Pass<'_> {
     /// Write `annotations` to `object` unless unchanged. `None` when the object is gone.
     async fn write(
         &self,
+        resource: &ApiResource,
         api: &Api<DynamicObject>,
         object: &DynamicObject,
         annotations: &BTreeMap<String, String>,
@@ -286,7 +318,10 @@ impl Pass<'_> {
             return Ok(Some(object.clone()));
         }
         match set_annotations(api, object, annotations).await {
-            Ok(updated) => Ok(Some(updated)),
+            Ok(updated) => {
+                wrote(self.ctx, resource, &updated);
+                Ok(Some(updated))
+            }
             Err(e) if is_not_found(&e) => Ok(None),
             Err(e) => Err(kube_err(
                 "annotate",
@@ -328,7 +363,7 @@ impl Pass<'_> {
             );
             let had_hooks = observed.pre_drain || observed.pre_terminate;
             if self
-                .write(&api, &target.object, &annotations)
+                .write(&prepared.resource, &api, &target.object, &annotations)
                 .await?
                 .is_none()
             {
@@ -390,7 +425,13 @@ pub async fn release_all(
     let namespace = lb.namespace().unwrap_or_default();
     let lb_name = lb.name_any();
     let keys = TargetKeys::new(&namespace, &lb_name);
-    let objects = match list(&ctx.client, &resource, &namespace).await {
+    let objects = match list(ctx, &resource, &namespace, |o| {
+        keys.all()
+            .iter()
+            .any(|k| o.annotations().contains_key(*k))
+    })
+    .await
+    {
         Ok(objects) => objects,
         // The kind is not installed (any more): nothing of ours can be on its objects.
         Err(e) if is_not_found(&e) => return Ok(Vec::new()),
@@ -411,7 +452,10 @@ pub async fn release_all(
             continue;
         }
         match set_annotations(&api, &object, &annotations).await {
-            Ok(_) => changes.push(format!("released {}", object.name_any())),
+            Ok(updated) => {
+                wrote(ctx, &resource, &updated);
+                changes.push(format!("released {}", object.name_any()));
+            }
             Err(e) if is_not_found(&e) => {}
             Err(e) => {
                 return Err(kube_err(

@@ -221,6 +221,17 @@ pub async fn run_instrumented(
     };
     metrics.set_leader(true);
     let stop = leadership.stop_on(shutdown);
+    let ns = options.namespace.as_deref();
+    tracing::info!(
+        namespace = ns.unwrap_or("<all>"),
+        providers = ?registry.names(),
+        cluster_domain = %options.cluster_domain,
+        "starting capi-lb controller"
+    );
+
+    // Ready (`/readyz`) once the LoadBalancer cache is synced (standby replicas already are).
+    let (controller, store, caches) =
+        loadbalancer_controller(&client, &options, &registry, health.clone()).await?;
     let ctx = Arc::new(
         Context::new(
             client.clone(),
@@ -234,19 +245,9 @@ pub async fn run_instrumented(
             clock.clone(),
             EventSink::new(client.clone(), std::env::var("POD_NAME").ok(), clock),
         )
-        .with_metrics(metrics.clone()),
+        .with_metrics(metrics.clone())
+        .with_caches(caches),
     );
-    let ns = options.namespace.as_deref();
-    tracing::info!(
-        namespace = ns.unwrap_or("<all>"),
-        providers = ?registry.names(),
-        cluster_domain = %options.cluster_domain,
-        "starting capi-lb controller"
-    );
-
-    // Ready (`/readyz`) once the LoadBalancer cache is synced (standby replicas already are).
-    let (controller, store) =
-        loadbalancer_controller(&client, &options, &registry, health.clone()).await?;
     let observers = observe_cache(store, metrics.clone());
     let loadbalancers = controller
         .with_config(ControllerConfig::default().concurrency(options.concurrency))

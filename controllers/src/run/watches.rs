@@ -2,6 +2,7 @@
 //! [`Triggers`] index the LoadBalancer watch keeps.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use capi_lb_api::capi::{Cluster, Machine};
@@ -23,6 +24,7 @@ use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use super::{RunError, RunOptions, api, dynamic_api, installed};
+use crate::cache::{Caches, ObjectCache};
 use crate::loadbalancer::triggers::{self, Triggers, Watched};
 use crate::telemetry::{Health, Metrics};
 
@@ -34,7 +36,7 @@ pub(super) async fn loadbalancer_controller(
     options: &RunOptions,
     registry: &ProviderRegistry,
     health: Arc<Health>,
-) -> Result<(Controller<Watched>, Store<Watched>), RunError> {
+) -> Result<(Controller<Watched>, Store<Watched>, Caches), RunError> {
     let ns = options.namespace.as_deref();
     let lb_watch = match &options.watch_filter {
         Some(value) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
@@ -56,10 +58,11 @@ pub(super) async fn loadbalancer_controller(
             })
             .applied_objects()
     };
-    let watches = Watches {
+    let mut watches = Watches {
         client,
         ns,
         triggers,
+        caches: Caches::default(),
     };
     let controller = Controller::for_stream(lb_events, store.clone());
     let controller = watches.published(controller);
@@ -68,7 +71,7 @@ pub(super) async fn loadbalancer_controller(
     let controller = watches.provider_objects(controller, registry).await?;
     let controller = watches.cluster_api(controller, options.resync).await?;
     let controller = watches.dns_endpoints(controller, options.resync).await?;
-    Ok((controller, store))
+    Ok((controller, store, watches.caches))
 }
 
 /// Adds the watches that trigger the LoadBalancer controller, by what they watch.
@@ -76,6 +79,8 @@ struct Watches<'a> {
     client: &'a kube::Client,
     ns: Option<&'a str>,
     triggers: Arc<Triggers>,
+    /// The caches reconciles read (filled by some of the watches).
+    caches: Caches,
 }
 
 impl Watches<'_> {
@@ -173,9 +178,10 @@ impl Watches<'_> {
     }
 
     /// Cluster API Machines (mapped to the LoadBalancers whose selector matches them or whose
-    /// annotations they carry) and Clusters (by `spec.clusterName`), when installed.
+    /// annotations they carry; the watch also fills the Machine cache targets are read from) and
+    /// Clusters (by `spec.clusterName`), when installed.
     async fn cluster_api(
-        &self,
+        &mut self,
         mut controller: Controller<Watched>,
         resync: Duration,
     ) -> Result<Controller<Watched>, RunError> {
@@ -185,11 +191,31 @@ impl Watches<'_> {
             .map_err(RunError::Connect)?
         {
             let triggers = self.triggers.clone();
-            controller = controller.watches_with(
-                dynamic_api(self.client, self.ns, &machine),
+            let writer = reflector::store::Writer::new(machine.clone());
+            let synced = Arc::new(AtomicBool::new(false));
+            self.caches.add(Arc::new(ObjectCache::new(
                 machine.clone(),
-                watcher::Config::default(),
+                writer.as_reader(),
+                synced.clone(),
+            )));
+            let stream = reflector::reflector(
+                writer,
+                watcher(
+                    dynamic_api(self.client, self.ns, &machine),
+                    watcher::Config::default(),
+                )
+                .modify(|m: &mut DynamicObject| m.metadata.managed_fields = None),
+            )
+            .inspect_ok(move |event| {
+                if matches!(event, watcher::Event::InitDone) {
+                    synced.store(true, Ordering::Release);
+                }
+            })
+            .touched_objects();
+            controller = controller.watches_stream_with(
+                stream,
                 move |obj: DynamicObject| triggers.selecting(&obj),
+                machine.clone(),
             );
         } else {
             tracing::warn!(

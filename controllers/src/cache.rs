@@ -1,0 +1,212 @@
+//! Caches of watched kinds that reconciles read instead of listing through the API.
+//!
+//! `run` watches Cluster API Machines anyway (their changes trigger LoadBalancers); the same watch
+//! fills an [`ObjectCache`] (without `managedFields`), and a LoadBalancer's targets are taken from it
+//! instead of listing every object of the kind in the namespace on each pass, which made a pass
+//! cost O(objects in the namespace) in requests and bytes. A kind that is not cached, or whose
+//! cache has not finished its first list, is listed through the API as before.
+//!
+//! A watch lags behind the writes that caused it, so an object capi-lb itself just wrote could be
+//! read back older than it wrote it and written again on a stale resourceVersion (refused with a
+//! conflict, then retried). The cache therefore keeps what capi-lb wrote (read-your-writes) until the
+//! watch delivers that version or a newer one.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use kube::ResourceExt;
+use kube::core::{ApiResource, DynamicObject};
+use kube::runtime::reflector::Store;
+
+/// A watched kind's objects, as the watch delivered them plus capi-lb's own newer writes.
+pub struct ObjectCache {
+    resource: ApiResource,
+    store: Store<DynamicObject>,
+    synced: Arc<AtomicBool>,
+    /// What capi-lb wrote, by UID, until the watch catches up.
+    written: Mutex<HashMap<String, DynamicObject>>,
+}
+
+impl std::fmt::Debug for ObjectCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectCache")
+            .field("kind", &self.resource.kind)
+            .field("synced", &self.synced.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The resourceVersion as a number: etcd's revisions. Kubernetes calls them opaque, so an object
+/// whose versions do not parse is never taken from the written copies.
+fn revision(object: &DynamicObject) -> Option<u64> {
+    object.resource_version()?.parse().ok()
+}
+
+impl ObjectCache {
+    /// A cache of `resource` over `store`, usable once `synced` is set (after the first list).
+    pub fn new(resource: ApiResource, store: Store<DynamicObject>, synced: Arc<AtomicBool>) -> Self {
+        Self {
+            resource,
+            store,
+            synced,
+            written: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn is(&self, resource: &ApiResource) -> bool {
+        self.resource.group == resource.group && self.resource.kind == resource.kind
+    }
+
+    /// The objects of `namespace` that `keep` accepts, each in its newest version known, or `None`
+    /// while the first list has not completed.
+    pub fn list(
+        &self,
+        namespace: &str,
+        keep: impl Fn(&DynamicObject) -> bool,
+    ) -> Option<Vec<DynamicObject>> {
+        if !self.synced.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = Vec::new();
+        for cached in self.store.state() {
+            if cached.metadata.namespace.as_deref() != Some(namespace) {
+                continue;
+            }
+            let uid = cached.uid().unwrap_or_default();
+            let newer = match written.get(&uid) {
+                Some(ours) if revision(ours) > revision(&cached) => Some(ours.clone()),
+                Some(_) => {
+                    // The watch caught up.
+                    written.remove(&uid);
+                    None
+                }
+                None => None,
+            };
+            let object = newer.unwrap_or_else(|| cached.as_ref().clone());
+            if keep(&object) {
+                out.push(object);
+            }
+        }
+        // Copies of objects the watch no longer has (deleted) are dropped.
+        if written.len() > out.len() {
+            let present: std::collections::HashSet<String> = self
+                .store
+                .state()
+                .iter()
+                .filter_map(|o| o.uid())
+                .collect();
+            written.retain(|uid, _| present.contains(uid));
+        }
+        Some(out)
+    }
+
+    /// Remember `object` as capi-lb just wrote it.
+    pub fn wrote(&self, object: &DynamicObject) {
+        if let Some(uid) = object.uid() {
+            self.written
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(uid, strip(object.clone()));
+        }
+    }
+}
+
+/// `object` without its `managedFields`, which no reconcile reads and which are often the largest
+/// part of it.
+pub fn strip(mut object: DynamicObject) -> DynamicObject {
+    object.metadata.managed_fields = None;
+    object
+}
+
+/// The caches a controller has, by kind.
+#[derive(Debug, Default)]
+pub struct Caches(Vec<Arc<ObjectCache>>);
+
+impl Caches {
+    /// Add the cache of a kind.
+    pub fn add(&mut self, cache: Arc<ObjectCache>) {
+        self.0.push(cache);
+    }
+
+    /// The cache of `resource`'s kind, if it is cached.
+    pub fn of(&self, resource: &ApiResource) -> Option<&ObjectCache> {
+        self.0.iter().find(|c| c.is(resource)).map(Arc::as_ref)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher::Event;
+    use serde_json::json;
+
+    fn machine(name: &str, ns: &str, rv: &str, label: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"),
+                         "resourceVersion": rv, "labels": {"role": label}}}))
+        .unwrap()
+    }
+
+    fn resource() -> ApiResource {
+        ApiResource {
+            group: "cluster.x-k8s.io".into(),
+            version: "v1beta2".into(),
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Machine".into(),
+            plural: "machines".into(),
+        }
+    }
+
+    #[test]
+    fn lists_by_namespace_and_filter_and_reads_its_own_writes_until_the_watch_catches_up() {
+        let mut writer = Writer::new(resource());
+        let synced = Arc::new(AtomicBool::new(false));
+        let cache = ObjectCache::new(resource(), writer.as_reader(), synced.clone());
+        let caches = {
+            let mut c = Caches::default();
+            c.add(Arc::new(cache));
+            c
+        };
+        let cache = caches.of(&resource()).unwrap();
+        // Not synced yet: the caller lists through the API.
+        assert!(cache.list("a", |_| true).is_none());
+
+        writer.apply_watcher_event(&Event::Init);
+        for m in [
+            machine("m1", "a", "10", "cp"),
+            machine("m2", "a", "11", "worker"),
+            machine("m3", "b", "12", "cp"),
+        ] {
+            writer.apply_watcher_event(&Event::InitApply(m));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+        synced.store(true, Ordering::Release);
+        let cp = |o: &DynamicObject| o.labels().get("role").map(String::as_str) == Some("cp");
+        let names = |v: Vec<DynamicObject>| v.iter().map(|o| o.name_any()).collect::<Vec<_>>();
+        assert_eq!(names(cache.list("a", cp).unwrap()), ["m1"]);
+        assert_eq!(cache.list("a", |_| true).unwrap().len(), 2);
+
+        // Our write is read back before the watch delivers it...
+        let mut ours = machine("m1", "a", "20", "cp");
+        ours.annotations_mut().insert("hook".into(), "x".into());
+        cache.wrote(&ours);
+        let listed = cache.list("a", cp).unwrap();
+        assert_eq!(listed[0].resource_version().as_deref(), Some("20"));
+        assert!(listed[0].annotations().contains_key("hook"));
+        // ...and the watch's version once it is as new or newer.
+        writer.apply_watcher_event(&Event::Apply(machine("m1", "a", "21", "cp")));
+        let listed = cache.list("a", cp).unwrap();
+        assert_eq!(listed[0].resource_version().as_deref(), Some("21"));
+        assert!(cache.written.lock().unwrap().is_empty());
+
+        // Another kind is not cached.
+        let mut other = resource();
+        other.kind = "DockerMachine".into();
+        assert!(caches.of(&other).is_none());
+    }
+}
