@@ -45,7 +45,11 @@ fn revision(object: &DynamicObject) -> Option<u64> {
 
 impl ObjectCache {
     /// A cache of `resource` over `store`, usable once `synced` is set (after the first list).
-    pub fn new(resource: ApiResource, store: Store<DynamicObject>, synced: Arc<AtomicBool>) -> Self {
+    pub fn new(
+        resource: ApiResource,
+        store: Store<DynamicObject>,
+        synced: Arc<AtomicBool>,
+    ) -> Self {
         Self {
             resource,
             store,
@@ -91,12 +95,8 @@ impl ObjectCache {
         }
         // Copies of objects the watch no longer has (deleted) are dropped.
         if written.len() > out.len() {
-            let present: std::collections::HashSet<String> = self
-                .store
-                .state()
-                .iter()
-                .filter_map(|o| o.uid())
-                .collect();
+            let present: std::collections::HashSet<String> =
+                self.store.state().iter().filter_map(|o| o.uid()).collect();
             written.retain(|uid, _| present.contains(uid));
         }
         Some(out)

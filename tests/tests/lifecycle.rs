@@ -191,9 +191,24 @@ async fn every_target_carries_its_state_hooks_and_the_proposal_pair() {
         assert!(k.key.starts_with("capi-lb-cp-") && k.key.len() <= 63);
     }
     assert_status_agrees_with_annotations(&world, "cp").await;
-    let reasons = event_reasons(&world);
-    assert!(reasons.contains(&"TargetStateChanged".to_string()));
-    assert!(reasons.contains(&"DeletionHooksAdded".to_string()));
+    // Joining is told once, on the LoadBalancer, with the hooks put on in the same pass; the
+    // Machines get no Event for it.
+    let timeline = world.ctx.events.timeline();
+    let on_lb: Vec<_> = timeline
+        .iter()
+        .filter(|e| e.reason == "TargetStateChanged" && e.object.starts_with("LoadBalancer/"))
+        .collect();
+    assert!(
+        on_lb
+            .iter()
+            .any(|e| e.message.contains("deletion hooks added to cp-m1, cp-m2")),
+        "{on_lb:?}"
+    );
+    assert!(
+        !timeline.iter().any(|e| e.object.starts_with("Machine/")),
+        "{timeline:?}"
+    );
+    assert!(!event_reasons(&world).contains(&"DeletionHooksAdded".to_string()));
 
     // Steady state: another pass writes nothing.
     let writes = world.api.stats.writes_excluding_events();
@@ -216,6 +231,18 @@ async fn disable_drains_for_the_drain_time_and_keeps_the_target_out_until_enable
     assert_state(&world, "cp-m2", "disabling").await;
     assert_eq!(members(&world, "cp")["cp-m2"], MemberState::Draining);
     assert_eq!(has_hooks(&world, "cp-m2", "cp").await, (true, true));
+    // The way out is told on the Machine too.
+    assert!(
+        world
+            .ctx
+            .events
+            .timeline()
+            .iter()
+            .any(|e| e.object == "Machine/cp-m2"
+                && e.message == "LoadBalancer cp: active -> disabling"),
+        "{:?}",
+        world.ctx.events.timeline()
+    );
 
     world.clock.advance(Duration::from_secs(19));
     world.reconcile(NS, "cp").await.unwrap();

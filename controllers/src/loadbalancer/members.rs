@@ -172,13 +172,20 @@ impl Reconciliation<'_> {
         let (members_state, members) = self.converge(access, &desired, infra_status).await;
         let known = members.as_deref().map_or(Members::Unknown, Members::Known);
         let completed = pass.complete(prepared, known).await?;
-        self.note(false, event::TARGET_STATE_CHANGED, completed.transitions);
+        // Hooks put on targets that changed state in the same pass are told in that Event.
+        let mut transitions = completed.transitions;
+        let hooks_added = if transitions.is_empty() || completed.hooks_added.is_empty() {
+            completed.hooks_added
+        } else {
+            transitions.push(format!(
+                "deletion hooks added to {}",
+                completed.hooks_added.join(", ")
+            ));
+            Vec::new()
+        };
+        self.note(false, event::TARGET_STATE_CHANGED, transitions);
         for (reason, what, names) in [
-            (
-                event::DELETION_HOOKS_ADDED,
-                "added to",
-                completed.hooks_added,
-            ),
+            (event::DELETION_HOOKS_ADDED, "added to", hooks_added),
             (
                 event::DELETION_HOOKS_RELEASED,
                 "released from",

@@ -141,7 +141,9 @@ impl Reconciliation<'_> {
         self.note(false, reason, out.changes);
         self.conditions
             .push(spec_honoured_condition(&out.unsupported));
-        if out.addresses != self.status.addresses {
+        // The first addresses of a load balancer created now are in its creation's Event.
+        let first = out.created && self.status.addresses.is_empty();
+        if out.addresses != self.status.addresses && !first {
             let describe = |a: &[LoadBalancerAddress]| {
                 a.iter()
                     .map(|a| a.address.as_str())
@@ -154,8 +156,8 @@ impl Reconciliation<'_> {
                 describe(&out.addresses)
             );
             self.note(false, event::ADDRESSES_CHANGED, vec![message]);
-            self.status.addresses = out.addresses;
         }
+        self.status.addresses = out.addresses;
         let state = match out.progress {
             Progress::Done => InfraState::Provisioned,
             Progress::Pending {
@@ -301,15 +303,19 @@ impl Reconciliation<'_> {
         self.status.ready = capi_lb_api::conditions::is_true(&self.status.conditions, c::READY);
         self.status.observed_generation = generation;
 
-        // Events: changes made, and conditions that changed status or reason.
+        // Events: changes made, and conditions that changed status or reason. A condition's
+        // first value is not a change, except Ready's (it announces the endpoint, or why there is
+        // none), Paused's, ClusterEndpoint's (capi-lb wrote into the Cluster) and a problem's.
         for d in &self.conditions {
             let before = capi_lb_api::conditions::find(&previous.conditions, d.type_);
             let changed = before.is_none_or(|b| {
                 b.status != capi_lb_api::conditions::status_str(d.status) || b.reason != d.reason
             });
-            // Pausing and unpausing are both worth an Event; "not paused" on first sight is not.
+            // Pausing and unpausing are both worth an Event.
             let unpaused = d.type_ == c::PAUSED && !d.status && before.is_some();
-            let quiet = d.type_ == c::PAUSED && !d.status && before.is_none();
+            let announced = [c::READY, c::PAUSED, c::CLUSTER_ENDPOINT];
+            let first = before.is_none() && !announced.contains(&d.type_) && !d.warning;
+            let quiet = first || (d.type_ == c::PAUSED && !d.status && before.is_none());
             if changed && !quiet && (d.status || unpaused || d.type_ == c::READY || d.warning) {
                 self.notes.push(Note {
                     warning: !d.status && d.warning,

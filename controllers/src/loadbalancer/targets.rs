@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use capi_lb_api::constants::event;
 use capi_lb_api::loadbalancer::{MachineAddressType, ReadinessGate, TargetKind};
-use capi_lb_api::target::TargetKeys;
+use capi_lb_api::target::{TargetKeys, TargetState};
 use capi_lb_api::{LoadBalancer, LoadBalancerSpec};
 use capi_lb_providers::{DesiredMember, MemberIntent};
 use jiff::Timestamp;
@@ -163,6 +163,18 @@ fn wrote(ctx: &Context, resource: &ApiResource, object: &DynamicObject) {
     }
 }
 
+/// A target joining the load balancer for the first time: on its way in, or active straight from
+/// there.
+fn joining(before: Option<TargetState>, now: TargetState) -> bool {
+    matches!(
+        (before, now),
+        (
+            None | Some(TargetState::Adding),
+            TargetState::Adding | TargetState::Active
+        )
+    )
+}
+
 /// Everything one reconcile pass needs to move the targets of one LoadBalancer.
 pub struct Pass<'a> {
     /// The controller context.
@@ -275,7 +287,10 @@ impl Pass<'_> {
             if &annotations == target.object.annotations() {
                 continue;
             }
-            match self.write(&resource, &api, &target.object, &annotations).await? {
+            match self
+                .write(&resource, &api, &target.object, &annotations)
+                .await?
+            {
                 Some(updated) => {
                     target.object = updated;
                     target.observed.pre_drain = hooks;
@@ -374,16 +389,20 @@ impl Pass<'_> {
                     Some(before) => format!("{before} -> {}", settled.state),
                     None => settled.state.to_string(),
                 };
-                self.ctx
-                    .events
-                    .publish(
-                        &target.object.object_ref(&prepared.resource),
-                        false,
-                        event::TARGET_STATE_CHANGED,
-                        "Reconcile",
-                        format!("LoadBalancer {lb_name}: {message}"),
-                    )
-                    .await;
+                // On the target itself only what explains a wait or a change of service (its
+                // way out, or back in); joining is told once, on the LoadBalancer.
+                if !joining(observed.recorded, settled.state) {
+                    self.ctx
+                        .events
+                        .publish(
+                            &target.object.object_ref(&prepared.resource),
+                            false,
+                            event::TARGET_STATE_CHANGED,
+                            "Reconcile",
+                            format!("LoadBalancer {lb_name}: {message}"),
+                        )
+                        .await;
+                }
                 completed
                     .transitions
                     .push(format!("{}: {message}", observed.name));
@@ -426,9 +445,7 @@ pub async fn release_all(
     let lb_name = lb.name_any();
     let keys = TargetKeys::new(&namespace, &lb_name);
     let objects = match list(ctx, &resource, &namespace, |o| {
-        keys.all()
-            .iter()
-            .any(|k| o.annotations().contains_key(*k))
+        keys.all().iter().any(|k| o.annotations().contains_key(*k))
     })
     .await
     {
