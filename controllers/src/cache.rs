@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::ResourceExt;
 use kube::core::{ApiResource, DynamicObject};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 
 /// A watched kind's objects, as the watch delivered them plus capi-lb's own newer writes.
 pub struct ObjectCache {
@@ -102,6 +102,29 @@ impl ObjectCache {
         Some(out)
     }
 
+    /// Object `name` of `namespace` in its newest version known: `None` while the first list has
+    /// not completed, `Some(None)` when the cache does not have it (the caller may still get it
+    /// through the API: the watch may not have delivered a new object yet).
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Option<DynamicObject>> {
+        if !self.synced.load(Ordering::Acquire) {
+            return None;
+        }
+        let key = ObjectRef::new_with(name, self.resource.clone()).within(namespace);
+        let Some(cached) = self.store.get(&key) else {
+            return Some(None);
+        };
+        let uid = cached.uid().unwrap_or_default();
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        Some(Some(match written.get(&uid) {
+            Some(ours) if revision(ours) > revision(&cached) => ours.clone(),
+            Some(_) => {
+                written.remove(&uid);
+                cached.as_ref().clone()
+            }
+            None => cached.as_ref().clone(),
+        }))
+    }
+
     /// Remember `object` as capi-lb just wrote it.
     pub fn wrote(&self, object: &DynamicObject) {
         if let Some(uid) = object.uid() {
@@ -128,6 +151,13 @@ impl Caches {
     /// Add the cache of a kind.
     pub fn add(&mut self, cache: Arc<ObjectCache>) {
         self.0.push(cache);
+    }
+
+    /// Tell the cache of `resource`'s kind (if any) what capi-lb just wrote.
+    pub fn wrote(&self, resource: &ApiResource, object: &DynamicObject) {
+        if let Some(cache) = self.of(resource) {
+            cache.wrote(object);
+        }
     }
 
     /// The cache of `resource`'s kind, if it is cached.
@@ -175,6 +205,7 @@ mod tests {
         let cache = caches.of(&resource()).unwrap();
         // Not synced yet: the caller lists through the API.
         assert!(cache.list("a", |_| true).is_none());
+        assert!(cache.get("a", "m1").is_none());
 
         writer.apply_watcher_event(&Event::Init);
         for m in [
@@ -203,6 +234,15 @@ mod tests {
         let listed = cache.list("a", cp).unwrap();
         assert_eq!(listed[0].resource_version().as_deref(), Some("21"));
         assert!(cache.written.lock().unwrap().is_empty());
+
+        // By name, with the same read-your-writes.
+        assert!(cache.get("a", "m9").unwrap().is_none());
+        assert!(cache.get("b", "m3").unwrap().is_some());
+        let mut ours = machine("m3", "b", "30", "cp");
+        ours.annotations_mut().insert("hook".into(), "y".into());
+        cache.wrote(&ours);
+        let got = cache.get("b", "m3").unwrap().unwrap();
+        assert_eq!(got.annotations()["hook"], "y");
 
         // Another kind is not cached.
         let mut other = resource();

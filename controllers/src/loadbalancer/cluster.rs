@@ -9,7 +9,7 @@ use capi_lb_api::constants::{
 use capi_lb_api::loadbalancer::{ControlPlane, EndpointHost};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::core::DynamicObject;
+use kube::core::{ApiResource, DynamicObject};
 use serde_json::json;
 
 use crate::context::Context;
@@ -99,12 +99,14 @@ impl Reconciliation<'_> {
         if current.is_empty() {
             // First writer wins: the patch carries the resourceVersion read, so a concurrent write
             // (CAPI filling it from the infrastructure cluster) makes it fail instead of overwriting.
-            let clusters: Api<Cluster> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+            let resource = ApiResource::erase::<Cluster>(&());
+            let clusters: Api<DynamicObject> =
+                Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
             let patch = json!({
                 "metadata": {"resourceVersion": cluster.resource_version()},
                 "spec": {"controlPlaneEndpoint": {"host": host, "port": port}},
             });
-            clusters
+            let updated = clusters
                 .patch(
                     &cluster_name,
                     &PatchParams::default(),
@@ -115,6 +117,7 @@ impl Reconciliation<'_> {
                     "set controlPlaneEndpoint of",
                     format!("Cluster {}/{cluster_name}", self.namespace),
                 ))?;
+            self.ctx.caches.wrote(&resource, &updated);
         } else if current.host != host || current.port != port {
             return Ok(Some(DesiredCondition::false_(
                 c::CLUSTER_ENDPOINT,
@@ -143,6 +146,15 @@ pub(super) async fn cluster_of(
     let Some(cluster) = &lb.spec.cluster_name else {
         return Ok(None);
     };
+    // From the Clusters' cache when it has it (a Cluster it does not have yet may just be new).
+    if let Some(Some(cached)) = ctx
+        .caches
+        .of(&ApiResource::erase::<Cluster>(&()))
+        .and_then(|c| c.get(namespace, cluster))
+        && let Ok(cluster) = cached.try_parse::<Cluster>()
+    {
+        return Ok(Some(cluster));
+    }
     let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), namespace);
     clusters
         .get_opt(cluster)

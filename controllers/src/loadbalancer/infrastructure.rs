@@ -43,11 +43,21 @@ impl Reconciliation<'_> {
         let resource = provider.infrastructure_resource();
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
-        let Some(infra) = api
-            .get_opt(&infra_ref.name)
-            .await
-            .map_err(kube_err("get", format!("{infra_ref}")))?
-        else {
+        // From the kind's cache when it has it (one it does not have yet may just be new).
+        let cached = self
+            .ctx
+            .caches
+            .of(&resource)
+            .and_then(|c| c.get(&self.namespace, &infra_ref.name))
+            .flatten();
+        let found = match cached {
+            Some(infra) => Some(infra),
+            None => api
+                .get_opt(&infra_ref.name)
+                .await
+                .map_err(kube_err("get", format!("{infra_ref}")))?,
+        };
+        let Some(infra) = found else {
             return Ok(Claim::Missing(format!(
                 "{} {}/{} does not exist",
                 infra_ref.kind, self.namespace, infra_ref.name
@@ -70,9 +80,13 @@ impl Reconciliation<'_> {
         let Some(owner) = publication::controller_ref(self.lb) else {
             return Err(Error::MissingField(describe(self.lb), "uid"));
         };
-        let infra = metadata::claim(&api, &infra, owner, INFRASTRUCTURE_FINALIZER)
+        let claimed = metadata::claim(&api, &infra, owner, INFRASTRUCTURE_FINALIZER)
             .await
             .map_err(kube_err("claim", format!("{infra_ref}")))?;
+        if claimed.resource_version() != infra.resource_version() {
+            self.ctx.caches.wrote(&resource, &claimed);
+        }
+        let infra = claimed;
         let listeners = listeners(self.lb);
         let ensured = provider
             .ensure(EnsureRequest {
@@ -213,16 +227,18 @@ impl Reconciliation<'_> {
             "kind": resource.kind,
             "status": status,
         });
-        api.patch_status(
-            &infra.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(kube_err(
-            "apply status of",
-            format!("{} {}", resource.kind, infra.name_any()),
-        ))?;
+        let updated = api
+            .patch_status(
+                &infra.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .map_err(kube_err(
+                "apply status of",
+                format!("{} {}", resource.kind, infra.name_any()),
+            ))?;
+        self.ctx.caches.wrote(resource, &updated);
         Ok(())
     }
 }

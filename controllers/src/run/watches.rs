@@ -84,6 +84,35 @@ struct Watches<'a> {
 }
 
 impl Watches<'_> {
+    /// A watch of `ar` that also fills a cache reconciles read (see [`crate::cache`]), without
+    /// `managedFields`; its changed and deleted objects, for a trigger.
+    fn cached(
+        &mut self,
+        ar: &ApiResource,
+    ) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
+        let writer = reflector::store::Writer::new(ar.clone());
+        let synced = Arc::new(AtomicBool::new(false));
+        self.caches.add(Arc::new(ObjectCache::new(
+            ar.clone(),
+            writer.as_reader(),
+            synced.clone(),
+        )));
+        reflector::reflector(
+            writer,
+            watcher(
+                dynamic_api(self.client, self.ns, ar),
+                watcher::Config::default(),
+            )
+            .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None),
+        )
+        .inspect_ok(move |event| {
+            if matches!(event, watcher::Event::InitDone) {
+                synced.store(true, Ordering::Release);
+            }
+        })
+        .touched_objects()
+    }
+
     /// The Services capi-lb owns and the EndpointSlices it manages.
     fn published(&self, controller: Controller<Watched>) -> Controller<Watched> {
         controller
@@ -104,18 +133,18 @@ impl Watches<'_> {
     /// Every enabled provider's infrastructure kind, mapped to the LoadBalancers that reference
     /// the object.
     fn infrastructure(
-        &self,
+        &mut self,
         mut controller: Controller<Watched>,
         registry: &ProviderRegistry,
     ) -> Controller<Watched> {
         for ar in registry.resources() {
             let triggers = self.triggers.clone();
             let mapped = ar.clone();
-            controller = controller.watches_with(
-                dynamic_api(self.client, self.ns, &ar),
-                ar.clone(),
-                watcher::Config::default(),
+            let stream = self.cached(&ar);
+            controller = controller.watches_stream_with(
+                stream,
                 move |obj: DynamicObject| triggers.referencing(&mapped, &obj),
+                ar.clone(),
             );
         }
         controller
@@ -191,27 +220,7 @@ impl Watches<'_> {
             .map_err(RunError::Connect)?
         {
             let triggers = self.triggers.clone();
-            let writer = reflector::store::Writer::new(machine.clone());
-            let synced = Arc::new(AtomicBool::new(false));
-            self.caches.add(Arc::new(ObjectCache::new(
-                machine.clone(),
-                writer.as_reader(),
-                synced.clone(),
-            )));
-            let stream = reflector::reflector(
-                writer,
-                watcher(
-                    dynamic_api(self.client, self.ns, &machine),
-                    watcher::Config::default(),
-                )
-                .modify(|m: &mut DynamicObject| m.metadata.managed_fields = None),
-            )
-            .inspect_ok(move |event| {
-                if matches!(event, watcher::Event::InitDone) {
-                    synced.store(true, Ordering::Release);
-                }
-            })
-            .touched_objects();
+            let stream = self.cached(&machine);
             controller = controller.watches_stream_with(
                 stream,
                 move |obj: DynamicObject| triggers.selecting(&obj),
@@ -227,10 +236,16 @@ impl Watches<'_> {
             .map_err(RunError::Connect)?
         {
             let triggers = self.triggers.clone();
-            controller = controller.watches(
-                api::<Cluster>(self.client, self.ns),
-                watcher::Config::default(),
-                move |cluster: Cluster| triggers.of_cluster(&cluster),
+            let cluster = ApiResource::erase::<Cluster>(&());
+            let stream = self.cached(&cluster);
+            controller = controller.watches_stream_with(
+                stream,
+                move |obj: DynamicObject| {
+                    obj.try_parse::<Cluster>()
+                        .map(|c| triggers.of_cluster(&c))
+                        .unwrap_or_default()
+                },
+                cluster,
             );
         }
         Ok(controller)
