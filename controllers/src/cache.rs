@@ -78,19 +78,29 @@ impl ObjectCache {
             if cached.metadata.namespace.as_deref() != Some(namespace) {
                 continue;
             }
-            let uid = cached.uid().unwrap_or_default();
-            let newer = match written.get(&uid) {
-                Some(ours) if revision(ours) > revision(&cached) => Some(ours.clone()),
+            // Only what is kept is cloned: most objects of a namespace concern other callers.
+            let ours = cached
+                .metadata
+                .uid
+                .as_deref()
+                .and_then(|uid| written.get(uid));
+            match ours {
+                Some(ours) if revision(ours) > revision(&cached) => {
+                    if keep(ours) {
+                        out.push(ours.clone());
+                    }
+                }
                 Some(_) => {
                     // The watch caught up.
-                    written.remove(&uid);
-                    None
+                    if let Some(uid) = cached.uid() {
+                        written.remove(&uid);
+                    }
+                    if keep(&cached) {
+                        out.push(cached.as_ref().clone());
+                    }
                 }
-                None => None,
-            };
-            let object = newer.unwrap_or_else(|| cached.as_ref().clone());
-            if keep(&object) {
-                out.push(object);
+                None if keep(&cached) => out.push(cached.as_ref().clone()),
+                None => {}
             }
         }
         // Copies of objects the watch no longer has (deleted) are dropped.
