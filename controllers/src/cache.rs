@@ -86,9 +86,7 @@ impl ObjectCache {
                 .and_then(|uid| written.get(uid));
             match ours {
                 Some(ours) if revision(ours) > revision(&cached) => {
-                    if keep(ours) {
-                        out.push(ours.clone());
-                    }
+                    keep(ours).then(|| out.push(ours.clone()));
                 }
                 Some(_) => {
                     // The watch caught up.

@@ -37,7 +37,7 @@ use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{CustomResourceExt, Resource, ResourceExt};
 
 use crate::context::{Config, Context, Outcome};
@@ -384,7 +384,15 @@ async fn external_endpoints(
         ctx,
         reported: Reported::default(),
     });
-    let mut controller = Controller::new(api::<Service>(client, ns), watcher::Config::default())
+    // Every Service is cached (the LoadBalancer ones are published), without managedFields.
+    let (store, writer) = reflector::store();
+    let services = reflector::reflector(
+        writer,
+        watcher(api::<Service>(client, ns), watcher::Config::default())
+            .modify(|svc: &mut Service| svc.metadata.managed_fields = None),
+    )
+    .applied_objects();
+    let mut controller = Controller::for_stream(services, store)
         .watches(
             api::<Service>(client, ns),
             watcher::Config::default().labels(&ours),

@@ -46,17 +46,22 @@ pub(super) async fn loadbalancer_controller(
     let (store, writer) = reflector::store();
     let lb_events = {
         let triggers = triggers.clone();
-        reflector::reflector(writer, watcher(api::<Watched>(client, ns), lb_watch))
-            .inspect_ok(move |event| {
-                // Ready once the first list is in the cache. (Not `Store::wait_until_ready`: its
-                // one-shot keeps a single waker, and the controller's runner waits on it too, so
-                // a second waiter may never wake.)
-                if matches!(event, watcher::Event::InitDone) {
-                    health.set_ready(true);
-                }
-                triggers.event(event)
-            })
-            .applied_objects()
+        reflector::reflector(
+            writer,
+            // No reconcile reads managedFields: not kept in the cache.
+            watcher(api::<Watched>(client, ns), lb_watch)
+                .modify(|lb: &mut Watched| lb.meta_mut().managed_fields = None),
+        )
+        .inspect_ok(move |event| {
+            // Ready once the first list is in the cache. (Not `Store::wait_until_ready`: its
+            // one-shot keeps a single waker, and the controller's runner waits on it too, so
+            // a second waiter may never wake.)
+            if matches!(event, watcher::Event::InitDone) {
+                health.set_ready(true);
+            }
+            triggers.event(event)
+        })
+        .applied_objects()
     };
     let mut watches = Watches {
         client,
