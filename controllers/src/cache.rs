@@ -101,12 +101,6 @@ impl ObjectCache {
                 None => {}
             }
         }
-        // Copies of objects the watch no longer has (deleted) are dropped.
-        if written.len() > out.len() {
-            let present: std::collections::HashSet<String> =
-                self.store.state().iter().filter_map(|o| o.uid()).collect();
-            written.retain(|uid, _| present.contains(uid));
-        }
         Some(out)
     }
 
@@ -131,6 +125,27 @@ impl ObjectCache {
             }
             None => cached.as_ref().clone(),
         }))
+    }
+
+    /// What the watch delivered: a copy of ours is dropped once the watch has that version or a
+    /// newer one, or the object is gone.
+    pub fn seen(&self, event: &kube::runtime::watcher::Event<DynamicObject>) {
+        use kube::runtime::watcher::Event;
+        let (object, deleted) = match event {
+            Event::Apply(o) | Event::InitApply(o) => (o, false),
+            Event::Delete(o) => (o, true),
+            Event::Init | Event::InitDone => return,
+        };
+        let Some(uid) = object.metadata.uid.as_deref() else {
+            return;
+        };
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        if written
+            .get(uid)
+            .is_some_and(|ours| deleted || revision(object) >= revision(ours))
+        {
+            written.remove(uid);
+        }
     }
 
     /// Remember `object` as capi-lb just wrote it.
@@ -241,6 +256,13 @@ mod tests {
         writer.apply_watcher_event(&Event::Apply(machine("m1", "a", "21", "cp")));
         let listed = cache.list("a", cp).unwrap();
         assert_eq!(listed[0].resource_version().as_deref(), Some("21"));
+        assert!(cache.written.lock().unwrap().is_empty());
+
+        // A deleted object's copy goes with it.
+        let mut gone = machine("m2", "a", "40", "worker");
+        gone.annotations_mut().insert("hook".into(), "z".into());
+        cache.wrote(&gone);
+        cache.seen(&Event::Delete(machine("m2", "a", "41", "worker")));
         assert!(cache.written.lock().unwrap().is_empty());
 
         // By name, with the same read-your-writes.

@@ -97,11 +97,12 @@ impl Watches<'_> {
     ) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
         let writer = reflector::store::Writer::new(ar.clone());
         let synced = Arc::new(AtomicBool::new(false));
-        self.caches.add(Arc::new(ObjectCache::new(
+        let cache = Arc::new(ObjectCache::new(
             ar.clone(),
             writer.as_reader(),
             synced.clone(),
-        )));
+        ));
+        self.caches.add(cache.clone());
         reflector::reflector(
             writer,
             watcher(
@@ -111,6 +112,7 @@ impl Watches<'_> {
             .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None),
         )
         .inspect_ok(move |event| {
+            cache.seen(event);
             if matches!(event, watcher::Event::InitDone) {
                 synced.store(true, Ordering::Release);
             }
