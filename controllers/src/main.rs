@@ -89,10 +89,14 @@ enum Scenario {
     /// LoadBalancer, writes while idle, a warm restart, peak memory. Installs capi-lb's CRDs (and
     /// its RBAC with --controller-kubeconfig), works in a fresh namespace and deletes it after.
     Converge(Box<ConvergeArgs>),
+    /// An ingress IP change of a LoadBalancer Service reaching its `-ext` EndpointSlice on a real
+    /// cluster (default: the harness), seen through a watch, with `capi-lb run` as a child
+    /// process: latency percentiles, reconciles and API requests per change, peak memory.
+    ExtPropagation(Box<PropagationArgs>),
 }
 
 #[derive(clap::Args, Debug)]
-struct ConvergeArgs {
+struct ClusterArgs {
     /// Admin kubeconfig of the cluster [default: the harness's, $CAPI_LB_K8S_STATE or
     /// /tmp/capi-lb-k8s, /admin.kubeconfig].
     #[arg(long)]
@@ -101,6 +105,24 @@ struct ConvergeArgs {
     /// --kubeconfig is not given; else --kubeconfig].
     #[arg(long)]
     controller_kubeconfig: Option<PathBuf>,
+    /// A CRD file to apply first (e.g. Cluster API's Machine and Cluster CRDs); repeatable.
+    #[arg(long = "crd")]
+    crds: Vec<PathBuf>,
+    /// An extra argument of `capi-lb run` (e.g. --controller-arg=--concurrency=8); repeatable.
+    #[arg(long = "controller-arg", allow_hyphen_values = true)]
+    controller_args: Vec<String>,
+    /// Where the controller's log goes.
+    #[arg(long, default_value = "/tmp/capi-lb-bench-controller.log")]
+    controller_log: PathBuf,
+    /// Keep the namespace and its objects.
+    #[arg(long)]
+    keep: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct ConvergeArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// LoadBalancers (comma-separated list: one run each).
     #[arg(long, value_delimiter = ',', default_value = "100")]
     loadbalancers: Vec<usize>,
@@ -119,18 +141,6 @@ struct ConvergeArgs {
     /// Skip the warm restart.
     #[arg(long)]
     no_restart: bool,
-    /// A CRD file to apply first (e.g. Cluster API's Machine and Cluster CRDs); repeatable.
-    #[arg(long = "crd")]
-    crds: Vec<PathBuf>,
-    /// An extra argument of `capi-lb run` (e.g. --controller-arg=--concurrency=8); repeatable.
-    #[arg(long = "controller-arg", allow_hyphen_values = true)]
-    controller_args: Vec<String>,
-    /// Where the controller's log goes.
-    #[arg(long, default_value = "/tmp/capi-lb-bench-controller.log")]
-    controller_log: PathBuf,
-    /// Keep the namespace and its objects.
-    #[arg(long)]
-    keep: bool,
     /// Exit with status 3 when convergence took more reconciles per LoadBalancer than this.
     #[arg(long)]
     max_reconciles_per_loadbalancer: Option<f64>,
@@ -138,6 +148,20 @@ struct ConvergeArgs {
     /// restart.
     #[arg(long)]
     fail_on_idle_writes: bool,
+}
+#[derive(clap::Args, Debug)]
+struct PropagationArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    /// LoadBalancer Services (comma-separated list: one run each).
+    #[arg(long, value_delimiter = ',', default_value = "100")]
+    services: Vec<usize>,
+    /// IP changes measured per run, one at a time.
+    #[arg(long, default_value_t = 500)]
+    changes: usize,
+    /// Give up on a change (or the initial publish) after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    timeout_seconds: u64,
 }
 
 fn harness_state() -> PathBuf {
@@ -155,41 +179,79 @@ async fn bench(scenario: Option<Scenario>) -> ExitCode {
             bench_external(&services, changes).await
         }
         Scenario::Converge(args) => bench_converge(*args).await,
+        Scenario::ExtPropagation(args) => bench_propagation(*args).await,
     }
 }
 
-async fn bench_converge(args: ConvergeArgs) -> ExitCode {
-    let controller = match std::env::current_exe() {
-        Ok(path) => path,
-        Err(e) => {
-            eprintln!("capi-lb bench: cannot find its own binary: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+/// The cluster and the controller of a benchmark against a real cluster.
+fn launch(args: &ClusterArgs) -> Result<capi_lb::bench::cluster::Launch, String> {
+    let controller = std::env::current_exe()
+        .map_err(|e| format!("capi-lb bench: cannot find its own binary: {e}"))?;
     let harness = args.kubeconfig.is_none();
     let kubeconfig = args
         .kubeconfig
+        .clone()
         .unwrap_or_else(|| harness_state().join("admin.kubeconfig"));
-    let controller_kubeconfig = args.controller_kubeconfig.or_else(|| {
+    let controller_kubeconfig = args.controller_kubeconfig.clone().or_else(|| {
         let path = harness_state().join("controller.kubeconfig");
         (harness && path.exists()).then_some(path)
     });
+    Ok(capi_lb::bench::cluster::Launch {
+        kubeconfig,
+        controller_kubeconfig,
+        controller,
+        controller_args: args.controller_args.clone(),
+        controller_log: args.controller_log.clone(),
+        crds: args.crds.clone(),
+        keep: args.keep,
+    })
+}
+
+async fn bench_propagation(args: PropagationArgs) -> ExitCode {
+    let launch = match launch(&args.cluster) {
+        Ok(launch) => launch,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", capi_lb::bench::propagation::HEADER);
+    for n in args.services {
+        let options = capi_lb::bench::propagation::Options {
+            launch: launch.clone(),
+            services: n,
+            changes: args.changes,
+            timeout: std::time::Duration::from_secs(args.timeout_seconds),
+        };
+        match capi_lb::bench::propagation::run(&options).await {
+            Ok(report) => print!("{}", capi_lb::bench::propagation::render(&report)),
+            Err(e) => {
+                eprintln!("capi-lb bench ext-propagation: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+async fn bench_converge(args: ConvergeArgs) -> ExitCode {
+    let launch = match launch(&args.cluster) {
+        Ok(launch) => launch,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut status = ExitCode::SUCCESS;
     for n in args.loadbalancers {
         let options = capi_lb::bench::converge::Options {
-            kubeconfig: kubeconfig.clone(),
-            controller_kubeconfig: controller_kubeconfig.clone(),
+            launch: launch.clone(),
             loadbalancers: n,
             machines: args.machines,
             parallel: usize::from(args.parallel),
             idle: std::time::Duration::from_secs(args.idle_seconds),
             timeout: std::time::Duration::from_secs(args.timeout_seconds),
             restart: !args.no_restart,
-            controller: controller.clone(),
-            controller_args: args.controller_args.clone(),
-            controller_log: args.controller_log.clone(),
-            crds: args.crds.clone(),
-            keep: args.keep,
         };
         let report = match capi_lb::bench::converge::run(&options).await {
             Ok(report) => report,

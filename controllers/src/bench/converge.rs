@@ -12,37 +12,29 @@
 //! write nothing. Finally everything is deleted, through the controller (finalizers).
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use capi_lb_api::LoadBalancer;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{DynamicObject, GroupVersionKind};
-use kube::discovery::Scope;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use super::scrape::{self, Scrape};
+pub use super::cluster::BenchError;
+use super::cluster::{
+    Controller, Launch, api_err, client_of, fresh_namespace, install, state_file,
+};
+use super::scrape::Scrape;
 use crate::telemetry::kube_requests::is_write;
-
-/// The field manager of the benchmark's own writes.
-const MANAGER: &str = "capi-lb-bench";
 
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// The cluster (admin credentials: the benchmark installs CRDs and RBAC and creates objects).
-    pub kubeconfig: PathBuf,
-    /// The controller's credentials (default: `kubeconfig`). With them, capi-lb's generated RBAC
-    /// is applied first, so the controller has exactly what it would have when installed.
-    pub controller_kubeconfig: Option<PathBuf>,
+    /// The cluster and the controller.
+    pub launch: Launch,
     /// LoadBalancers.
     pub loadbalancers: usize,
     /// Machines per LoadBalancer.
@@ -55,17 +47,6 @@ pub struct Options {
     pub timeout: Duration,
     /// Measure a warm restart after the idle window.
     pub restart: bool,
-    /// The controller binary (`capi-lb`).
-    pub controller: PathBuf,
-    /// Extra arguments of `capi-lb run` (e.g. `--concurrency 8`).
-    pub controller_args: Vec<String>,
-    /// Where the controller's log goes.
-    pub controller_log: PathBuf,
-    /// CRD files to apply first (e.g. Cluster API's Machine and Cluster CRDs), conversion webhooks
-    /// removed.
-    pub crds: Vec<PathBuf>,
-    /// Keep the namespace and its objects (and stop the controller) instead of cleaning up.
-    pub keep: bool,
 }
 
 /// Counts taken from the controller's metrics over a phase.
@@ -94,7 +75,7 @@ impl Counts {
             .fold(0.0, |a, b| a + b)
     }
 
-    fn of(scrape: &Scrape) -> Self {
+    pub(crate) fn of(scrape: &Scrape) -> Self {
         let mut requests = BTreeMap::new();
         for s in scrape.samples("capi_lb_kube_requests_total") {
             let key = format!(
@@ -118,7 +99,7 @@ impl Counts {
     }
 
     /// What happened between `before` and `self`.
-    fn since(&self, before: &Counts) -> Counts {
+    pub(crate) fn since(&self, before: &Counts) -> Counts {
         let mut requests = self.requests.clone();
         for (k, v) in requests.iter_mut() {
             *v -= before.requests.get(k).copied().unwrap_or(0.0);
@@ -170,138 +151,6 @@ pub struct Report {
     pub restart: Option<Restart>,
     /// Deleting everything through the controller.
     pub cleanup: Option<Duration>,
-}
-
-/// Errors of a run.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    /// Setting up failed.
-    #[error("{0}")]
-    Setup(String),
-    /// An API request failed.
-    #[error("{0}: {1}")]
-    Api(String, #[source] Box<kube::Error>),
-    /// The controller process failed.
-    #[error("controller: {0}")]
-    Controller(String),
-    /// Convergence did not happen in time.
-    #[error(
-        "not converged after {0:?}: {1} of {2} LoadBalancers Ready, {3} with every target active"
-    )]
-    Timeout(Duration, usize, usize, usize),
-}
-
-fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> BenchError {
-    let what = what.into();
-    move |e| BenchError::Api(what, Box::new(e))
-}
-
-async fn client_of(path: &PathBuf) -> Result<(Client, kube::Config), BenchError> {
-    crate::install_crypto_provider();
-    let file = Kubeconfig::read_from(path)
-        .map_err(|e| BenchError::Setup(format!("{}: {e}", path.display())))?;
-    let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| BenchError::Setup(format!("{}: {e}", path.display())))?;
-    let client = Client::try_from(config.clone())
-        .map_err(|e| BenchError::Setup(format!("{}: {e}", path.display())))?;
-    Ok((client, config))
-}
-
-/// Server-side apply one document of any kind (found by discovery).
-async fn apply(client: &Client, doc: &Value) -> Result<(), BenchError> {
-    let api_version = doc["apiVersion"].as_str().unwrap_or_default();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let kind = doc["kind"].as_str().unwrap_or_default();
-    let name = doc["metadata"]["name"].as_str().unwrap_or_default();
-    let what = format!("apply {kind} {name}");
-    let gvk = GroupVersionKind::gvk(group, version, kind);
-    let (resource, caps) = kube::discovery::pinned_kind(client, &gvk)
-        .await
-        .map_err(api_err(&what))?;
-    let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
-        Some(ns) if caps.scope == Scope::Namespaced => {
-            Api::namespaced_with(client.clone(), ns, &resource)
-        }
-        _ => Api::all_with(client.clone(), &resource),
-    };
-    api.patch(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(doc),
-    )
-    .await
-    .map_err(api_err(what))?;
-    Ok(())
-}
-
-async fn apply_crd(client: &Client, crd: &CustomResourceDefinition) -> Result<(), BenchError> {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let name = crd.name_any();
-    crds.patch(
-        &name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(crd),
-    )
-    .await
-    .map_err(api_err(format!("apply CRD {name}")))?;
-    let established = |c: &CustomResourceDefinition| {
-        c.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            })
-    };
-    for _ in 0..100 {
-        if crds
-            .get_opt(&name)
-            .await
-            .map_err(api_err(format!("get CRD {name}")))?
-            .is_some_and(|c| established(&c))
-        {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Err(BenchError::Setup(format!(
-        "CRD {name} not established after 10 s"
-    )))
-}
-
-/// capi-lb's CRDs, the given CRD files, and (for a separate controller identity) the RBAC.
-async fn install(client: &Client, options: &Options) -> Result<(), BenchError> {
-    for crd in capi_lb_api::crds() {
-        apply_crd(client, &crd).await?;
-    }
-    for path in &options.crds {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| BenchError::Setup(format!("{}: {e}", path.display())))?;
-        let mut crd: CustomResourceDefinition = serde_saphyr::from_str(&text)
-            .map_err(|e| BenchError::Setup(format!("{}: {e}", path.display())))?;
-        crd.spec.conversion = None;
-        crd.metadata.annotations = None;
-        apply_crd(client, &crd).await?;
-    }
-    if options.controller_kubeconfig.is_some() {
-        let files = crate::install::manifests::files()
-            .map_err(|e| BenchError::Setup(format!("generating the RBAC: {e}")))?;
-        let text = files
-            .iter()
-            .find(|(p, _)| p.ends_with("rbac/rbac.yaml"))
-            .map(|(_, t)| t.clone())
-            .ok_or_else(|| BenchError::Setup("no rbac/rbac.yaml generated".into()))?;
-        let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
-                               "metadata": {"name": "capi-lb-system"}});
-        apply(client, &namespace).await?;
-        let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
-            .map_err(|e| BenchError::Setup(format!("the generated RBAC: {e}")))?;
-        for doc in docs {
-            apply(client, &doc).await?;
-        }
-    }
-    Ok(())
 }
 
 /// The objects of LoadBalancer `i`: its Cluster, InMemoryLoadBalancer, Machines (with their
@@ -436,111 +285,6 @@ impl Apis {
     }
 }
 
-/// The controller as a child process with its metrics on loopback.
-struct Controller {
-    child: tokio::process::Child,
-    metrics: SocketAddr,
-    started: Instant,
-}
-
-impl Controller {
-    async fn start(options: &Options, ns: &str) -> Result<Self, BenchError> {
-        // A free port for the metrics (the controller binds it right after).
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| BenchError::Controller(format!("no free port: {e}")))?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&options.controller_log)
-            .map_err(|e| {
-                BenchError::Controller(format!("{}: {e}", options.controller_log.display()))
-            })?;
-        let log_err = log
-            .try_clone()
-            .map_err(|e| BenchError::Controller(e.to_string()))?;
-        let kubeconfig = options
-            .controller_kubeconfig
-            .as_ref()
-            .unwrap_or(&options.kubeconfig);
-        let state = state_file(ns);
-        let child = tokio::process::Command::new(&options.controller)
-            .arg("run")
-            .args(["--providers", "inmemory", "--namespace", ns])
-            // The cloud outlives the process, as a real one would: the warm restart finds it.
-            .arg("--inmemory-state")
-            .arg(&state)
-            .args(["--metrics-bind-address", &port.to_string()])
-            .args(&options.controller_args)
-            .env("KUBECONFIG", kubeconfig)
-            .env_remove("CAPI_LB_NAMESPACE")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
-                BenchError::Controller(format!("starting {}: {e}", options.controller.display()))
-            })?;
-        let mut controller = Self {
-            child,
-            metrics: port,
-            started: Instant::now(),
-        };
-        controller.wait_ready().await?;
-        Ok(controller)
-    }
-
-    /// Until `/readyz` answers 200 (its LoadBalancer cache is synced).
-    async fn wait_ready(&mut self) -> Result<(), BenchError> {
-        for _ in 0..600 {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(BenchError::Controller(format!(
-                    "exited ({status}) before it was ready (see its log)"
-                )));
-            }
-            if let Ok((200, _)) = scrape::get(self.metrics, "/readyz").await {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Err(BenchError::Controller(
-            "not ready after 30 s (see its log)".into(),
-        ))
-    }
-
-    async fn scrape(&self) -> Result<Scrape, BenchError> {
-        scrape::metrics(self.metrics)
-            .await
-            .map_err(|e| BenchError::Controller(format!("scraping its metrics: {e}")))
-    }
-
-    /// SIGTERM (reconciles in flight finish), then wait for the exit.
-    async fn stop(mut self) -> Result<(), BenchError> {
-        if let Some(pid) = self.child.id() {
-            let _ = tokio::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status()
-                .await;
-        }
-        match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(BenchError::Controller(e.to_string())),
-            Err(_) => {
-                let _ = self.child.kill().await;
-                Err(BenchError::Controller(
-                    "did not stop within 30 s of SIGTERM".into(),
-                ))
-            }
-        }
-    }
-}
-
-/// Where the controller keeps the in-memory cloud of the benchmark in namespace `ns`.
-fn state_file(ns: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("{ns}-cloud.json"))
-}
-
 /// Convergence as the watch of the LoadBalancers shows it.
 #[derive(Default)]
 struct Progress {
@@ -569,29 +313,17 @@ impl Progress {
 
 /// Run the benchmark once.
 pub async fn run(options: &Options) -> Result<Report, BenchError> {
-    let (client, _) = client_of(&options.kubeconfig).await?;
-    install(&client, options).await?;
-    let ns = format!(
-        "capi-lb-bench-{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() % 0xfffff)
-            .unwrap_or_default()
-    );
+    let (client, _) = client_of(&options.launch.kubeconfig).await?;
+    install(&client, &options.launch).await?;
+    let ns = fresh_namespace(&client, "capi-lb-bench").await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))
-        .map_err(|e| BenchError::Setup(e.to_string()))?;
-    namespaces
-        .create(&PostParams::default(), &namespace)
-        .await
-        .map_err(api_err(format!("create namespace {ns}")))?;
     let apis = Apis::new(&client, &ns).await?;
-    let controller = Controller::start(options, &ns).await?;
+    let controller = Controller::start(&options.launch, &ns).await?;
     let result = measure(options, &apis, &ns, controller).await;
     let (mut report, controller) = match result {
         Ok(ok) => ok,
         Err((e, controller)) => {
-            if !options.keep {
+            if !options.launch.keep {
                 let _ = cleanup(options, &apis, &namespaces, &ns).await;
             }
             if let Some(c) = controller {
@@ -600,11 +332,11 @@ pub async fn run(options: &Options) -> Result<Report, BenchError> {
             return Err(e);
         }
     };
-    if !options.keep {
+    if !options.launch.keep {
         report.cleanup = Some(cleanup(options, &apis, &namespaces, &ns).await?);
     }
     controller.stop().await?;
-    if !options.keep {
+    if !options.launch.keep {
         let _ = std::fs::remove_file(state_file(&ns));
     }
     Ok(report)
@@ -716,7 +448,7 @@ async fn measure(
         if let Err(e) = controller.stop().await {
             return Err((e, None));
         }
-        let restarted = match Controller::start(options, ns).await {
+        let restarted = match Controller::start(&options.launch, ns).await {
             Ok(c) => c,
             Err(e) => return Err((e, None)),
         };
