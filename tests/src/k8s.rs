@@ -823,6 +823,7 @@ impl TestNs {
         for handle in std::mem::take(&mut self.controllers) {
             handle.stop().await;
         }
+        self.let_capi_objects_go().await;
         let refused = self.refusals.list();
         self.finished = true;
         delete_namespace(&self.client, &self.ns).await;
@@ -831,6 +832,56 @@ impl TestNs {
             "the apiserver refused requests of capi-lb's ServiceAccount (RBAC too narrow?):\n{}",
             refused.join("\n")
         );
+    }
+}
+
+impl TestNs {
+    /// Delete the Clusters and Machines left and remove their finalizers. A real Cluster API
+    /// manager cannot finish deleting a Cluster or Machine whose infrastructure, bootstrap or
+    /// control-plane kind has no CRD here (the templates' and examples' kinds): it would keep the
+    /// namespace terminating for ever.
+    async fn let_capi_objects_go(&self) {
+        let finalizers = json!({"metadata": {"finalizers": null}});
+        let machines = self.api::<capi_lb_api::capi::Machine>();
+        let clusters = self.api::<capi_lb_api::capi::Cluster>();
+        let mut names = Vec::new();
+        if let Ok(list) = machines.list(&Default::default()).await {
+            names.extend(list.items.iter().map(|m| (true, m.name_any())));
+        }
+        if let Ok(list) = clusters.list(&Default::default()).await {
+            names.extend(list.items.iter().map(|c| (false, c.name_any())));
+        }
+        for (machine, name) in &names {
+            let (delete, patch) = if *machine {
+                (
+                    machines
+                        .delete(name, &DeleteParams::background())
+                        .await
+                        .err(),
+                    machines
+                        .patch(name, &PatchParams::default(), &Patch::Merge(&finalizers))
+                        .await
+                        .err(),
+                )
+            } else {
+                (
+                    clusters
+                        .delete(name, &DeleteParams::background())
+                        .await
+                        .err(),
+                    clusters
+                        .patch(name, &PatchParams::default(), &Patch::Merge(&finalizers))
+                        .await
+                        .err(),
+                )
+            };
+            for e in [delete, patch].into_iter().flatten() {
+                assert!(
+                    matches!(&e, kube::Error::Api(s) if s.code == 404),
+                    "letting {name} go: {e}"
+                );
+            }
+        }
     }
 }
 
