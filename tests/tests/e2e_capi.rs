@@ -7,7 +7,10 @@
 //! No infrastructure provider runs: the Machines and the Cluster refer to the tests' own kinds
 //! (`TestMachine`, `TestCluster`, with Cluster API's contract label), whose status the tests set as
 //! a provider would (provisioned, a providerID, addresses). Cluster API copies the addresses into
-//! `Machine.status.addresses`, where capi-lb reads them.
+//! `Machine.status.addresses`, where capi-lb reads them. Where a Machine needs a Node (pre-drain is
+//! honoured only with a nodeRef), the workload cluster is the harness apiserver itself, reached
+//! through the `<cluster>-kubeconfig` Secret with the admin kubeconfig, and its Nodes are named
+//! `<namespace>-<machine>`.
 // Integration tests: helpers panic on broken fixtures, which is the failure we want.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -17,9 +20,12 @@ use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::target::TargetKeys;
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
 use capi_lb_tests::k8s::{
-    TEST_INFRA_GROUP, TEST_INFRA_VERSION, TIMEOUT, TestNs, capi, capi_cluster, dynamic_api,
-    eventually, in_memory, install_capi_crds, load_balancer, machine, wait_for, wait_gone,
+    TEST_INFRA_GROUP, TEST_INFRA_VERSION, TIMEOUT, TestNs, capi, capi_cluster, cluster,
+    dynamic_api, eventually, in_memory, install_capi_crds, load_balancer, machine, wait_for,
+    wait_gone,
 };
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -177,42 +183,34 @@ async fn the_machine_controller_waits_on_the_pre_terminate_hook_until_the_member
         .await
         .unwrap();
     let deleted = Instant::now();
-    // Until Cluster API lets the Machine go: whatever is observed at any moment must hold.
+    // Until Cluster API lets the Machine go, whatever is observed must hold. The TestMachine is
+    // read before the Machine, so a TestMachine already being deleted while the later read still
+    // shows the hook is a real violation, not a race of the two reads.
     let mut saw_waiting_on_hook = false;
-    let mut saw_member_while_deleting = false;
+    let mut saw_removing = false;
     let mut violations = Vec::new();
     loop {
-        let m = machines.get_opt("cp-1").await.unwrap();
         let infra = infra_machines.get_opt("cp-1").await.unwrap();
-        let member = members(&t, "cp")
-            .await
-            .into_iter()
-            .any(|(name, _)| name == "cp-1");
-        let Some(m) = m else {
-            if member {
-                violations.push(format!(
-                    "{:?}: the Machine is gone while its member is in the load balancer",
-                    deleted.elapsed()
-                ));
-            }
+        let Some(m) = machines.get_opt("cp-1").await.unwrap() else {
             break;
         };
         let hook = m.annotations().contains_key(&keys.pre_terminate);
-        saw_member_while_deleting |= member;
+        let state = m.annotations().get(&keys.state).cloned();
+        saw_removing |= state.as_deref() == Some("removing");
         if machine_condition_reason(&m, "Deleting").as_deref() == Some("WaitingForPreTerminateHook")
         {
             saw_waiting_on_hook = true;
         }
-        if member && !hook {
+        if !hook && state.as_deref() != Some("removed") {
             violations.push(format!(
-                "{:?}: the member is in the load balancer but the pre-terminate hook is released",
+                "{:?}: the pre-terminate hook is released while the target is {state:?}, not removed",
                 deleted.elapsed()
             ));
         }
-        if hook
-            && infra
-                .as_ref()
-                .is_none_or(|i| i.metadata.deletion_timestamp.is_some())
+        if infra
+            .as_ref()
+            .is_none_or(|i| i.metadata.deletion_timestamp.is_some())
+            && hook
         {
             violations.push(format!(
                 "{:?}: Cluster API deletes the infrastructure while the pre-terminate hook is on the Machine",
@@ -228,8 +226,8 @@ async fn the_machine_controller_waits_on_the_pre_terminate_hook_until_the_member
     let gone_after = deleted.elapsed();
     assert!(violations.is_empty(), "{}", violations.join("\n"));
     assert!(
-        saw_member_while_deleting,
-        "the member left before the deleted Machine was first seen"
+        saw_removing,
+        "the target was never seen draining (removing) while Cluster API waited"
     );
     assert!(
         saw_waiting_on_hook,
@@ -264,6 +262,185 @@ async fn the_machine_controller_waits_on_the_pre_terminate_hook_until_the_member
         .await
         .unwrap();
     wait_gone(&machines, "cp-2").await;
+    t.finish().await;
+}
+
+/// Cluster API reaches the "workload cluster" (the harness apiserver itself, through the
+/// `<cluster>-kubeconfig` Secret a control-plane provider would write) once the TestCluster is
+/// provisioned; Node `<namespace>-<machine>` carries the TestMachine's providerID, so the Machine
+/// controller sets `status.nodeRef`, and with a nodeRef it honours pre-drain hooks.
+async fn connect_workload_cluster(t: &TestNs) {
+    infra_api(t, "TestCluster")
+        .await
+        .patch_status(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"initialization": {"provisioned": true}}})),
+        )
+        .await
+        .unwrap();
+    let kubeconfig = std::fs::read(&cluster().kubeconfig).unwrap();
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("demo-kubeconfig".into()),
+            labels: Some([("cluster.x-k8s.io/cluster-name".into(), "demo".into())].into()),
+            ..Default::default()
+        },
+        type_: Some("cluster.x-k8s.io/secret".into()),
+        data: Some([("value".into(), ByteString(kubeconfig))].into()),
+        ..Default::default()
+    };
+    t.api::<Secret>()
+        .create(&Default::default(), &secret)
+        .await
+        .unwrap();
+}
+
+fn node_name(t: &TestNs, machine: &str) -> String {
+    format!("{}-{machine}", t.ns)
+}
+
+/// A provisioned Machine whose TestMachine's providerID is also on a Node of the workload
+/// cluster; waits until Cluster API has set the Machine's nodeRef.
+async fn machine_with_node(t: &TestNs, name: &str, ip: &str) {
+    let node = node_name(t, name);
+    let provider_id = format!("test://{node}");
+    t.create(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+                    "spec": {"providerID": provider_id}}),
+    )
+    .await;
+    t.create(infra(
+        "TestMachine",
+        name,
+        json!({"providerID": provider_id}),
+    ))
+    .await;
+    infra_api(t, "TestMachine")
+        .await
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"initialization": {"provisioned": true},
+                "addresses": [{"type": "InternalIP", "address": ip}]}})),
+        )
+        .await
+        .unwrap();
+    t.create(control_plane_machine(name)).await;
+    wait_for(
+        &t.api::<Machine>(),
+        name,
+        &format!("Cluster API sets the nodeRef of Machine {name}"),
+        |m| {
+            m.and_then(|m| m.status.as_ref()).and_then(|s| {
+                s.rest
+                    .get("nodeRef")?
+                    .get("name")?
+                    .as_str()
+                    .map(str::to_string)
+            }) == Some(node.clone())
+        },
+    )
+    .await;
+}
+
+/// With a nodeRef (and another control-plane Machine left), Cluster API's Machine controller
+/// honours capi-lb's pre-drain hook: it neither cordons nor drains the Node while the hook is on,
+/// and the hook stays while the member is in the load balancer. Once capi-lb has drained and
+/// removed the member and released both hooks, Cluster API drains the Node, deletes the
+/// TestMachine, the Node and the Machine.
+#[tokio::test]
+async fn with_a_node_the_machine_controller_waits_on_the_pre_drain_hook_before_draining() {
+    assert!(!capi().version.is_empty());
+    let mut t = TestNs::new("e2e-capi-node").await;
+    install_capi_crds(&t.client).await;
+    t.start(t.options(&["inmemory"]));
+    let drain = Duration::from_secs(3);
+    cluster_with_load_balancer(&t, 3).await;
+    connect_workload_cluster(&t).await;
+    machine_with_node(&t, "cp-1", "10.0.0.11").await;
+    machine_with_node(&t, "cp-2", "10.0.0.12").await;
+    wait_active(&t, "cp", &["cp-1", "cp-2"]).await;
+    let keys = TargetKeys::new(&t.ns, "cp");
+    let machines = t.api::<Machine>();
+    wait_for(&machines, "cp-1", "capi-lb's hooks on cp-1", |m| {
+        m.is_some_and(|m| {
+            m.annotations().contains_key(&keys.pre_drain)
+                && m.annotations().contains_key(&keys.pre_terminate)
+        })
+    })
+    .await;
+
+    let nodes: Api<Node> = Api::all(t.client.clone());
+    let node = node_name(&t, "cp-1");
+    machines
+        .delete("cp-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleted = Instant::now();
+    // As above, the Node is read before the Machine: a Node already cordoned while the later read
+    // still shows the pre-drain hook is a real violation.
+    let mut saw_waiting_on_pre_drain = false;
+    let mut violations = Vec::new();
+    loop {
+        let cordoned = nodes
+            .get_opt(&node)
+            .await
+            .unwrap()
+            .is_some_and(|n| n.spec.and_then(|s| s.unschedulable) == Some(true));
+        let Some(m) = machines.get_opt("cp-1").await.unwrap() else {
+            break;
+        };
+        let pre_drain = m.annotations().contains_key(&keys.pre_drain);
+        let state = m.annotations().get(&keys.state).cloned();
+        if machine_condition_reason(&m, "Deleting").as_deref() == Some("WaitingForPreDrainHook") {
+            saw_waiting_on_pre_drain = true;
+        }
+        if !pre_drain && state.as_deref() != Some("removed") {
+            violations.push(format!(
+                "{:?}: the pre-drain hook is released while the target is {state:?}, not removed",
+                deleted.elapsed()
+            ));
+        }
+        if cordoned && pre_drain {
+            violations.push(format!(
+                "{:?}: Cluster API cordoned the Node while the pre-drain hook is on the Machine",
+                deleted.elapsed()
+            ));
+        }
+        assert!(
+            deleted.elapsed() < TIMEOUT,
+            "Machine cp-1 still there after {TIMEOUT:?}: {m:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gone_after = deleted.elapsed();
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+    assert!(
+        saw_waiting_on_pre_drain,
+        "Cluster API's Machine controller was never seen waiting for the pre-drain hook"
+    );
+    assert!(
+        gone_after >= drain - Duration::from_millis(500),
+        "the Machine went after {gone_after:?}, before the drain of {drain:?}"
+    );
+    // Cluster API deleted the infrastructure and then the Node.
+    infra_gone(&infra_api(&t, "TestMachine").await, "cp-1").await;
+    wait_gone(&nodes, &node).await;
+    wait_active(&t, "cp", &["cp-2"]).await;
+
+    let lbs = t.api::<LoadBalancer>();
+    lbs.delete("cp", &DeleteParams::default()).await.unwrap();
+    wait_gone(&lbs, "cp").await;
+    machines
+        .delete("cp-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&machines, "cp-2").await;
+    // The last control-plane Machine's Node is never deleted by Cluster API.
+    let _ = nodes
+        .delete(&node_name(&t, "cp-2"), &DeleteParams::default())
+        .await;
     t.finish().await;
 }
 
