@@ -2,8 +2,9 @@
 # A real Kubernetes control plane on 127.0.0.1 for capi-lb's end-to-end tests, without containers:
 # etcd, kube-apiserver, kube-controller-manager (garbage collector, namespace controller, ...),
 # CoreDNS serving cluster.local from that apiserver, the MetalLB controller assigning
-# LoadBalancer addresses (only to Services of its own loadBalancerClass), and a DNS publication chain:
-# ExternalDNS (--source=crd) writing DNSEndpoints into a BIND9 zone with RFC 2136 updates.
+# LoadBalancer addresses (only to Services of its own loadBalancerClass), a DNS publication chain:
+# ExternalDNS (--source=crd) writing DNSEndpoints into a BIND9 zone with RFC 2136 updates, and the
+# Cluster API core controller manager with its webhooks (clusterctl is built beside it).
 #
 #   tests/k8s/harness.sh install   # build/fetch the pinned binaries into $PREFIX (idempotent, cached)
 #   tests/k8s/harness.sh start     # start everything (idempotent), write $STATE/env, print it
@@ -16,7 +17,9 @@
 # k8s.io/kubernetes cannot be `go install`ed because of its replace directives), CoreDNS and the
 # MetalLB controller with `go install` (MetalLB's CRDs and controller RBAC are copied from its module
 # at install time, so `start` needs no network), ExternalDNS in a wrapper module too (see
-# install_external_dns; its DNSEndpoint CRD is copied the same way), etcd is Debian's etcd-server, BIND9
+# install_external_dns; its DNSEndpoint CRD is copied the same way), the Cluster API core manager and
+# clusterctl in a wrapper module too (see install_cluster_api; its CRDs, RBAC and webhook configurations
+# are copied the same way), etcd is Debian's etcd-server, BIND9
 # (named, tsig-keygen, dig) Debian's bind9 and bind9-dnsutils, installed with apt-get when missing. They
 # are cached in $PREFIX keyed by version, outside the checkout; the first install takes about 20 minutes
 # on 2 cores, later runs reuse the cache.
@@ -37,6 +40,16 @@
 #   named starts. ExternalDNS publishing the externaldns.k8s.io/v1alpha1 DNSEndpoints of every namespace
 #   into it (policy sync, TXT ownership records with owner id capi-lb-harness, a full sync every
 #   $EXTERNAL_DNS_INTERVAL s), as its own user allowed only to read DNSEndpoints and update their status.
+#   The Cluster API core manager $CAPI_VERSION (Cluster, Machine, MachineSet, ... controllers, all
+#   namespaces, no leader election) with all 13 of its CRDs (v1beta2 stored, v1beta1 served and
+#   converted by its conversion webhook), its validating and mutating webhooks called by the apiserver
+#   at https://127.0.0.1:$CAPI_WEBHOOK_PORT (a certificate of the harness CA with IP SAN 127.0.0.1; the
+#   manager has no flag for the webhook host and listens on every interface), health on
+#   127.0.0.1:$CAPI_HEALTH_PORT, metrics on 127.0.0.1:$CAPI_DIAGNOSTICS_PORT, as its own user bound to
+#   CAPI's aggregated ClusterRole (a provider's kinds outside *.cluster.x-k8s.io need a ClusterRole
+#   labelled cluster.x-k8s.io/aggregate-to-manager, as in a real management cluster). No bootstrap,
+#   control-plane or infrastructure provider runs: tests bring their own kinds. clusterctl is in
+#   $CAPI_HOME/bin (CAPI_LB_E2E_CLUSTERCTL in the env).
 # Facts behind the flags: ../shared/FACTS.md section 8.
 set -euo pipefail
 
@@ -51,6 +64,9 @@ METALLB_VERSION="v0.15.2"
 # The proxy serves v0.22.0 and v0.23.0; v0.22.0 is what ../shared/FACTS.md section 8 describes (needs Go >= 1.26.6).
 EXTERNAL_DNS_VERSION="v0.22.0"
 ETCD_DEB_VERSION="3.4.23-4+b4" # Debian bookworm's etcd-server
+# The proxy serves v1.8.4, v1.13.4-6 and v1.14.2; v1.14.2's core/config/crd/bases are byte for byte
+# the CRDs in ../shared/crds/cluster-api that the tests install (controller-gen v0.21.0).
+CAPI_VERSION="v1.14.2"
 
 case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH="$PATH:/usr/sbin" ;; esac # named and tsig-keygen
 
@@ -67,6 +83,9 @@ METALLB_CLASS="metallb.io/harness"
 METALLB_POOL="198.51.100.0/28"
 BIND_PORT="${CAPI_LB_K8S_BIND_PORT:-10055}"                 # named, UDP and TCP
 EXTERNAL_DNS_PORT="${CAPI_LB_K8S_EXTERNAL_DNS_PORT:-17979}" # ExternalDNS's /healthz and /metrics
+CAPI_WEBHOOK_PORT="${CAPI_LB_K8S_CAPI_WEBHOOK_PORT:-19443}"         # Cluster API's webhooks (all interfaces: no host flag)
+CAPI_HEALTH_PORT="${CAPI_LB_K8S_CAPI_HEALTH_PORT:-19440}"           # its /healthz and /readyz
+CAPI_DIAGNOSTICS_PORT="${CAPI_LB_K8S_CAPI_DIAGNOSTICS_PORT:-18443}" # its /metrics (plain HTTP)
 DNS_ZONE="capi-lb.test"
 TSIG_KEY="capi-lb-harness"
 # Seconds between ExternalDNS's full syncs (an AXFR and a list from its cache: cheap). A change is
@@ -80,6 +99,8 @@ METALLB_HOME="$PREFIX/metallb-$METALLB_VERSION" # bin/metallb-controller, crds/*
 METALLB_BIN="$METALLB_HOME/bin"
 ETCD_BIN="$PREFIX/etcd-${ETCD_DEB_VERSION%%-*}/bin"
 EXTERNAL_DNS_HOME="$PREFIX/external-dns-$EXTERNAL_DNS_VERSION" # bin/external-dns, crds/*.yaml
+CAPI_HOME="$PREFIX/cluster-api-$CAPI_VERSION" # bin/{cluster-api-manager,clusterctl}, crds/, rbac/, webhook/
+CLUSTERCTL="$CAPI_HOME/bin/clusterctl"
 KUBECTL="$K8S_BIN/kubectl"
 SERVER="https://127.0.0.1:$APISERVER_PORT"
 
@@ -267,6 +288,74 @@ EOF
   log "built ExternalDNS $EXTERNAL_DNS_VERSION in $((SECONDS - began)) s"
 }
 
+capi_installed() {
+  [ -x "$CAPI_HOME/bin/cluster-api-manager" ] && [ -x "$CLUSTERCTL" ] \
+    && [ -s "$CAPI_HOME/crds/cluster.x-k8s.io_machines.yaml" ] && [ -s "$CAPI_HOME/rbac/role.yaml" ] \
+    && [ -s "$CAPI_HOME/rbac/aggregated_role.yaml" ] && [ -s "$CAPI_HOME/webhook/manifests.yaml" ]
+}
+
+# The Cluster API core manager (package sigs.k8s.io/cluster-api/core) and clusterctl, with what the
+# manager needs at start copied from the module: its CRDs (core/config/crd/bases, all of them), its
+# ClusterRole and the aggregating ClusterRole it is bound to in a real install (core/config/rbac; the
+# aggregation label the release's kustomize patch adds is added here) and its webhook configurations
+# (core/config/webhook/manifests.yaml). Since v1.13 the module's go.mod replaces
+# sigs.k8s.io/cluster-api/api with ./api (a module of its own, not in the parent's zip), so `go install
+# sigs.k8s.io/cluster-api/core@version` refuses it; a wrapper module replaces it with the published
+# sigs.k8s.io/cluster-api/api of the same version, as for Kubernetes.
+install_cluster_api() {
+  capi_installed && return
+  local src="$PREFIX/src/cluster-api-$CAPI_VERSION" dir began=$SECONDS stage="$CAPI_HOME.tmp.$$"
+  log "building Cluster API $CAPI_VERSION (core manager, clusterctl) in $src; about 10 minutes the first time"
+  rm -rf "$CAPI_HOME".tmp.* # left by an install that failed
+  mkdir -p "$src" "$stage/bin" "$stage/crds" "$stage/rbac" "$stage/webhook"
+  cat >"$src/go.mod" <<EOF
+module capi-lb.local/cluster-api-harness
+
+go 1.26.0
+
+require sigs.k8s.io/cluster-api $CAPI_VERSION
+
+replace sigs.k8s.io/cluster-api/api => sigs.k8s.io/cluster-api/api $CAPI_VERSION
+EOF
+  cat >"$src/tools.go" <<'EOF'
+//go:build tools
+
+// Package tools keeps the commands the harness builds in the module graph.
+package tools
+
+import (
+	_ "sigs.k8s.io/cluster-api/cmd/clusterctl"
+	_ "sigs.k8s.io/cluster-api/core"
+)
+EOF
+  local minor="${CAPI_VERSION#v1.}"; minor="${minor%%.*}" v="sigs.k8s.io/cluster-api/version"
+  local ldflags="-s -w -X $v.gitVersion=$CAPI_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+  (
+    cd "$src"
+    GOTOOLCHAIN=local GOFLAGS=-mod=mod go mod tidy
+    GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" \
+      -o "$stage/bin/cluster-api-manager" sigs.k8s.io/cluster-api/core
+    GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" \
+      -o "$stage/bin/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
+  )
+  dir="$(cd "$src" && GOTOOLCHAIN=local GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)/core/config"
+  if ! { [ -s "$dir/crd/bases/cluster.x-k8s.io_machines.yaml" ] && [ -s "$dir/rbac/role.yaml" ] \
+    && [ -s "$dir/rbac/aggregated_role.yaml" ] && [ -s "$dir/webhook/manifests.yaml" ]; }; then
+    die "sigs.k8s.io/cluster-api@$CAPI_VERSION: no CRDs, RBAC or webhook manifests in '$dir'"
+  fi
+  install -m 0644 "$dir"/crd/bases/*.yaml "$stage/crds/"
+  install -m 0644 "$dir/rbac/aggregated_role.yaml" "$dir/webhook/manifests.yaml" "$stage/rbac/"
+  mv "$stage/rbac/manifests.yaml" "$stage/webhook/manifests.yaml"
+  # manager-role joins aggregated-manager-role, as the release's manager_role_aggregation_patch does.
+  awk '{ print } /^  name: manager-role$/ { print "  labels:\n    cluster.x-k8s.io/aggregate-to-manager: \"true\"" }' \
+    "$dir/rbac/role.yaml" >"$stage/rbac/role.yaml"
+  grep -q 'aggregate-to-manager' "$stage/rbac/role.yaml" \
+    || die "sigs.k8s.io/cluster-api@$CAPI_VERSION: core/config/rbac/role.yaml has no ClusterRole manager-role"
+  rm -rf "$CAPI_HOME"
+  mv "$stage" "$CAPI_HOME"
+  log "built Cluster API $CAPI_VERSION in $((SECONDS - began)) s"
+}
+
 cmd_install() {
   install_packages
   install_etcd
@@ -274,13 +363,14 @@ cmd_install() {
   install_metallb
   install_external_dns
   install_kubernetes
-  log "installed: $("$K8S_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION, MetalLB $METALLB_VERSION, ExternalDNS $EXTERNAL_DNS_VERSION, $(named -v)"
+  install_cluster_api
+  log "installed: $("$K8S_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION, MetalLB $METALLB_VERSION, ExternalDNS $EXTERNAL_DNS_VERSION, Cluster API $CAPI_VERSION, $(named -v)"
 }
 
 installed() {
   [ -x "$ETCD_BIN/etcd" ] && [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] \
     && [ -x "$KUBECTL" ] && [ -x "$COREDNS_BIN/coredns" ] && metallb_installed && external_dns_installed \
-    && command -v named >/dev/null && command -v tsig-keygen >/dev/null && command -v dig >/dev/null
+    && capi_installed && command -v named >/dev/null && command -v tsig-keygen >/dev/null && command -v dig >/dev/null
 }
 
 # --- start -------------------------------------------------------------------------------------
@@ -320,6 +410,8 @@ pki() {
   cert coredns "/CN=capi-lb-harness:coredns"
   cert metallb-controller "/CN=capi-lb-harness:metallb-controller"
   cert external-dns "/CN=capi-lb-harness:external-dns"
+  cert capi-manager "/CN=capi-lb-harness:capi-manager"
+  cert capi-webhook "/CN=cluster-api-webhook" "IP:127.0.0.1,DNS:localhost"
   if [ ! -s "$PKI/sa.key" ]; then
     openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/sa.key" 2>/dev/null
     openssl ec -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
@@ -627,6 +719,95 @@ start_external_dns() {
   wait_until external-dns 30 external_dns_ready
 }
 
+# Cluster API's CRDs as a release installs them: the bases plus the conversion webhook its kustomize
+# patches add (here at a loopback URL), so a v1beta1 read is converted by CAPI itself.
+capi_crds() {
+  local dir="$STATE/cluster-api/crds" ca f
+  ca="$(base64 -w0 <"$PKI/ca.crt")"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  for f in "$CAPI_HOME"/crds/*.yaml; do
+    awk -v url="https://127.0.0.1:$CAPI_WEBHOOK_PORT/convert" -v ca="$ca" '
+      { print }
+      /^spec:$/ && !done {
+        print "  conversion:\n    strategy: Webhook\n    webhook:\n      conversionReviewVersions: [\"v1\"]"
+        print "      clientConfig:\n        url: " url "\n        caBundle: " ca
+        done = 1
+      }' "$f" >"$dir/$(basename "$f")"
+  done
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f "$dir" >/dev/null
+  kubectl_admin wait --for=condition=Established --timeout=30s -f "$dir" >/dev/null
+}
+
+# CAPI's ClusterRole (joined to the aggregated one, as in a release) and the aggregated ClusterRole,
+# bound to the harness user capi-lb-harness:capi-manager. Providers add rules for their kinds with
+# ClusterRoles labelled cluster.x-k8s.io/aggregate-to-manager, as they would in a real cluster.
+capi_rbac() {
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness \
+    -f "$CAPI_HOME/rbac/role.yaml" -f "$CAPI_HOME/rbac/aggregated_role.yaml" >/dev/null
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "capi-lb-harness:capi-manager"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: aggregated-manager-role}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: "capi-lb-harness:capi-manager"}
+EOF
+}
+
+# CAPI's validating and mutating webhook configurations (named as a release names them), calling the
+# manager at https://127.0.0.1:$CAPI_WEBHOOK_PORT/<path> instead of its Service.
+capi_webhooks() {
+  local ca
+  ca="$(base64 -w0 <"$PKI/ca.crt")"
+  awk -v url="https://127.0.0.1:$CAPI_WEBHOOK_PORT" -v ca="$ca" '
+    /^  name: (mutating|validating)-webhook-configuration$/ { sub(/name: /, "name: capi-") }
+    /^    service:$/ { service = 1; next }
+    service && /^      (name|namespace):/ { next }
+    service && /^      path:/ { print "    url: " url $2; print "    caBundle: " ca; service = 0; next }
+    { print }' "$CAPI_HOME/webhook/manifests.yaml" >"$STATE/cluster-api/webhooks.yaml"
+  grep -q 'service:' "$STATE/cluster-api/webhooks.yaml" && die "$CAPI_HOME/webhook/manifests.yaml: a webhook kept its Service"
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness \
+    -f "$STATE/cluster-api/webhooks.yaml" >/dev/null
+}
+
+capi_healthy() { [ "$(curl -fsS "http://127.0.0.1:$CAPI_HEALTH_PORT/readyz")" = ok ]; }
+
+# The apiserver reaches the webhooks: a dry-run Cluster without any reference is refused by CAPI's
+# validation (the schema alone accepts it).
+capi_webhooks_served() {
+  local out
+  out="$(kubectl_admin -n default create --dry-run=server -f - 2>&1 <<EOF
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {name: capi-lb-harness-webhook-check}
+spec: {paused: true}
+EOF
+)" && return 1
+  [[ $out == *"one of spec.controlPlaneRef, spec.infrastructureRef or spec.topology must be set"* ]]
+}
+
+# The Cluster API core manager: every controller of a release (MachinePool on, as released; no
+# ClusterTopology or RuntimeSDK), watching all namespaces, without leader election, as its own user.
+start_cluster_api() {
+  local began=$SECONDS
+  mkdir -p "$STATE/cluster-api/certs"
+  cp "$PKI/capi-webhook.crt" "$STATE/cluster-api/certs/tls.crt"
+  cp "$PKI/capi-webhook.key" "$STATE/cluster-api/certs/tls.key"
+  capi_crds
+  capi_rbac
+  launch cluster-api-manager "$CAPI_HOME/bin/cluster-api-manager" \
+    --kubeconfig="$STATE/capi-manager.kubeconfig" --leader-elect=false \
+    --webhook-port="$CAPI_WEBHOOK_PORT" --webhook-cert-dir="$STATE/cluster-api/certs" \
+    --health-addr="127.0.0.1:$CAPI_HEALTH_PORT" \
+    --diagnostics-address="127.0.0.1:$CAPI_DIAGNOSTICS_PORT" --insecure-diagnostics \
+    --feature-gates=MachinePool=true,ClusterTopology=false,RuntimeSDK=false
+  wait_until cluster-api-manager 60 capi_healthy
+  capi_webhooks
+  wait_until cluster-api-manager 30 capi_webhooks_served
+  log "Cluster API $CAPI_VERSION manager and webhooks up in $((SECONDS - began)) s"
+}
+
 write_env() {
   cat >"$STATE/env.tmp" <<EOF
 KUBECONFIG=$STATE/admin.kubeconfig
@@ -642,13 +823,15 @@ CAPI_LB_E2E_METALLB_CLASS=$METALLB_CLASS
 CAPI_LB_E2E_METALLB_POOL=$METALLB_POOL
 CAPI_LB_E2E_METALLB_NAMESPACE=$METALLB_NAMESPACE
 CAPI_LB_E2E_METALLB_VERSION=$METALLB_VERSION
+CAPI_LB_E2E_CAPI_VERSION=$CAPI_VERSION
+CAPI_LB_E2E_CLUSTERCTL=$CLUSTERCTL
 EOF
   mv "$STATE/env.tmp" "$STATE/env"
 }
 
 running() {
   alive etcd && alive kube-apiserver && alive kube-controller-manager && alive coredns \
-    && alive metallb-controller && alive named && alive external-dns && [ -s "$STATE/env" ] && ready "$SERVER/readyz"
+    && alive metallb-controller && alive named && alive external-dns && alive cluster-api-manager && [ -s "$STATE/env" ] && ready "$SERVER/readyz"
 }
 
 cmd_start() {
@@ -666,6 +849,7 @@ cmd_start() {
   kubeconfig "$STATE/coredns.kubeconfig" coredns
   kubeconfig "$STATE/metallb-controller.kubeconfig" metallb-controller
   kubeconfig "$STATE/external-dns.kubeconfig" external-dns
+  kubeconfig "$STATE/capi-manager.kubeconfig" capi-manager
   start_etcd
   start_apiserver
   start_controller_manager
@@ -674,6 +858,7 @@ cmd_start() {
   start_metallb
   start_bind
   start_external_dns
+  start_cluster_api
   write_env
   log "Kubernetes $K8S_VERSION up at $SERVER in $((SECONDS - began)) s (state in $STATE)"
   cat "$STATE/env"
@@ -695,7 +880,7 @@ stop_one() {
 
 cmd_stop() {
   rm -f "$STATE/env"
-  for name in external-dns named metallb-controller coredns kube-controller-manager kube-apiserver etcd; do stop_one "$name"; done
+  for name in cluster-api-manager external-dns named metallb-controller coredns kube-controller-manager kube-apiserver etcd; do stop_one "$name"; done
   # Anything still running from this state folder (a pid file lost by hand) goes too.
   pkill -KILL -f -- "$STATE/" 2>/dev/null || true
   log "stopped"

@@ -50,8 +50,39 @@ pub struct Cluster {
     pub metallb: Option<MetalLb>,
     /// ExternalDNS (`--source=crd`) writing a zone of an authoritative DNS server.
     pub external_dns: Option<ExternalDns>,
+    /// The Cluster API core manager serving the cluster (its version), and clusterctl.
+    pub capi: Option<Capi>,
     /// Where the cluster came from, for messages.
     pub source: String,
+}
+
+/// The real Cluster API core manager of the cluster under test.
+#[derive(Clone, Debug)]
+pub struct Capi {
+    /// Its release (`CAPI_LB_E2E_CAPI_VERSION`).
+    pub version: String,
+    /// clusterctl of the same release (`CAPI_LB_E2E_CLUSTERCTL`), if known.
+    pub clusterctl: Option<PathBuf>,
+}
+
+impl Capi {
+    fn from(version: Option<String>, clusterctl: Option<String>) -> Option<Self> {
+        version.map(|version| Self {
+            version,
+            clusterctl: clusterctl.map(PathBuf::from),
+        })
+    }
+}
+
+/// The Cluster API manager of the cluster under test; panics when there is none (these tests never
+/// skip).
+pub fn capi() -> &'static Capi {
+    cluster().capi.as_ref().unwrap_or_else(|| {
+        panic!(
+            "no Cluster API manager on {}: set CAPI_LB_E2E_CAPI_VERSION to the release of the Cluster API core manager (with its webhooks) running there",
+            cluster().source
+        )
+    })
 }
 
 /// The MetalLB controller of the cluster under test.
@@ -187,6 +218,10 @@ fn resolve_cluster() -> Result<Cluster, String> {
                 std::env::var("CAPI_LB_E2E_BIND").ok(),
                 std::env::var("CAPI_LB_E2E_EXTERNAL_DNS_INTERVAL").ok(),
             )?,
+            capi: Capi::from(
+                std::env::var("CAPI_LB_E2E_CAPI_VERSION").ok(),
+                std::env::var("CAPI_LB_E2E_CLUSTERCTL").ok(),
+            ),
             source: "CAPI_LB_E2E_KUBECONFIG".into(),
         });
     }
@@ -222,6 +257,10 @@ fn resolve_cluster() -> Result<Cluster, String> {
             Some(get("CAPI_LB_E2E_BIND")?),
             Some(get("CAPI_LB_E2E_EXTERNAL_DNS_INTERVAL")?),
         )?,
+        capi: Capi::from(
+            Some(get("CAPI_LB_E2E_CAPI_VERSION")?),
+            Some(get("CAPI_LB_E2E_CLUSTERCTL")?),
+        ),
         source: "tests/k8s/harness.sh".into(),
     })
 }
@@ -402,7 +441,8 @@ fn third_party_crds_dir(env_var: &str, folder: &str) -> PathBuf {
         .unwrap_or_else(|| repo().join("../shared/crds").join(folder))
 }
 
-/// The Cluster API Machine and Cluster CRDs (`CAPI_CRDS_DIR`).
+/// The Cluster API Machine and Cluster CRDs (`CAPI_CRDS_DIR`), and the test infrastructure kinds
+/// the fixtures' Clusters and Machines refer to ([`install_test_infrastructure`]).
 pub async fn install_capi_crds(client: &Client) {
     install_third_party_crds(
         client,
@@ -414,6 +454,49 @@ pub async fn install_capi_crds(client: &Client) {
         ],
     )
     .await;
+    install_test_infrastructure(client).await;
+}
+
+/// API group of the tests' own Cluster API infrastructure provider kinds (`TestCluster`,
+/// `TestMachine`): no controller serves them; a test sets their status as a provider would.
+pub const TEST_INFRA_GROUP: &str = "infrastructure.test.capi-lb.io";
+/// Their version; their CRDs carry the contract label `cluster.x-k8s.io/v1beta2: v1alpha1`.
+pub const TEST_INFRA_VERSION: &str = "v1alpha1";
+
+/// The CRD of test infrastructure kind `kind`: namespaced, any spec and status (status subresource),
+/// with Cluster API's contract label, so that Cluster API's controllers resolve a reference to it.
+fn test_infrastructure_crd(kind: &str) -> CustomResourceDefinition {
+    let plural = format!("{}s", kind.to_lowercase());
+    let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{TEST_INFRA_GROUP}"),
+                     "labels": {"cluster.x-k8s.io/v1beta2": TEST_INFRA_VERSION}},
+        "spec": {"group": TEST_INFRA_GROUP, "scope": "Namespaced",
+                 "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural,
+                           "singular": kind.to_lowercase()},
+                 "versions": [{"name": TEST_INFRA_VERSION, "served": true, "storage": true,
+                               "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                   "properties": {"spec": open, "status": open}}}}]}}))
+    .unwrap()
+}
+
+/// The test infrastructure kinds (`TestCluster`, `TestMachine` in [`TEST_INFRA_GROUP`]) and the
+/// ClusterRole that lets Cluster API's manager use them (aggregated into its role by the label
+/// `cluster.x-k8s.io/aggregate-to-manager`, as a provider outside `*.cluster.x-k8s.io` ships it).
+pub async fn install_test_infrastructure(client: &Client) {
+    for kind in ["TestCluster", "TestMachine"] {
+        apply_crd(client, &test_infrastructure_crd(kind)).await;
+    }
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "capi-lb-e2e:test-infrastructure",
+                     "labels": {"cluster.x-k8s.io/aggregate-to-manager": "true"}},
+        "rules": [{"apiGroups": [TEST_INFRA_GROUP], "resources": ["*"],
+                   "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]});
+    apply_value(client, TEST_MANAGER, None, &role, false)
+        .await
+        .unwrap_or_else(|e| panic!("the test infrastructure ClusterRole refused: {e}"));
 }
 
 /// The generated RBAC (ServiceAccount, ClusterRoles, Role, bindings), applied for real so that the
@@ -740,6 +823,7 @@ impl TestNs {
         for handle in std::mem::take(&mut self.controllers) {
             handle.stop().await;
         }
+        self.let_capi_objects_go().await;
         let refused = self.refusals.list();
         self.finished = true;
         delete_namespace(&self.client, &self.ns).await;
@@ -748,6 +832,56 @@ impl TestNs {
             "the apiserver refused requests of capi-lb's ServiceAccount (RBAC too narrow?):\n{}",
             refused.join("\n")
         );
+    }
+}
+
+impl TestNs {
+    /// Delete the Clusters and Machines left and remove their finalizers. A real Cluster API
+    /// manager cannot finish deleting a Cluster or Machine whose infrastructure, bootstrap or
+    /// control-plane kind has no CRD here (the templates' and examples' kinds): it would keep the
+    /// namespace terminating for ever.
+    async fn let_capi_objects_go(&self) {
+        let finalizers = json!({"metadata": {"finalizers": null}});
+        let machines = self.api::<capi_lb_api::capi::Machine>();
+        let clusters = self.api::<capi_lb_api::capi::Cluster>();
+        let mut names = Vec::new();
+        if let Ok(list) = machines.list(&Default::default()).await {
+            names.extend(list.items.iter().map(|m| (true, m.name_any())));
+        }
+        if let Ok(list) = clusters.list(&Default::default()).await {
+            names.extend(list.items.iter().map(|c| (false, c.name_any())));
+        }
+        for (machine, name) in &names {
+            let (delete, patch) = if *machine {
+                (
+                    machines
+                        .delete(name, &DeleteParams::background())
+                        .await
+                        .err(),
+                    machines
+                        .patch(name, &PatchParams::default(), &Patch::Merge(&finalizers))
+                        .await
+                        .err(),
+                )
+            } else {
+                (
+                    clusters
+                        .delete(name, &DeleteParams::background())
+                        .await
+                        .err(),
+                    clusters
+                        .patch(name, &PatchParams::default(), &Patch::Merge(&finalizers))
+                        .await
+                        .err(),
+                )
+            };
+            for e in [delete, patch].into_iter().flatten() {
+                assert!(
+                    matches!(&e, kube::Error::Api(s) if s.code == 404),
+                    "letting {name} go: {e}"
+                );
+            }
+        }
     }
 }
 
@@ -887,22 +1021,29 @@ pub fn load_balancer(name: &str, infra: &str, spec: Value) -> Value {
            "metadata": {"name": name}, "spec": spec})
 }
 
-/// A Cluster API v1beta2 Cluster (its spec needs at least one property on a real apiserver).
+/// A Cluster API v1beta2 Cluster on the test infrastructure kind `TestCluster` of the same name
+/// (which need not exist). Cluster API's validating webhook refuses a Cluster with none of
+/// `infrastructureRef`, `controlPlaneRef` and `topology`.
 pub fn capi_cluster(name: &str) -> Value {
     json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-           "metadata": {"name": name}, "spec": {"paused": false}})
+           "metadata": {"name": name},
+           "spec": {"paused": false,
+                    "infrastructureRef": {"apiGroup": TEST_INFRA_GROUP, "kind": "TestCluster",
+                                          "name": name}}})
 }
 
-/// A Machine of Cluster `demo` with `labels`, with Cluster API's finalizer (which
-/// [`release_machine`] or [`TestNs::finish`] removes, as Cluster API would once its hooks are gone).
+/// A Machine of Cluster `demo` with `labels`, on the test infrastructure kind `TestMachine` of the
+/// same name (which need not exist), with Cluster API's finalizer (which [`release_machine`] or
+/// [`TestNs::finish`] removes where no Cluster API manager would, as it would once its hooks are
+/// gone).
 pub fn machine(name: &str, labels: Value) -> Value {
     let mut labels = labels;
     labels["cluster.x-k8s.io/cluster-name"] = json!("demo");
     json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
            "metadata": {"name": name, "finalizers": ["machine.cluster.x-k8s.io"], "labels": labels},
            "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "none"},
-               "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                     "kind": "DockerMachine", "name": name}}})
+               "infrastructureRef": {"apiGroup": TEST_INFRA_GROUP, "kind": "TestMachine",
+                                     "name": name}}})
 }
 
 /// Give Machine `name` an InternalIP, as Cluster API's machine controller would.
@@ -915,14 +1056,19 @@ pub async fn set_machine_ip(t: &TestNs, name: &str, ip: &str) {
     .await;
 }
 
-/// Let a Machine go (remove Cluster API's finalizer).
+/// Let a Machine go (remove Cluster API's finalizer), unless it is gone already (a real Cluster
+/// API manager finishes the deletion of a Machine whose Cluster exists).
 pub async fn release_machine(t: &TestNs, name: &str) {
-    merge(
-        &t.api::<capi_lb_api::capi::Machine>(),
-        name,
-        json!({"metadata": {"finalizers": null}}),
-    )
-    .await;
+    let patch = json!({"metadata": {"finalizers": null}});
+    match t
+        .api::<capi_lb_api::capi::Machine>()
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => panic!("releasing Machine {name}: {e}"),
+    }
 }
 
 /// A JSON merge patch of `name`, as a user would make it (`kubectl patch --type merge`).

@@ -187,8 +187,14 @@ impl Fixture {
 
     fn documents(&self) -> Vec<Value> {
         vec![
+            // Cluster API's webhook refuses a Cluster with none of infrastructureRef,
+            // controlPlaneRef and topology; nothing serves DockerCluster here.
             json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                   "metadata": {"name": self.cluster()}, "spec": {"paused": false}}),
+                   "metadata": {"name": self.cluster()},
+                   "spec": {"paused": false,
+                            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                                  "kind": "DockerCluster",
+                                                  "name": self.cluster()}}}),
             json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
                    "kind": "InMemoryLoadBalancer", "metadata": {"name": self.name()},
                    "spec": {"addressPools": ["100.64.0.0/16"]}}),
@@ -553,6 +559,7 @@ async fn cleanup(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let gone = start.elapsed();
+    release_capi_objects(apis).await?;
     namespaces
         .delete(ns, &DeleteParams::background())
         .await
@@ -572,6 +579,35 @@ async fn cleanup(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     Ok(gone)
+}
+
+/// Delete the Machines and Clusters and remove their finalizers. A Cluster API manager in the
+/// cluster (the harness runs one) adds its finalizer to them but can never finish deleting them:
+/// no provider serves the DockerCluster and DockerMachine they refer to, and the namespace would
+/// stay terminating. Once deleting, no new finalizer can be added, so one pass suffices.
+async fn release_capi_objects(apis: &Apis) -> Result<(), BenchError> {
+    let release = json!({"metadata": {"finalizers": null}});
+    for (api, what) in [(&apis.machines, "Machines"), (&apis.clusters, "Clusters")] {
+        api.delete_collection(&DeleteParams::background(), &ListParams::default())
+            .await
+            .map_err(api_err(format!("delete the {what}")))?;
+        let left = api
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(api_err(format!("list the {what}")))?;
+        for object in left.items.iter().filter(|o| !o.finalizers().is_empty()) {
+            let name = object.name_any();
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&release))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(api_err(format!("release {name}"))(e)),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The report as the lines `docs/benchmarks.md` shows.

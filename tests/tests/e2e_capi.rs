@@ -1,0 +1,502 @@
+//! End-to-end tests with the real Cluster API core manager (`tests/k8s/harness.sh` runs it with its
+//! webhooks; another cluster in `CAPI_LB_E2E_KUBECONFIG` needs `CAPI_LB_E2E_CAPI_VERSION`): Cluster
+//! API's own Machine and Cluster controllers, not an emulation, decide when a Machine or a Cluster
+//! goes, and capi-lb's deletion hooks have to hold them exactly as long as a member is in the load
+//! balancer, and never longer.
+//!
+//! No infrastructure provider runs: the Machines and the Cluster refer to the tests' own kinds
+//! (`TestMachine`, `TestCluster`, with Cluster API's contract label), whose status the tests set as
+//! a provider would (provisioned, a providerID, addresses). Cluster API copies the addresses into
+//! `Machine.status.addresses`, where capi-lb reads them. Where a Machine needs a Node (pre-drain is
+//! honoured only with a nodeRef), the workload cluster is the harness apiserver itself, reached
+//! through the `<cluster>-kubeconfig` Secret with the admin kubeconfig, and its Nodes are named
+//! `<namespace>-<machine>`.
+// Integration tests: helpers panic on broken fixtures, which is the failure we want.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use capi_lb_api::capi::{Cluster, Machine};
+use capi_lb_api::target::TargetKeys;
+use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
+use capi_lb_tests::k8s::{
+    TEST_INFRA_GROUP, TEST_INFRA_VERSION, TIMEOUT, TestNs, capi, capi_cluster, cluster,
+    dynamic_api, eventually, in_memory, install_capi_crds, load_balancer, machine, wait_for,
+    wait_gone,
+};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+/// A control-plane Machine of Cluster `demo` (selected by a control-plane LoadBalancer's default
+/// selector) on the TestMachine of the same name.
+fn control_plane_machine(name: &str) -> Value {
+    machine(name, json!({"cluster.x-k8s.io/control-plane": ""}))
+}
+
+fn infra(kind: &str, name: &str, spec: Value) -> Value {
+    json!({"apiVersion": format!("{TEST_INFRA_GROUP}/{TEST_INFRA_VERSION}"), "kind": kind,
+           "metadata": {"name": name}, "spec": spec})
+}
+
+async fn infra_api(t: &TestNs, kind: &str) -> Api<DynamicObject> {
+    dynamic_api(&t.client, Some(&t.ns), &infra(kind, "x", json!({})))
+        .await
+        .unwrap()
+}
+
+/// Wait until the test infrastructure object `name` is gone (deleted by Cluster API).
+async fn infra_gone(api: &Api<DynamicObject>, name: &str) {
+    eventually(&format!("{name} deleted"), || async {
+        api.get_opt(name).await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+/// A Machine and its TestMachine, provisioned as an infrastructure provider would: a providerID,
+/// `status.initialization.provisioned` and an InternalIP, which Cluster API's Machine controller
+/// copies into the Machine (waited for: the real controller has taken the Machine in hand).
+async fn provisioned_machine(t: &TestNs, name: &str, ip: &str) {
+    t.create(infra(
+        "TestMachine",
+        name,
+        json!({"providerID": format!("test://{name}")}),
+    ))
+    .await;
+    infra_api(t, "TestMachine")
+        .await
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"initialization": {"provisioned": true},
+                "addresses": [{"type": "InternalIP", "address": ip}]}})),
+        )
+        .await
+        .unwrap();
+    t.create(control_plane_machine(name)).await;
+    wait_for(
+        &t.api::<Machine>(),
+        name,
+        &format!("Cluster API copies {ip} into Machine {name}"),
+        |m| {
+            m.and_then(|m| m.status.as_ref())
+                .is_some_and(|s| s.addresses.iter().any(|a| a.address == ip))
+        },
+    )
+    .await;
+}
+
+/// The load balancer's members as (name, state), sorted (the in-memory provider's view).
+async fn members(t: &TestNs, lb: &str) -> Vec<(String, String)> {
+    let infra = t.api::<InMemoryLoadBalancer>().get(lb).await.unwrap();
+    let mut got: Vec<(String, String)> = infra
+        .status
+        .map(|s| s.members.into_iter().map(|m| (m.name, m.state)).collect())
+        .unwrap_or_default();
+    got.sort();
+    got
+}
+
+async fn wait_active(t: &TestNs, lb: &str, names: &[&str]) -> LoadBalancer {
+    let want: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    wait_for(
+        &t.api::<LoadBalancer>(),
+        lb,
+        &format!("{lb} with active targets {names:?}"),
+        |l| {
+            l.and_then(|l| l.status.as_ref())
+                .is_some_and(|s| s.active_targets == want && s.targets == want)
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// The reason of Machine `m`'s v1beta2 condition `type_`, as Cluster API's Machine controller wrote
+/// it.
+fn machine_condition_reason(m: &Machine, type_: &str) -> Option<String> {
+    let conditions = m.status.as_ref()?.rest.get("conditions")?.as_array()?;
+    conditions
+        .iter()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["reason"].as_str())
+        .map(str::to_string)
+}
+
+/// A control-plane LoadBalancer of Cluster `demo` with `drain_seconds`, and the Cluster.
+async fn cluster_with_load_balancer(t: &TestNs, drain_seconds: u32) {
+    t.create(capi_cluster("demo")).await;
+    t.create(infra("TestCluster", "demo", json!({}))).await;
+    t.create(in_memory("cp", json!({}))).await;
+    t.create(load_balancer(
+        "cp",
+        "cp",
+        json!({"clusterName": "demo", "controlPlane": {}, "drainSeconds": drain_seconds}),
+    ))
+    .await;
+}
+
+/// A user deletes a Machine: Cluster API's Machine controller stops at capi-lb's pre-terminate
+/// hook (the Machine has no nodeRef, so Cluster API skips pre-drain and drain; pre-terminate is
+/// the hook that protects the member) and neither deletes the infrastructure nor lets the Machine
+/// go while the member is in the load balancer. capi-lb drains it for `drainSeconds`, removes it,
+/// releases its hooks; Cluster API deletes the TestMachine and the Machine. No hook of capi-lb is
+/// left on any Machine.
+#[tokio::test]
+async fn the_machine_controller_waits_on_the_pre_terminate_hook_until_the_member_is_gone() {
+    assert!(!capi().version.is_empty());
+    let mut t = TestNs::new("e2e-capi-machine").await;
+    install_capi_crds(&t.client).await;
+    t.start(t.options(&["inmemory"]));
+    let drain = Duration::from_secs(3);
+    cluster_with_load_balancer(&t, 3).await;
+    provisioned_machine(&t, "cp-1", "10.0.0.11").await;
+    provisioned_machine(&t, "cp-2", "10.0.0.12").await;
+    wait_active(&t, "cp", &["cp-1", "cp-2"]).await;
+
+    let keys = TargetKeys::new(&t.ns, "cp");
+    let machines = t.api::<Machine>();
+    for name in ["cp-1", "cp-2"] {
+        let m = wait_for(&machines, name, "capi-lb's hooks on the Machine", |m| {
+            m.is_some_and(|m| {
+                m.annotations().contains_key(&keys.pre_drain)
+                    && m.annotations().contains_key(&keys.pre_terminate)
+            })
+        })
+        .await
+        .unwrap();
+        // The real Machine controller adopted the stand-alone Machine for its Cluster.
+        assert!(
+            m.owner_references()
+                .iter()
+                .any(|o| o.kind == "Cluster" && o.name == "demo"),
+            "{name} not adopted by Cluster demo: {:?}",
+            m.owner_references()
+        );
+    }
+
+    let infra_machines = infra_api(&t, "TestMachine").await;
+    machines
+        .delete("cp-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleted = Instant::now();
+    // Until Cluster API lets the Machine go, whatever is observed must hold. The TestMachine is
+    // read before the Machine, so a TestMachine already being deleted while the later read still
+    // shows the hook is a real violation, not a race of the two reads.
+    let mut saw_waiting_on_hook = false;
+    let mut saw_removing = false;
+    let mut violations = Vec::new();
+    loop {
+        let infra = infra_machines.get_opt("cp-1").await.unwrap();
+        let Some(m) = machines.get_opt("cp-1").await.unwrap() else {
+            break;
+        };
+        let hook = m.annotations().contains_key(&keys.pre_terminate);
+        let state = m.annotations().get(&keys.state).cloned();
+        saw_removing |= state.as_deref() == Some("removing");
+        if machine_condition_reason(&m, "Deleting").as_deref() == Some("WaitingForPreTerminateHook")
+        {
+            saw_waiting_on_hook = true;
+        }
+        if !hook && state.as_deref() != Some("removed") {
+            violations.push(format!(
+                "{:?}: the pre-terminate hook is released while the target is {state:?}, not removed",
+                deleted.elapsed()
+            ));
+        }
+        if infra
+            .as_ref()
+            .is_none_or(|i| i.metadata.deletion_timestamp.is_some())
+            && hook
+        {
+            violations.push(format!(
+                "{:?}: Cluster API deletes the infrastructure while the pre-terminate hook is on the Machine",
+                deleted.elapsed()
+            ));
+        }
+        assert!(
+            deleted.elapsed() < TIMEOUT,
+            "Machine cp-1 still there after {TIMEOUT:?}: {m:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gone_after = deleted.elapsed();
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+    assert!(
+        saw_removing,
+        "the target was never seen draining (removing) while Cluster API waited"
+    );
+    assert!(
+        saw_waiting_on_hook,
+        "Cluster API's Machine controller was never seen waiting for the pre-terminate hook"
+    );
+    assert!(
+        gone_after >= drain - Duration::from_millis(500),
+        "the Machine went after {gone_after:?}, before the drain of {drain:?}"
+    );
+    // Cluster API deleted the infrastructure after the hook, and the load balancer follows.
+    infra_gone(&infra_machines, "cp-1").await;
+    wait_active(&t, "cp", &["cp-2"]).await;
+    assert_eq!(
+        members(&t, "cp").await,
+        vec![("cp-2".into(), "Active".into())]
+    );
+
+    // Deleting the LoadBalancer releases the remaining Machine's hooks.
+    let lbs = t.api::<LoadBalancer>();
+    lbs.delete("cp", &DeleteParams::default()).await.unwrap();
+    wait_gone(&lbs, "cp").await;
+    let m = machines.get("cp-2").await.unwrap();
+    let left: Vec<&String> = m
+        .annotations()
+        .keys()
+        .filter(|k| keys.all().contains(&k.as_str()))
+        .collect();
+    assert!(left.is_empty(), "capi-lb's keys left on cp-2: {left:?}");
+    // Without a hook Cluster API deletes the last Machine at once.
+    machines
+        .delete("cp-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&machines, "cp-2").await;
+    t.finish().await;
+}
+
+/// Cluster API reaches the "workload cluster" (the harness apiserver itself, through the
+/// `<cluster>-kubeconfig` Secret a control-plane provider would write) once the TestCluster is
+/// provisioned; Node `<namespace>-<machine>` carries the TestMachine's providerID, so the Machine
+/// controller sets `status.nodeRef`, and with a nodeRef it honours pre-drain hooks.
+async fn connect_workload_cluster(t: &TestNs) {
+    infra_api(t, "TestCluster")
+        .await
+        .patch_status(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"initialization": {"provisioned": true}}})),
+        )
+        .await
+        .unwrap();
+    let kubeconfig = std::fs::read(&cluster().kubeconfig).unwrap();
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("demo-kubeconfig".into()),
+            labels: Some([("cluster.x-k8s.io/cluster-name".into(), "demo".into())].into()),
+            ..Default::default()
+        },
+        type_: Some("cluster.x-k8s.io/secret".into()),
+        data: Some([("value".into(), ByteString(kubeconfig))].into()),
+        ..Default::default()
+    };
+    t.api::<Secret>()
+        .create(&Default::default(), &secret)
+        .await
+        .unwrap();
+}
+
+fn node_name(t: &TestNs, machine: &str) -> String {
+    format!("{}-{machine}", t.ns)
+}
+
+/// A provisioned Machine whose TestMachine's providerID is also on a Node of the workload
+/// cluster; waits until Cluster API has set the Machine's nodeRef.
+async fn machine_with_node(t: &TestNs, name: &str, ip: &str) {
+    let node = node_name(t, name);
+    let provider_id = format!("test://{node}");
+    t.create(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+                    "spec": {"providerID": provider_id}}),
+    )
+    .await;
+    t.create(infra(
+        "TestMachine",
+        name,
+        json!({"providerID": provider_id}),
+    ))
+    .await;
+    infra_api(t, "TestMachine")
+        .await
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"initialization": {"provisioned": true},
+                "addresses": [{"type": "InternalIP", "address": ip}]}})),
+        )
+        .await
+        .unwrap();
+    t.create(control_plane_machine(name)).await;
+    wait_for(
+        &t.api::<Machine>(),
+        name,
+        &format!("Cluster API sets the nodeRef of Machine {name}"),
+        |m| {
+            m.and_then(|m| m.status.as_ref()).and_then(|s| {
+                s.rest
+                    .get("nodeRef")?
+                    .get("name")?
+                    .as_str()
+                    .map(str::to_string)
+            }) == Some(node.clone())
+        },
+    )
+    .await;
+}
+
+/// With a nodeRef (and another control-plane Machine left), Cluster API's Machine controller
+/// honours capi-lb's pre-drain hook: it neither cordons nor drains the Node while the hook is on,
+/// and the hook stays while the member is in the load balancer. Once capi-lb has drained and
+/// removed the member and released both hooks, Cluster API drains the Node, deletes the
+/// TestMachine, the Node and the Machine.
+#[tokio::test]
+async fn with_a_node_the_machine_controller_waits_on_the_pre_drain_hook_before_draining() {
+    assert!(!capi().version.is_empty());
+    let mut t = TestNs::new("e2e-capi-node").await;
+    install_capi_crds(&t.client).await;
+    t.start(t.options(&["inmemory"]));
+    let drain = Duration::from_secs(3);
+    cluster_with_load_balancer(&t, 3).await;
+    connect_workload_cluster(&t).await;
+    machine_with_node(&t, "cp-1", "10.0.0.11").await;
+    machine_with_node(&t, "cp-2", "10.0.0.12").await;
+    wait_active(&t, "cp", &["cp-1", "cp-2"]).await;
+    let keys = TargetKeys::new(&t.ns, "cp");
+    let machines = t.api::<Machine>();
+    wait_for(&machines, "cp-1", "capi-lb's hooks on cp-1", |m| {
+        m.is_some_and(|m| {
+            m.annotations().contains_key(&keys.pre_drain)
+                && m.annotations().contains_key(&keys.pre_terminate)
+        })
+    })
+    .await;
+
+    let nodes: Api<Node> = Api::all(t.client.clone());
+    let node = node_name(&t, "cp-1");
+    machines
+        .delete("cp-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleted = Instant::now();
+    // As above, the Node is read before the Machine: a Node already cordoned while the later read
+    // still shows the pre-drain hook is a real violation.
+    let mut saw_waiting_on_pre_drain = false;
+    let mut violations = Vec::new();
+    loop {
+        let cordoned = nodes
+            .get_opt(&node)
+            .await
+            .unwrap()
+            .is_some_and(|n| n.spec.and_then(|s| s.unschedulable) == Some(true));
+        let Some(m) = machines.get_opt("cp-1").await.unwrap() else {
+            break;
+        };
+        let pre_drain = m.annotations().contains_key(&keys.pre_drain);
+        let state = m.annotations().get(&keys.state).cloned();
+        if machine_condition_reason(&m, "Deleting").as_deref() == Some("WaitingForPreDrainHook") {
+            saw_waiting_on_pre_drain = true;
+        }
+        if !pre_drain && state.as_deref() != Some("removed") {
+            violations.push(format!(
+                "{:?}: the pre-drain hook is released while the target is {state:?}, not removed",
+                deleted.elapsed()
+            ));
+        }
+        if cordoned && pre_drain {
+            violations.push(format!(
+                "{:?}: Cluster API cordoned the Node while the pre-drain hook is on the Machine",
+                deleted.elapsed()
+            ));
+        }
+        assert!(
+            deleted.elapsed() < TIMEOUT,
+            "Machine cp-1 still there after {TIMEOUT:?}: {m:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gone_after = deleted.elapsed();
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+    assert!(
+        saw_waiting_on_pre_drain,
+        "Cluster API's Machine controller was never seen waiting for the pre-drain hook"
+    );
+    assert!(
+        gone_after >= drain - Duration::from_millis(500),
+        "the Machine went after {gone_after:?}, before the drain of {drain:?}"
+    );
+    // Cluster API deleted the infrastructure and then the Node.
+    infra_gone(&infra_api(&t, "TestMachine").await, "cp-1").await;
+    wait_gone(&nodes, &node).await;
+    wait_active(&t, "cp", &["cp-2"]).await;
+
+    let lbs = t.api::<LoadBalancer>();
+    lbs.delete("cp", &DeleteParams::default()).await.unwrap();
+    wait_gone(&lbs, "cp").await;
+    machines
+        .delete("cp-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&machines, "cp-2").await;
+    // The last control-plane Machine's Node is never deleted by Cluster API.
+    let _ = nodes
+        .delete(&node_name(&t, "cp-2"), &DeleteParams::default())
+        .await;
+    t.finish().await;
+}
+
+/// The Cluster is deleted while its control-plane Machines are members with a long drain: Cluster
+/// API's Cluster controller deletes the Machines, its Machine controller waits on the pre-terminate
+/// hooks, and capi-lb releases them at once because the Cluster is being deleted (no drain to wait
+/// for): the Cluster, its Machines and their infrastructure are gone well within the drain time.
+#[tokio::test]
+async fn a_cluster_deletion_never_deadlocks_on_the_hooks() {
+    assert!(!capi().version.is_empty());
+    let mut t = TestNs::new("e2e-capi-cluster").await;
+    install_capi_crds(&t.client).await;
+    t.start(t.options(&["inmemory"]));
+    let drain = Duration::from_secs(40);
+    cluster_with_load_balancer(&t, 40).await;
+    let names = ["cp-1", "cp-2", "cp-3"];
+    for (i, name) in names.iter().enumerate() {
+        provisioned_machine(&t, name, &format!("10.0.0.{}", 11 + i)).await;
+    }
+    wait_active(&t, "cp", &names).await;
+    let keys = TargetKeys::new(&t.ns, "cp");
+    let machines = t.api::<Machine>();
+    for name in names {
+        wait_for(&machines, name, "capi-lb's pre-terminate hook", |m| {
+            m.is_some_and(|m| m.annotations().contains_key(&keys.pre_terminate))
+        })
+        .await;
+    }
+
+    let clusters = t.api::<Cluster>();
+    clusters
+        .delete("demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleted = Instant::now();
+    wait_gone(&clusters, "demo").await;
+    let took = deleted.elapsed();
+    assert!(
+        took < drain / 2,
+        "the Cluster took {took:?} to go: the hooks held it for the drain"
+    );
+    let (infra_machines, infra_clusters) = (
+        infra_api(&t, "TestMachine").await,
+        infra_api(&t, "TestCluster").await,
+    );
+    for name in names {
+        wait_gone(&machines, name).await;
+        infra_gone(&infra_machines, name).await;
+    }
+    infra_gone(&infra_clusters, "demo").await;
+    // The LoadBalancer of the deleted Cluster has no target left.
+    eventually("the LoadBalancer without targets", || async {
+        let lb = t.api::<LoadBalancer>().get("cp").await.ok()?;
+        let s = lb.status?;
+        (s.targets.is_empty() && s.active_targets.is_empty()).then_some(())
+    })
+    .await;
+    t.finish().await;
+}
