@@ -15,7 +15,7 @@ use super::naming::{description, lb_name, owned, uid_tag};
 use super::reason;
 use super::run::Run;
 use super::settings::Settings;
-use super::stop::{POLL, Stop};
+use super::stop::Stop;
 use crate::provider::{Listener, LoadBalancerIdentity, Progress};
 
 impl OctaviaProvider {
@@ -193,7 +193,7 @@ impl OctaviaProvider {
             record.id,
             listeners.len()
         ));
-        Ok(run.pending("PENDING_CREATE"))
+        Ok(run.pending_after_write("PENDING_CREATE"))
     }
 
     /// `ensure`: the load balancer, then its children, then its floating IP; one write per call.
@@ -215,7 +215,10 @@ impl OctaviaProvider {
             "ERROR" => return self.on_error(&session, run, &tree).await,
             "DELETED" => {
                 run.forget_lb();
-                return Ok(Progress::pending("Octavia load balancer deleted", POLL));
+                return Ok(Progress::pending(
+                    "Octavia load balancer deleted",
+                    run.relook(),
+                ));
             }
             state => {
                 run.status.ready = false;
@@ -260,7 +263,7 @@ impl OctaviaProvider {
                 "Octavia load balancer {} was in ERROR; deleting it to recreate it",
                 tree.id
             ),
-            POLL,
+            run.began(),
         ))
     }
 

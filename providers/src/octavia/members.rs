@@ -14,7 +14,7 @@ use super::documents::{PoolMember, TreePool, decode};
 use super::naming::child_name;
 use super::reason;
 use super::run::Run;
-use super::stop::{POLL, Stop};
+use super::stop::Stop;
 use crate::provider::{DesiredMember, Listener, MemberIntent, MemberState, MemberStatus, Progress};
 
 /// How long what the provider knows of member weights is trusted without reading them back.
@@ -78,13 +78,16 @@ impl OctaviaProvider {
         out: &mut Vec<MemberStatus>,
     ) -> Result<Progress, Stop> {
         let Some(id) = run.status.load_balancer_id.clone() else {
-            return Ok(Progress::pending("no Octavia load balancer yet", POLL));
+            return Ok(Progress::pending(
+                "no Octavia load balancer yet",
+                run.relook(),
+            ));
         };
         let session = self.session(&run.infra).await?;
         let Some(tree) = self.tree(&session, &id, true).await? else {
             return Ok(Progress::pending(
                 format!("Octavia load balancer {id} is gone"),
-                POLL,
+                run.relook(),
             ));
         };
         if tree.provisioning_status != "ACTIVE" {
@@ -120,7 +123,7 @@ impl OctaviaProvider {
                 return Ok(Progress::pending_because(
                     reason::LOAD_BALANCER_PENDING,
                     format!("updating the members of port {}", listener.port),
-                    POLL,
+                    run.began(),
                 ));
             }
             count += pool.members.len();
@@ -138,7 +141,7 @@ impl OctaviaProvider {
         if let Some(port) = pending_pool {
             return Ok(Progress::pending(
                 format!("waiting for the pool of port {port}"),
-                POLL,
+                run.relook(),
             ));
         }
         if !bad.is_empty() {
@@ -152,7 +155,7 @@ impl OctaviaProvider {
             ));
         }
         if out.iter().any(|m| m.state == MemberState::Adding) {
-            return Ok(Progress::pending("members being provisioned", POLL));
+            return Ok(Progress::pending("members being provisioned", run.relook()));
         }
         Ok(Progress::Done)
     }
