@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use capi_lb::sim::world::World;
 use capi_lb_api::capi::Machine;
 use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer, OctaviaLoadBalancerStatus};
+use capi_lb_providers::octavia::{FIRST_LOOK, MAX_LOOK, relook};
 use capi_lb_tests::octavia::{
     Harness, delete_until_gone, ext_addresses, harness, octavia_lb, olb, reconcile_until,
 };
@@ -107,6 +108,104 @@ async fn delete_and_settle(world: &World, h: &Harness, tag: &str) {
         "load balancers left behind: {:?}",
         h.lbs_tagged(tag)
     );
+}
+
+/// One wait on Octavia as the controller sees it: reconcile, move the provider's clock by the requeue
+/// the reconcile asked for, reconcile again, while `busy` says Octavia is still at it. No real sleep:
+/// the looks come faster than Octavia finishes, so the schedule is seen as it is. Asserts that each
+/// busy look asks for as long again as the wait so far on the provider's clock (`relook`), at most
+/// `MAX_LOOK`, for one OpenStack request; returns the number of busy looks and the last outcome.
+async fn follow_wait(
+    world: &World,
+    first: capi_lb::Outcome,
+    busy: impl Fn(Option<&LoadBalancer>) -> bool,
+) -> (usize, capi_lb::Outcome) {
+    let api = Api::<LoadBalancer>::namespaced(world.client(), NS);
+    let mut outcome = first;
+    let mut waited = Duration::ZERO;
+    let mut looks = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let delay = outcome
+            .requeue_after
+            .expect("a busy reconcile asks to be requeued");
+        world.clock.advance(delay);
+        waited += delay;
+        world.openstack.clear();
+        outcome = world.reconcile(NS, "cp").await.unwrap();
+        if !busy(api.get_opt("cp").await.unwrap().as_ref()) {
+            return (looks, outcome);
+        }
+        looks += 1;
+        let calls = world.openstack.calls();
+        assert_eq!(calls.len(), 1, "one request per look: {calls:?}");
+        assert_eq!(
+            outcome.requeue_after,
+            Some(relook(waited)),
+            "look {looks}, {waited:?} into the wait"
+        );
+        assert!(relook(waited) <= MAX_LOOK);
+        assert!(Instant::now() < deadline, "Octavia stayed busy");
+    }
+}
+
+/// While Octavia is busy the provider looks again soon, then less and less often: the first look
+/// `FIRST_LOOK` after its write (the create, the batch member update, the delete each begin a new
+/// wait), each later one as long again as the wait so far, at most `MAX_LOOK`, one request each.
+#[tokio::test]
+async fn looks_start_short_and_back_off_while_octavia_is_busy() {
+    let h = harness();
+    let world = World::new(basic(&h)).await.unwrap();
+    let pending = |lb: Option<&LoadBalancer>| {
+        lb.is_some_and(|lb| cond(lb, "InfrastructureReady").1 == "LoadBalancerPending")
+    };
+
+    let created = world.reconcile(NS, "cp").await.unwrap();
+    assert_eq!(
+        created.requeue_after,
+        Some(FIRST_LOOK),
+        "the create's first look"
+    );
+    let (create_looks, provisioned) = follow_wait(&world, created, pending).await;
+    // The load balancer is ACTIVE: that reconcile wrote the members, which begins a new wait.
+    let lb = get_lb(&world, "cp").await;
+    assert_eq!(cond(&lb, "InfrastructureReady").0, "True");
+    assert_eq!(
+        provisioned.requeue_after,
+        Some(FIRST_LOOK),
+        "the member update's first look"
+    );
+    let (member_looks, _) = follow_wait(&world, provisioned, |lb| {
+        lb.is_some_and(|lb| !ready_with(2)(lb))
+    })
+    .await;
+    let lb = get_lb(&world, "cp").await;
+    assert!(ready_with(2)(&lb));
+
+    Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .delete("cp", &DeleteParams::default())
+        .await
+        .unwrap();
+    world.openstack.clear();
+    let deleting = world.reconcile(NS, "cp").await.unwrap();
+    assert!(
+        world
+            .openstack
+            .calls()
+            .iter()
+            .any(|(op, _)| op == "loadbalancer.delete")
+    );
+    assert_eq!(
+        deleting.requeue_after,
+        Some(FIRST_LOOK),
+        "the delete's first look"
+    );
+    let (delete_looks, _) = follow_wait(&world, deleting, |lb| lb.is_some()).await;
+    assert!(
+        create_looks >= 1,
+        "Octavia was busy for some looks (create {create_looks}, members {member_looks}, delete {delete_looks})"
+    );
+    assert!(h.lbs_tagged(&uid_tag(&lb)).is_empty());
 }
 
 #[tokio::test]
