@@ -12,6 +12,7 @@ use super::api::{Request, Session};
 use super::documents::{LbRecord, decode};
 use super::naming::owned;
 use super::reason;
+use super::relook;
 use super::settings::Infra;
 use super::stop::Stop;
 use crate::provider::{LoadBalancerIdentity, Progress};
@@ -53,10 +54,11 @@ impl OctaviaProvider {
             }
         }
         // A delete sent begins a new wait; otherwise Octavia is still deleting (or busy first).
+        let wait = relook::key(&identity.uid, infra.uid.as_deref());
         let after = if sent {
-            self.waits.began(&identity.uid, now)
+            self.waits.began(&wait, now)
         } else {
-            self.waits.waiting(&identity.uid, now, None)
+            self.waits.waiting(&wait, now, None)
         };
         Ok(Progress::pending_because(
             reason::LOAD_BALANCER_PENDING,
@@ -108,7 +110,7 @@ impl OctaviaProvider {
     /// Nothing of the LoadBalancer with UID `uid` is left in the cloud: forget what was cached for
     /// it (its wait included). Called while holding its lock.
     pub(super) fn forget_cached(&self, uid: &str, infra: &Infra) {
-        self.waits.forget(uid);
+        self.waits.forget(&relook::key(uid, infra.uid.as_deref()));
         if let Some(id) = &infra.status.load_balancer_id {
             self.forget_tree(id);
             if let Ok(mut verified) = self.verified.lock() {

@@ -23,7 +23,7 @@
 //! The files, lowest first (each uses only those above it; this one holds the [`OctaviaProvider`]
 //! and its `Provider` impl, which delegates to the others):
 //! - `stop`: [`Stop`]; `reason`: the condition reasons;
-//! - `relook`: how soon to look again while Octavia is busy ([`relook()`], and the per-LoadBalancer
+//! - `relook`: how soon to look again while Octavia is busy ([`relook()`], and the per-load-balancer
 //!   record of the wait it is measured from);
 //! - `api`: credentials, Keystone sessions and the metered request path;
 //! - `documents`: what Octavia and Neutron answer; `naming`: names, tags and ownership;
@@ -274,9 +274,8 @@ impl Provider for OctaviaProvider {
             }
             Err(stop) => Err(stop),
         };
-        let progress = done_or_wait(result, || {
-            self.waits.waiting(&request.identity.uid, now, None)
-        })?;
+        let wait = relook::key(&request.identity.uid, infra.uid.as_deref());
+        let progress = done_or_wait(result, || self.waits.waiting(&wait, now, None))?;
         if progress.is_done() {
             // Nothing of this LoadBalancer is left in the cloud: forget what was cached for it.
             self.forget_cached(&request.identity.uid, &infra);

@@ -1,5 +1,5 @@
 //! How soon to look again while Octavia is busy with a load balancer: the schedule ([`relook`]: as
-//! long as the wait has lasted, from [`FIRST_LOOK`] up to [`MAX_LOOK`]) and the per-LoadBalancer
+//! long as the wait has lasted, from [`FIRST_LOOK`] up to [`MAX_LOOK`]) and the per-load-balancer
 //! record of when the current wait began ([`Waits`]).
 //!
 //! **The schedule.** After capi-lb gives Octavia work (one write: the create, a child, a batch member
@@ -14,8 +14,10 @@
 //! `ensure`; the list of the delete), so the schedule changes how often a busy load balancer is
 //! read, never what a look costs; a steady-state reconcile never consults it.
 //!
-//! **What the wait is measured from.** An in-memory record per LoadBalancer UID (when the wait began,
-//! when it was last looked at), read and written under the provider's per-LoadBalancer lock:
+//! **What the wait is measured from.** An in-memory record per LoadBalancer and OctaviaLoadBalancer
+//! (by their UIDs, [`key`]: the two OctaviaLoadBalancers of a provider swap wait apart): when the
+//! wait began, when it was last looked at; read and written under the provider's per-LoadBalancer
+//! lock:
 //! - a write Octavia accepted begins a new wait (the first look comes after [`FIRST_LOOK`]);
 //! - a look that finds Octavia still busy continues the wait of the record; with no record (after a
 //!   restart), it continues from `status.pendingSince` when the load balancer is PENDING (the start the
@@ -53,6 +55,12 @@ pub const MAX_LOOK: Duration = Duration::from_secs(4);
 /// A record not looked at for this long belongs to a wait that ended.
 const STALE: Duration = Duration::from_secs(30);
 
+/// The record of the Octavia load balancer of LoadBalancer `lb_uid` made with OctaviaLoadBalancer
+/// `infra_uid`.
+pub(super) fn key(lb_uid: &str, infra_uid: Option<&str>) -> String {
+    format!("{lb_uid}/{}", infra_uid.unwrap_or_default())
+}
+
 /// How soon to look again at a load balancer Octavia has been busy with for `waited`: as long again,
 /// between [`FIRST_LOOK`] and [`MAX_LOOK`] (so the looks double the wait until the cap).
 pub fn relook(waited: Duration) -> Duration {
@@ -67,44 +75,45 @@ struct Wait {
     seen: Timestamp,
 }
 
-/// When the current wait of each LoadBalancer (by UID) began.
+/// When the current wait of each load balancer (by [`key`]) began.
 #[derive(Debug, Default)]
 pub(super) struct Waits {
     waits: Mutex<HashMap<String, Wait>>,
 }
 
 impl Waits {
-    /// Octavia accepted a write for LoadBalancer `uid` at `now`: a new wait begins. How soon to look.
-    pub(super) fn began(&self, uid: &str, now: Timestamp) -> Duration {
-        self.record(uid, now, |_| now)
+    /// Octavia accepted a write for load balancer `key` at `now`: a new wait begins. How soon to
+    /// look.
+    pub(super) fn began(&self, key: &str, now: Timestamp) -> Duration {
+        self.record(key, now, |_| now)
     }
 
-    /// Octavia is still busy for LoadBalancer `uid` at `now` (`pending_since`: since when the status
-    /// says the load balancer is PENDING, if it does). How soon to look again.
+    /// Octavia is still busy with load balancer `key` at `now` (`pending_since`: since when the
+    /// status says it is PENDING, if it does). How soon to look again.
     pub(super) fn waiting(
         &self,
-        uid: &str,
+        key: &str,
         now: Timestamp,
         pending_since: Option<Timestamp>,
     ) -> Duration {
-        self.record(uid, now, |live| match live {
+        self.record(key, now, |live| match live {
             Some(wait) => wait.since,
             None => pending_since.map_or(now, |since| since.min(now)),
         })
     }
 
-    /// The deletion of LoadBalancer `uid` is done: forget its wait.
-    pub(super) fn forget(&self, uid: &str) {
+    /// The deletion of load balancer `key` is done: forget its wait.
+    pub(super) fn forget(&self, key: &str) {
         if let Ok(mut waits) = self.waits.lock() {
-            waits.remove(uid);
+            waits.remove(key);
         }
     }
 
-    /// Record the wait of `uid` as seen `now`, beginning when `since` says given the live record (one
+    /// Record the wait of `key` as seen `now`, beginning when `since` says given the live record (one
     /// looked at within [`STALE`], not in the future); how soon to look again.
     fn record(
         &self,
-        uid: &str,
+        key: &str,
         now: Timestamp,
         since: impl FnOnce(Option<Wait>) -> Timestamp,
     ) -> Duration {
@@ -112,13 +121,13 @@ impl Waits {
             // Nothing to measure from: the slow end, which can never flood Octavia.
             return MAX_LOOK;
         };
-        // Records of other LoadBalancers may have been seen after `now` (a call that began later
+        // Records of other load balancers may have been seen after `now` (a call that began later
         // but recorded first): kept unless stale.
         waits.retain(|_, w| after(w.seen, STALE) > now);
-        // This LoadBalancer's record began after `now` only when the clock stepped back: not live.
-        let live = waits.get(uid).copied().filter(|w| w.since <= now);
+        // This one's record began after `now` only when the clock stepped back: not live.
+        let live = waits.get(key).copied().filter(|w| w.since <= now);
         let since = since(live);
-        waits.insert(uid.to_string(), Wait { since, seen: now });
+        waits.insert(key.to_string(), Wait { since, seen: now });
         relook(until(since, now))
     }
 
@@ -207,6 +216,19 @@ mod tests {
             waits.waiting("a", at(5_000), Some(at(0))),
             Duration::from_secs(1)
         );
+    }
+
+    #[test]
+    fn the_two_octavia_load_balancers_of_a_provider_swap_wait_apart() {
+        let waits = Waits::default();
+        let (old, new) = (key("lb", Some("olb-1")), key("lb", Some("olb-2")));
+        assert_ne!(old, new);
+        waits.began(&old, at(0));
+        assert_eq!(waits.began(&new, at(2_000)), FIRST_LOOK);
+        assert_eq!(waits.waiting(&old, at(3_000), None), Duration::from_secs(3));
+        assert_eq!(waits.waiting(&new, at(3_000), None), Duration::from_secs(1));
+        waits.forget(&new);
+        assert_eq!(waits.len(), 1);
     }
 
     #[test]

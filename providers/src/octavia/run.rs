@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::naming::{lb_name, object_tags};
 use super::reason;
-use super::relook::Waits;
+use super::relook::{Waits, key};
 use super::settings::Infra;
 use crate::provider::{LoadBalancerIdentity, Progress};
 
@@ -45,15 +45,20 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// The record of this call's wait on Octavia.
+    fn wait_key(&self) -> String {
+        key(&self.identity.uid, self.infra.uid.as_deref())
+    }
+
     /// Octavia accepted a write: a new wait begins. How soon to look.
     pub(super) fn began(&self) -> Duration {
-        self.waits.began(&self.identity.uid, self.now)
+        self.waits.began(&self.wait_key(), self.now)
     }
 
     /// Octavia is still busy (members provisioning, a pool not there yet, a conflict): how soon to
     /// look again.
     pub(super) fn relook(&self) -> Duration {
-        self.waits.waiting(&self.identity.uid, self.now, None)
+        self.waits.waiting(&self.wait_key(), self.now, None)
     }
 
     pub(super) fn tags(&self) -> Vec<String> {
@@ -113,9 +118,7 @@ impl<'a> Run<'a> {
     /// schedule of this LoadBalancer's wait (after a restart: from `pendingSince`).
     pub(super) fn pending(&mut self, state: &str) -> Progress {
         let since = self.pending_since();
-        let after = self
-            .waits
-            .waiting(&self.identity.uid, self.now, Some(since));
+        let after = self.waits.waiting(&self.wait_key(), self.now, Some(since));
         self.pending_for(state, since, after)
     }
 
