@@ -6,13 +6,28 @@
 //! update, a delete) it looks again after [`FIRST_LOOK`], and then after as long as it has waited so
 //! far, at most [`MAX_LOOK`]: looks 0.25, 0.5, 1, 2, 4 s after the write, then every 4 s. An
 //! operation that ends just after a look is seen at most twice its duration after it began (until
-//! the cap), at most [`MAX_LOOK`] late after that: the test harness' no-op Octavia, done in a second
-//! or two, is seen within a look or two of it. A real amphora boot of 60 s takes 5 looks to reach the
-//! cap and 14 more to the minute, **19 status reads** where a fixed 2 s interval made 30, and is seen
-//! at most 4 s late (the fixed interval: 2 s); each reconcile's own time only spaces the looks
-//! further. Each look is one request (the status tree, which `converge_members` shares with
-//! `ensure`; the list of the delete), so the schedule changes how often a busy load balancer is
-//! read, never what a look costs; a steady-state reconcile never consults it.
+//! the cap), at most [`MAX_LOOK`] late after that. Compared with the fixed 2 s it replaces (looks of
+//! an operation of duration d, and when it is seen):
+//!
+//! | d | fixed 2 s | this schedule |
+//! |---|---|---|
+//! | 0.5 s | 1 look, at 2 s | 2 looks, at 0.5 s |
+//! | 1 s | 1, at 2 s | 3, at 1 s |
+//! | 2 s | 1, at 2 s | 4, at 2 s |
+//! | 5 s | 3, at 6 s | 6, at 8 s |
+//! | 10 s | 5, at 10 s | 7, at 12 s |
+//! | 15 s | 8, at 16 s | 8, at 16 s |
+//! | 60 s (an amphora boot) | 30, at 60 s | **19**, at 60 s |
+//! | 120 s | 60, at 120 s | 34, at 120 s |
+//!
+//! Short operations (the test harness' no-op Octavia) are seen in a fraction of the time for a few
+//! more looks; from 15 s on the schedule makes fewer looks (an amphora boot of a
+//! minute: 5 looks to reach the cap, 14 more to the minute); in between it costs a few more looks and
+//! may see the end up to 4 s late instead of 2 (an operation of 5 s at 8 s instead of 6). Each
+//! reconcile's own time only spaces the looks further. Each look is one request (the status tree,
+//! which `converge_members` shares with `ensure`; the list of the delete), so the schedule changes how
+//! often a busy load balancer is read, never what a look costs; a steady-state reconcile never
+//! consults it.
 //!
 //! **What the wait is measured from.** An in-memory record per LoadBalancer and OctaviaLoadBalancer
 //! (by their UIDs, [`key`]: the two OctaviaLoadBalancers of a provider swap wait apart): when the
@@ -184,18 +199,39 @@ mod tests {
     }
 
     #[test]
-    fn a_one_minute_amphora_boot_costs_fewer_looks_than_a_fixed_two_seconds() {
-        // The module docs' arithmetic: 19 looks to see a 60 s boot (a fixed 2 s interval: 30), and
-        // the boot is seen at most MAX_LOOK late.
-        let boot = Duration::from_secs(60);
-        let minute = looks(boot);
-        assert_eq!(minute.len() - 1, 19, "{minute:?}");
-        let seen = minute.last().map(|l| l.0).unwrap_or_default();
-        assert!(seen >= boot && seen - boot <= MAX_LOOK, "{seen:?}");
-        // A short operation (the harness' no-op drivers) is seen within twice its duration.
-        let short = looks(Duration::from_millis(700));
-        let seen = short.last().map(|l| l.0).unwrap_or_default();
-        assert!(seen <= Duration::from_millis(1400), "{short:?}");
+    fn the_module_docs_table_of_looks_holds() {
+        // (duration, looks and when seen with a fixed 2 s, looks and when seen with the schedule)
+        let table: [(f64, u32, f64, usize, f64); 8] = [
+            (0.5, 1, 2.0, 2, 0.5),
+            (1.0, 1, 2.0, 3, 1.0),
+            (2.0, 1, 2.0, 4, 2.0),
+            (5.0, 3, 6.0, 6, 8.0),
+            (10.0, 5, 10.0, 7, 12.0),
+            (15.0, 8, 16.0, 8, 16.0),
+            (60.0, 30, 60.0, 19, 60.0),
+            (120.0, 60, 120.0, 34, 120.0),
+        ];
+        let fixed = Duration::from_secs(2);
+        for (d, fixed_looks, fixed_at, schedule_looks, schedule_at) in table {
+            let d = Duration::from_secs_f64(d);
+            let n = d.as_millis().div_ceil(fixed.as_millis()) as u32;
+            assert_eq!(
+                (n, fixed * n),
+                (fixed_looks, Duration::from_secs_f64(fixed_at))
+            );
+            let looks = looks(d);
+            let seen = looks.last().map(|l| l.0).unwrap_or_default();
+            assert_eq!(
+                (looks.len() - 1, seen),
+                (schedule_looks, Duration::from_secs_f64(schedule_at)),
+                "{d:?}: {looks:?}"
+            );
+            // Seen at most twice the duration after it began, and at most MAX_LOOK late.
+            assert!(
+                seen >= d && (seen <= 2 * d || seen - d <= MAX_LOOK),
+                "{d:?}"
+            );
+        }
     }
 
     #[test]
