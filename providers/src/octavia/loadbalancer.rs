@@ -220,6 +220,9 @@ impl OctaviaProvider {
                     run.relook(),
                 ));
             }
+            // A provisioned load balancer being updated (members, a listener, a pool) keeps
+            // serving with its former configuration until Octavia applies the new one.
+            "PENDING_UPDATE" if run.infra.status.ready => return Ok(run.pending("PENDING_UPDATE")),
             state => {
                 run.status.ready = false;
                 return Ok(run.pending(state));
@@ -231,7 +234,10 @@ impl OctaviaProvider {
         if progress.is_done() {
             progress = self.converge_floating_ip(&session, run).await?;
         }
-        run.status.ready = progress.is_done();
+        // Once provisioned, a change being applied (a port added, settings, a floating IP) does
+        // not take the load balancer out of service: `ready` stays until ERROR, DELETED or a
+        // state other than PENDING_UPDATE says otherwise.
+        run.status.ready = progress.is_done() || run.infra.status.ready;
         Ok(progress)
     }
 

@@ -213,8 +213,16 @@ impl Provider for OctaviaProvider {
         let mut run = Run::new(infra, request.identity, self.clock.now(), &self.waits);
         let result = self.ensure_inner(&mut run, request.listeners).await;
         let progress = done_or_wait(result, || run.relook())?;
+        // A problem someone has to act on (credentials, quota, a floating IP in the way) is
+        // reported as one, never hidden behind a load balancer that may still be serving.
+        let problem =
+            matches!(&progress, crate::Progress::Pending { reason: Some(r), .. } if r.is_problem());
+        if problem {
+            run.status.ready = false;
+        }
 
         Ok(EnsureOutcome {
+            serving: !progress.is_done() && !problem && run.status.ready,
             progress,
             addresses: run.addresses(),
             created: run.created,
