@@ -479,6 +479,7 @@ impl Provider for InMemoryProvider {
                             until(now, done),
                         ),
                         addresses: Vec::new(),
+                        serving: false,
                         created: false,
                         changes,
                         status: status_of(None, now),
@@ -553,6 +554,7 @@ impl Provider for InMemoryProvider {
         Ok(EnsureOutcome {
             progress,
             addresses: lb.map(|lb| lb.addresses.clone()).unwrap_or_default(),
+            serving: false,
             created,
             changes,
             status: status_of(lb, now),

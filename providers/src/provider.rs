@@ -325,6 +325,12 @@ pub struct EnsureOutcome {
     pub progress: Progress,
     /// Addresses assigned so far (may be known before the load balancer is ready).
     pub addresses: Vec<LoadBalancerAddress>,
+    /// With a `Pending` progress: the load balancer was provisioned before and keeps serving at
+    /// `addresses` while a change is applied to it (Octavia's `PENDING_UPDATE` after a member or
+    /// listener write). The reconciler then keeps `InfrastructureReady`, `Ready` and the published
+    /// endpoint as they are, converges members, and asks again after the progress's `retry_after`.
+    /// False while it is first provisioned, recreated or deleted: then `Pending` means not serving.
+    pub serving: bool,
     /// True when this call created the load balancer (rather than finding it by its tags).
     pub created: bool,
     /// What this call changed in the cloud, for Events and the simulate timeline.

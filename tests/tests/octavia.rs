@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 use capi_lb::sim::world::World;
 use capi_lb_api::capi::Machine;
 use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer, OctaviaLoadBalancerStatus};
+use capi_lb_providers::octavia::{FIRST_LOOK, MAX_LOOK, relook};
 use capi_lb_tests::octavia::{
     Harness, delete_until_gone, ext_addresses, harness, octavia_lb, olb, reconcile_until,
 };
 use capi_lb_tests::*;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 const VIP: &str = "198.51.100.1";
@@ -107,6 +109,112 @@ async fn delete_and_settle(world: &World, h: &Harness, tag: &str) {
         "load balancers left behind: {:?}",
         h.lbs_tagged(tag)
     );
+}
+
+/// One wait on Octavia as the controller sees it: reconcile, move the provider's clock by the requeue
+/// the reconcile asked for, reconcile again, while `busy` says Octavia is still at it. No real sleep:
+/// the looks come faster than Octavia finishes, so the schedule is seen as it is. Asserts that each
+/// busy look asks for as long again as the wait so far on the provider's clock (`relook`), at most
+/// `MAX_LOOK`, for one OpenStack request; returns the number of busy looks and the last outcome.
+async fn follow_wait(
+    world: &World,
+    first: capi_lb::Outcome,
+    busy: impl Fn(Option<&LoadBalancer>) -> bool,
+) -> (usize, capi_lb::Outcome) {
+    let api = Api::<LoadBalancer>::namespaced(world.client(), NS);
+    let mut outcome = first;
+    let mut waited = Duration::ZERO;
+    let mut looks = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let delay = outcome
+            .requeue_after
+            .expect("a busy reconcile asks to be requeued");
+        world.clock.advance(delay);
+        waited += delay;
+        world.openstack.clear();
+        outcome = world.reconcile(NS, "cp").await.unwrap();
+        if !busy(api.get_opt("cp").await.unwrap().as_ref()) {
+            return (looks, outcome);
+        }
+        looks += 1;
+        let calls = world.openstack.calls();
+        assert_eq!(calls.len(), 1, "one request per look: {calls:?}");
+        assert_eq!(
+            outcome.requeue_after,
+            Some(relook(waited)),
+            "look {looks}, {waited:?} into the wait"
+        );
+        assert!(relook(waited) <= MAX_LOOK);
+        assert!(Instant::now() < deadline, "Octavia stayed busy");
+    }
+}
+
+/// While Octavia is busy the provider looks again soon, then less and less often: the first look
+/// `FIRST_LOOK` after its write (the create, the batch member update, the delete each begin a new
+/// wait), each later one as long again as the wait so far, at most `MAX_LOOK`, one request each.
+#[tokio::test]
+async fn looks_start_short_and_back_off_while_octavia_is_busy() {
+    let h = harness();
+    let world = World::new(basic(&h)).await.unwrap();
+    let pending = |lb: Option<&LoadBalancer>| {
+        lb.is_some_and(|lb| cond(lb, "InfrastructureReady").1 == "LoadBalancerPending")
+    };
+
+    let created = world.reconcile(NS, "cp").await.unwrap();
+    assert_eq!(
+        created.requeue_after,
+        Some(FIRST_LOOK),
+        "the create's first look"
+    );
+    let (create_looks, provisioned) = follow_wait(&world, created, pending).await;
+    // The load balancer is ACTIVE: that reconcile wrote the members, which begins a new wait.
+    let lb = get_lb(&world, "cp").await;
+    assert_eq!(cond(&lb, "InfrastructureReady").0, "True");
+    assert_eq!(
+        provisioned.requeue_after,
+        Some(FIRST_LOOK),
+        "the member update's first look"
+    );
+    // While Octavia applies the member update the load balancer keeps serving: every look leaves
+    // it Ready, InfrastructureReady True and the `-ext` endpoint ready, whatever it reads.
+    let (member_looks, _) = follow_wait(&world, provisioned, |lb| {
+        let lb = lb.expect("the LoadBalancer exists");
+        assert!(is_ready(lb), "not Ready during a member update: {lb:?}");
+        assert_eq!(cond(lb, "InfrastructureReady").0, "True", "{lb:?}");
+        !ready_with(2)(lb)
+    })
+    .await;
+    let status = octavia_status(&world, "cp").await;
+    assert_eq!(status.provisioning_status.as_deref(), Some("ACTIVE"));
+    assert!(status.pending_since.is_none(), "{status:?}");
+    let lb = get_lb(&world, "cp").await;
+    assert!(ready_with(2)(&lb));
+
+    Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .delete("cp", &DeleteParams::default())
+        .await
+        .unwrap();
+    world.openstack.clear();
+    let deleting = world.reconcile(NS, "cp").await.unwrap();
+    assert!(
+        world
+            .openstack
+            .calls()
+            .iter()
+            .any(|(op, _)| op == "loadbalancer.delete")
+    );
+    assert_eq!(
+        deleting.requeue_after,
+        Some(FIRST_LOOK),
+        "the delete's first look"
+    );
+    let (delete_looks, _) = follow_wait(&world, deleting, |lb| lb.is_some()).await;
+    assert!(
+        create_looks >= 1,
+        "Octavia was busy for some looks (create {create_looks}, members {member_looks}, delete {delete_looks})"
+    );
+    assert!(h.lbs_tagged(&uid_tag(&lb)).is_empty());
 }
 
 #[tokio::test]
@@ -382,29 +490,29 @@ async fn writes_while_pending_are_retried_and_never_fail_the_reconcile() {
         world.reconcile(NS, "cp").await.unwrap();
         let lb = get_lb(&world, "cp").await;
         let read = octavia_status(&world, "cp").await.provisioning_status;
-        let infra = condition(&lb, "InfrastructureReady");
-        let pending =
-            infra.reason == "LoadBalancerPending" && infra.message.contains("PENDING_UPDATE since");
-        if pending || read.as_deref() != Some("ACTIVE") || round == ROUNDS {
+        if read.as_deref() != Some("ACTIVE") || round == ROUNDS {
             break lb;
         }
-        eprintln!(
-            "round {round}: the reconcile read the load balancer ACTIVE again ({infra:?}); once more"
-        );
+        eprintln!("round {round}: the reconcile read the load balancer ACTIVE again; once more");
     };
+    // The reconcile read PENDING_UPDATE: the load balancer was provisioned and keeps serving, so
+    // it stays Ready with its endpoint; the wait shows on the OctaviaLoadBalancer.
+    let status = octavia_status(&world, "cp").await;
     assert_eq!(
-        cond(&lb, "InfrastructureReady").1,
-        "LoadBalancerPending",
-        "round {round} of {ROUNDS}: {:?}",
+        status.provisioning_status.as_deref(),
+        Some("PENDING_UPDATE"),
+        "round {round} of {ROUNDS}: {status:?}"
+    );
+    assert!(status.pending_since.is_some(), "{status:?}");
+    assert!(status.ready, "{status:?}");
+    assert!(is_ready(&lb), "{:?}", condition(&lb, "Ready"));
+    assert_eq!(
+        cond(&lb, "InfrastructureReady"),
+        ("True".into(), "Provisioned".into()),
+        "{:?}",
         condition(&lb, "InfrastructureReady")
     );
-    assert!(
-        condition(&lb, "InfrastructureReady")
-            .message
-            .contains("PENDING_UPDATE since"),
-        "round {round} of {ROUNDS}: {:?}",
-        condition(&lb, "InfrastructureReady")
-    );
+    assert!(ext_ready(&world, "cp-ext").await);
 
     reconcile_cp_until(&world, "converged", ready_with(3)).await;
     let status = octavia_status(&world, "cp").await;
@@ -419,6 +527,78 @@ async fn writes_while_pending_are_retried_and_never_fail_the_reconcile() {
         "touched by an operator"
     );
 
+    delete_and_settle(&world, &h, &tag).await;
+}
+
+/// True when the EndpointSlices of `service` have endpoints and every one is ready.
+async fn ext_ready(world: &World, service: &str) -> bool {
+    let slices = Api::<EndpointSlice>::namespaced(world.client(), NS)
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
+        .await
+        .unwrap()
+        .items;
+    let endpoints: Vec<_> = slices.iter().flat_map(|s| s.endpoints.iter()).collect();
+    !endpoints.is_empty()
+        && endpoints
+            .iter()
+            .all(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+}
+
+/// A member change does not take the load balancer out of service: Octavia applies it
+/// (PENDING_UPDATE) while serving, so no reconcile in between takes Ready, InfrastructureReady or the
+/// `-ext` endpoint away, and the targets keep their states. Reconciles follow each other as fast as
+/// they go, so one reads the update in progress; if Octavia was quicker than that, another Machine
+/// is added, a bounded number of times.
+#[tokio::test]
+async fn a_member_change_keeps_the_load_balancer_ready_while_octavia_applies_it() {
+    let h = harness();
+    let world = World::new(basic(&h)).await.unwrap();
+    let lb = reconcile_cp_until(&world, "Ready", ready_with(2)).await;
+    let tag = uid_tag(&lb);
+    let machines = Api::<Machine>::namespaced(world.client(), NS);
+    const ROUNDS: usize = 5;
+    let mut saw_update = 0;
+    let mut round = 0;
+    while saw_update == 0 && round < ROUNDS {
+        round += 1;
+        let name = format!("cp-m{}", round + 2);
+        let m: Machine =
+            serde_json::from_value(machine(&name, "cp", &format!("10.0.0.{}", round + 12)).build())
+                .unwrap();
+        machines.create(&PostParams::default(), &m).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            world.reconcile(NS, "cp").await.unwrap();
+            let lb = get_lb(&world, "cp").await;
+            let status = octavia_status(&world, "cp").await;
+            if status.provisioning_status.as_deref() == Some("PENDING_UPDATE") {
+                saw_update += 1;
+            }
+            assert!(
+                is_ready(&lb),
+                "round {round}: {:?}",
+                condition(&lb, "Ready")
+            );
+            assert_eq!(cond(&lb, "InfrastructureReady").0, "True", "round {round}");
+            assert!(
+                ext_ready(&world, "cp-ext").await,
+                "round {round}: -ext not ready"
+            );
+            // Targets already active stay active.
+            let active = &lb.status.as_ref().unwrap().active_targets;
+            for old in ["cp-m1", "cp-m2"] {
+                assert!(active.iter().any(|t| t == old), "round {round}: {active:?}");
+            }
+            if ready_with(round + 2)(&lb) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "round {round}: not converged");
+        }
+    }
+    assert!(
+        saw_update > 0,
+        "in {ROUNDS} rounds no reconcile read the member update in progress"
+    );
     delete_and_settle(&world, &h, &tag).await;
 }
 
@@ -456,9 +636,17 @@ async fn ports_added_and_removed_get_and_lose_their_listener_pool_and_monitor() 
     let status = loop {
         world.reconcile(NS, "cp").await.unwrap();
         let status = octavia_status(&world, "cp").await;
-        if status.listeners.len() == 2 && status.ready && status.member_count == 4 {
+        // The load balancer serves the first port all along (Ready): the second is done when
+        // its listener, pool and monitor exist and Octavia has applied everything.
+        if status.listeners.len() == 2
+            && status.listeners[1].monitor_id.is_some()
+            && status.member_count == 4
+            && status.provisioning_status.as_deref() == Some("ACTIVE")
+            && status.pending_since.is_none()
+        {
             break status;
         }
+        assert!(is_ready(&get_lb(&world, "cp").await), "{status:?}");
         assert!(Instant::now() < deadline, "{status:?}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     };

@@ -227,9 +227,12 @@ impl Reconciliation<'_> {
         } = out.progress
         {
             self.outcome = self.outcome.min(Some(retry_after));
-            self.write_infra_status(&api, &resource, &infra, infra_status)
-                .await?;
-            return Ok(BringUp::Waiting(message));
+            // Serving while a change is applied: its members are looked at all the same.
+            if !out.serving {
+                self.write_infra_status(&api, &resource, &infra, infra_status)
+                    .await?;
+                return Ok(BringUp::Waiting(message));
+            }
         }
         if out.addresses.is_empty() {
             self.write_infra_status(&api, &resource, &infra, infra_status)

@@ -160,6 +160,12 @@ impl Reconciliation<'_> {
         self.status.addresses = out.addresses;
         let state = match out.progress {
             Progress::Done => InfraState::Provisioned,
+            // Provisioned and serving while a change is applied: nothing a client sees changes;
+            // look again when the provider says.
+            Progress::Pending { retry_after, .. } if out.serving => {
+                self.outcome = self.outcome.min(Some(retry_after));
+                InfraState::Provisioned
+            }
             Progress::Pending {
                 message,
                 retry_after,

@@ -163,6 +163,7 @@ impl Provider for KubeDcProvider {
         let outcome = |progress: Progress, addresses, created, changes, status| EnsureOutcome {
             progress,
             addresses,
+            serving: false,
             created,
             changes,
             status,

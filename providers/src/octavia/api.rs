@@ -20,7 +20,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::reason;
-use super::stop::{POLL, Stop};
+use super::stop::Stop;
 use crate::error::ProviderError;
 use crate::observe::{ApiCall, ApiObserver};
 
@@ -581,8 +581,8 @@ impl Session {
         Ok(Reply { status, body })
     }
 
-    /// Send `request` and require success: 409 (an object is PENDING) waits, 5xx backs off, quota
-    /// and configuration rejections are reported with their reason.
+    /// Send `request` and require success: 409 (an object is PENDING) waits on the re-look schedule,
+    /// 5xx backs off, quota and configuration rejections are reported with their reason.
     pub async fn expect(
         &self,
         observer: Option<&dyn ApiObserver>,
@@ -636,11 +636,7 @@ impl Session {
             _ => {}
         }
         match reply.status {
-            409 => Stop::Wait(crate::provider::Progress::pending_because(
-                reason::LOAD_BALANCER_PENDING,
-                format!("{what} (an object is PENDING; retrying)"),
-                POLL,
-            )),
+            409 => Stop::Busy(format!("{what} (an object is PENDING; retrying)")),
             401 => wait(reason::AUTHENTICATION_FAILED, what),
             403 | 413 if lower.contains("quota") => wait(reason::QUOTA_EXCEEDED, what),
             400 | 404 if lower.contains("provider") || lower.contains("flavor") => {

@@ -15,7 +15,7 @@ use super::naming::child_name;
 use super::reason;
 use super::run::Run;
 use super::settings::{Settings, with};
-use super::stop::{POLL, Stop};
+use super::stop::Stop;
 use crate::provider::{Listener, Progress};
 
 /// One write to Octavia: the operation (as reported to the observer), the request, and what it
@@ -149,7 +149,7 @@ impl OctaviaProvider {
         Ok(Progress::pending_because(
             reason::LOAD_BALANCER_PENDING,
             what,
-            POLL,
+            run.began(),
         ))
     }
 

@@ -1,16 +1,20 @@
 //! Deleting what a LoadBalancer has in the cloud: its floating IP first, then every Octavia load
-//! balancer it owns (with a cascade delete), waiting until Octavia has deleted them; and forgetting
-//! what the provider cached for it once nothing is left.
+//! balancer it owns (with a cascade delete), waiting until Octavia has deleted them (looked at again
+//! on the re-look schedule, measured from the delete); and forgetting what the provider cached for
+//! it once nothing is left.
 
 use std::sync::Arc;
+
+use jiff::Timestamp;
 
 use super::OctaviaProvider;
 use super::api::{Request, Session};
 use super::documents::{LbRecord, decode};
 use super::naming::owned;
 use super::reason;
+use super::relook;
 use super::settings::Infra;
-use super::stop::{POLL, Stop};
+use super::stop::Stop;
 use crate::provider::{LoadBalancerIdentity, Progress};
 
 impl OctaviaProvider {
@@ -20,6 +24,7 @@ impl OctaviaProvider {
         session: &Session,
         identity: &LoadBalancerIdentity,
         infra: &Infra,
+        now: Timestamp,
         changes: &mut Vec<String>,
     ) -> Result<Progress, Stop> {
         let found = self.find_for_delete(session, identity, infra).await?;
@@ -36,6 +41,7 @@ impl OctaviaProvider {
         if found.is_empty() {
             return Ok(Progress::Done);
         }
+        let mut sent = false;
         for record in &found {
             match record.provisioning_status.as_str() {
                 "PENDING_DELETE" => {}
@@ -43,9 +49,17 @@ impl OctaviaProvider {
                 _ => {
                     self.delete_lb(session, &record.id).await?;
                     changes.push(format!("deleting Octavia load balancer {}", record.id));
+                    sent = true;
                 }
             }
         }
+        // A delete sent begins a new wait; otherwise Octavia is still deleting (or busy first).
+        let wait = relook::key(&identity.uid, infra.uid.as_deref());
+        let after = if sent {
+            self.waits.began(&wait, now)
+        } else {
+            self.waits.waiting(&wait, now, None)
+        };
         Ok(Progress::pending_because(
             reason::LOAD_BALANCER_PENDING,
             format!(
@@ -56,7 +70,7 @@ impl OctaviaProvider {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-            POLL,
+            after,
         ))
     }
 
@@ -94,8 +108,9 @@ impl OctaviaProvider {
     }
 
     /// Nothing of the LoadBalancer with UID `uid` is left in the cloud: forget what was cached for
-    /// it. Called while holding its lock.
+    /// it (its wait included). Called while holding its lock.
     pub(super) fn forget_cached(&self, uid: &str, infra: &Infra) {
+        self.waits.forget(&relook::key(uid, infra.uid.as_deref()));
         if let Some(id) = &infra.status.load_balancer_id {
             self.forget_tree(id);
             if let Ok(mut verified) = self.verified.lock() {

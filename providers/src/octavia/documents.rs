@@ -57,6 +57,8 @@ pub(super) struct TreeMonitor {
 #[derive(Clone, Debug, Deserialize)]
 pub(super) struct TreeMember {
     #[serde(default)]
+    pub(super) name: Option<String>,
+    #[serde(default)]
     pub(super) provisioning_status: String,
     pub(super) address: String,
     pub(super) protocol_port: i32,

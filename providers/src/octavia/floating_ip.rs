@@ -14,7 +14,7 @@ use super::naming::{description, fip_tags, fip_uid_tag};
 use super::reason;
 use super::run::Run;
 use super::settings::Infra;
-use super::stop::{POLL, Stop};
+use super::stop::Stop;
 use crate::provider::{LoadBalancerIdentity, Progress};
 
 /// How long a floating IP seen in place is trusted without asking Neutron.
@@ -112,7 +112,7 @@ impl OctaviaProvider {
                 "loadbalancer.get",
             )?;
             run.status.vip_port_id = record.vip_port_id;
-            return Ok(Progress::pending("reading the VIP port", POLL));
+            return Ok(Progress::pending("reading the VIP port", run.relook()));
         };
         // What is on our VIP port now (only ever ours, or something someone put there by hand).
         let on_port = self
@@ -336,7 +336,7 @@ impl OctaviaProvider {
         run.status.floating_ip = None;
         run.status.floating_ip_id = None;
         run.status.floating_ip_allocated = false;
-        Ok(Some(Progress::pending("floating IP released", POLL)))
+        Ok(Some(Progress::pending("floating IP released", run.began())))
     }
 
     /// Delete an allocated floating IP, or disassociate a given one (404: already gone).

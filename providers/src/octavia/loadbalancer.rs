@@ -15,7 +15,7 @@ use super::naming::{description, lb_name, owned, uid_tag};
 use super::reason;
 use super::run::Run;
 use super::settings::Settings;
-use super::stop::{POLL, Stop};
+use super::stop::Stop;
 use crate::provider::{Listener, LoadBalancerIdentity, Progress};
 
 impl OctaviaProvider {
@@ -193,7 +193,7 @@ impl OctaviaProvider {
             record.id,
             listeners.len()
         ));
-        Ok(run.pending("PENDING_CREATE"))
+        Ok(run.pending_after_write("PENDING_CREATE"))
     }
 
     /// `ensure`: the load balancer, then its children, then its floating IP; one write per call.
@@ -215,8 +215,14 @@ impl OctaviaProvider {
             "ERROR" => return self.on_error(&session, run, &tree).await,
             "DELETED" => {
                 run.forget_lb();
-                return Ok(Progress::pending("Octavia load balancer deleted", POLL));
+                return Ok(Progress::pending(
+                    "Octavia load balancer deleted",
+                    run.relook(),
+                ));
             }
+            // A provisioned load balancer being updated (members, a listener, a pool) keeps
+            // serving with its former configuration until Octavia applies the new one.
+            "PENDING_UPDATE" if run.infra.status.ready => return Ok(run.pending("PENDING_UPDATE")),
             state => {
                 run.status.ready = false;
                 return Ok(run.pending(state));
@@ -228,7 +234,10 @@ impl OctaviaProvider {
         if progress.is_done() {
             progress = self.converge_floating_ip(&session, run).await?;
         }
-        run.status.ready = progress.is_done();
+        // Once provisioned, a change being applied (a port added, settings, a floating IP) does
+        // not take the load balancer out of service: `ready` stays until ERROR, DELETED or a
+        // state other than PENDING_UPDATE says otherwise.
+        run.status.ready = progress.is_done() || run.infra.status.ready;
         Ok(progress)
     }
 
@@ -260,7 +269,7 @@ impl OctaviaProvider {
                 "Octavia load balancer {} was in ERROR; deleting it to recreate it",
                 tree.id
             ),
-            POLL,
+            run.began(),
         ))
     }
 

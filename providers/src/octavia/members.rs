@@ -14,7 +14,7 @@ use super::documents::{PoolMember, TreePool, decode};
 use super::naming::child_name;
 use super::reason;
 use super::run::Run;
-use super::stop::{POLL, Stop};
+use super::stop::Stop;
 use crate::provider::{DesiredMember, Listener, MemberIntent, MemberState, MemberStatus, Progress};
 
 /// How long what the provider knows of member weights is trusted without reading them back.
@@ -30,9 +30,11 @@ impl OctaviaProvider {
         session: &Session,
         pool: &TreePool,
     ) -> Result<Vec<PoolMember>, Stop> {
+        // Members on their way out (PENDING_DELETE after a batch update) no longer count.
         let in_tree: BTreeSet<(String, i32)> = pool
             .members
             .iter()
+            .filter(|m| m.provisioning_status != "PENDING_DELETE")
             .map(|m| (m.address.clone(), m.protocol_port))
             .collect();
         if in_tree.is_empty() {
@@ -78,16 +80,24 @@ impl OctaviaProvider {
         out: &mut Vec<MemberStatus>,
     ) -> Result<Progress, Stop> {
         let Some(id) = run.status.load_balancer_id.clone() else {
-            return Ok(Progress::pending("no Octavia load balancer yet", POLL));
+            return Ok(Progress::pending(
+                "no Octavia load balancer yet",
+                run.relook(),
+            ));
         };
         let session = self.session(&run.infra).await?;
         let Some(tree) = self.tree(&session, &id, true).await? else {
             return Ok(Progress::pending(
                 format!("Octavia load balancer {id} is gone"),
-                POLL,
+                run.relook(),
             ));
         };
-        if tree.provisioning_status != "ACTIVE" {
+        // While Octavia applies an update (PENDING_UPDATE) nothing can be written, but the tree
+        // still shows every member and its state: they are reported, so targets keep their
+        // states instead of looking absent until the next look. Other states (PENDING_CREATE,
+        // PENDING_DELETE, ERROR) have no members worth reporting.
+        let updating = tree.provisioning_status == "PENDING_UPDATE";
+        if tree.provisioning_status != "ACTIVE" && !updating {
             run.status.provisioning_status = Some(tree.provisioning_status.clone());
             return Ok(run.pending(&tree.provisioning_status));
         }
@@ -96,6 +106,7 @@ impl OctaviaProvider {
         let mut state = States::new();
         let mut count = 0;
         let mut pending_pool = None;
+        let mut wrote = None;
         for listener in listeners {
             let name = child_name(&lb, listener);
             let Some(pool) = tree
@@ -109,7 +120,10 @@ impl OctaviaProvider {
             };
             let known = self.pool_members(&session, pool).await?;
             let wanted = plan(desired, &known, listener.target_port);
-            if wanted != known {
+            // One write per call: Octavia is busy with it until it is applied. The states are
+            // those of the members as written (a new one Adding, a removed one Draining until
+            // Octavia has deleted it); the others keep theirs.
+            if wanted != known && !updating && wrote.is_none() {
                 self.forget_tree(&id);
                 self.write_members(&session, run, pool, &wanted).await?;
                 run.changes.push(format!(
@@ -117,14 +131,21 @@ impl OctaviaProvider {
                     listener.port,
                     describe_change(&known, &wanted)
                 ));
-                return Ok(Progress::pending_because(
-                    reason::LOAD_BALANCER_PENDING,
-                    format!("updating the members of port {}", listener.port),
-                    POLL,
-                ));
+                wrote = Some(listener.port);
+                count += wanted.len();
+                add_states(&mut state, &wanted, pool);
+                add_leaving(&mut state, known.iter().map(|m| (&m.name, &m.address)));
+                continue;
             }
             count += pool.members.len();
             add_states(&mut state, &known, pool);
+            add_leaving(
+                &mut state,
+                pool.members
+                    .iter()
+                    .filter(|m| m.provisioning_status == "PENDING_DELETE")
+                    .map(|m| (&m.name, &m.address)),
+            );
         }
         run.status.member_count = i32::try_from(count).unwrap_or(i32::MAX);
         *out = state
@@ -135,10 +156,21 @@ impl OctaviaProvider {
                 state,
             })
             .collect();
+        if let Some(port) = wrote {
+            return Ok(Progress::pending_because(
+                reason::LOAD_BALANCER_PENDING,
+                format!("updating the members of port {port}"),
+                run.began(),
+            ));
+        }
+        if updating {
+            run.status.provisioning_status = Some(tree.provisioning_status.clone());
+            return Ok(run.pending(&tree.provisioning_status));
+        }
         if let Some(port) = pending_pool {
             return Ok(Progress::pending(
                 format!("waiting for the pool of port {port}"),
-                POLL,
+                run.relook(),
             ));
         }
         if !bad.is_empty() {
@@ -152,7 +184,7 @@ impl OctaviaProvider {
             ));
         }
         if out.iter().any(|m| m.state == MemberState::Adding) {
-            return Ok(Progress::pending("members being provisioned", POLL));
+            return Ok(Progress::pending("members being provisioned", run.relook()));
         }
         Ok(Progress::Done)
     }
@@ -214,14 +246,15 @@ fn not_ip(desired: &[DesiredMember]) -> Vec<&str> {
 }
 
 /// Add the state of a pool's named members to `state`: Adding until the tree shows the member
-/// ACTIVE, then Draining (weight 0) or Active.
+/// ACTIVE (or PENDING_UPDATE: it exists and serves), then Draining (weight 0) or Active.
 fn add_states(state: &mut States, known: &[PoolMember], pool: &TreePool) {
     for member in known {
         let Some(name) = &member.name else { continue };
+        // A member being updated (its weight changed) exists and serves meanwhile.
         let provisioned = pool.members.iter().any(|m| {
             m.address == member.address
                 && m.protocol_port == member.protocol_port
-                && m.provisioning_status == "ACTIVE"
+                && matches!(m.provisioning_status.as_str(), "ACTIVE" | "PENDING_UPDATE")
         });
         let s = if !provisioned {
             MemberState::Adding
@@ -238,6 +271,21 @@ fn add_states(state: &mut States, known: &[PoolMember], pool: &TreePool) {
             || (s == MemberState::Draining && entry.1 == MemberState::Active)
         {
             entry.1 = s;
+        }
+    }
+}
+
+/// Add members on their way out of a pool (`(name, address)`) that `state` does not have yet as
+/// Draining: they take no new connections and are not gone until Octavia has deleted them.
+fn add_leaving<'a>(
+    state: &mut States,
+    leaving: impl Iterator<Item = (&'a Option<String>, &'a String)>,
+) {
+    for (name, address) in leaving {
+        if let Some(name) = name {
+            state
+                .entry(name.clone())
+                .or_insert((address.clone(), MemberState::Draining));
         }
     }
 }

@@ -14,15 +14,20 @@
 //!
 //! Nothing blocks: Octavia serialises writes on a load balancer (PENDING_* objects are immutable and
 //! refuse writes with 409), so each call does at most one write and answers `Pending` to be asked
-//! again in a moment. A steady-state reconcile costs one Octavia request (the status tree), shared by
-//! `ensure` and `converge_members`.
+//! again. How soon is the re-look schedule of `relook`: [`FIRST_LOOK`] after a write, then as long
+//! again as the wait so far, at most [`MAX_LOOK`] (0.25, 0.5, 1, 2, 4 s, then every 4 s), so an
+//! operation Octavia finishes in under a second is seen at once and a one-minute amphora boot costs
+//! 19 looks. A steady-state reconcile costs one Octavia request (the status tree), shared by `ensure`
+//! and `converge_members`; the schedule only decides how often a busy load balancer is looked at.
 //!
 //! The files, lowest first (each uses only those above it; this one holds the [`OctaviaProvider`]
 //! and its `Provider` impl, which delegates to the others):
-//! - `stop`: [`Stop`] and [`POLL`]; `reason`: the condition reasons;
+//! - `stop`: [`Stop`]; `reason`: the condition reasons;
+//! - `relook`: how soon to look again while Octavia is busy ([`relook()`], and the per-load-balancer
+//!   record of the wait it is measured from);
 //! - `api`: credentials, Keystone sessions and the metered request path;
 //! - `documents`: what Octavia and Neutron answer; `naming`: names, tags and ownership;
-//! - `settings`: what the spec asks for; `run`: one call in progress;
+//! - `settings`: what the spec asks for; `run`: one call in progress, and how soon it looks again;
 //! - `tree`: the status tree of a load balancer, cached for the rest of a reconcile;
 //! - `children` (listeners, pools, health monitors), `members` (member convergence) and
 //!   `floating_ip` (Neutron);
@@ -37,6 +42,7 @@ mod loadbalancer;
 mod members;
 mod naming;
 pub mod reason;
+mod relook;
 mod run;
 mod settings;
 mod stop;
@@ -66,10 +72,12 @@ pub use documents::{PoolMember, Tree};
 pub use members::plan;
 pub use naming::lb_name;
 use naming::uid_tag;
+use relook::Waits;
+pub use relook::{FIRST_LOOK, MAX_LOOK, relook};
 use run::Run;
 use settings::Infra;
+pub use stop::Stop;
 use stop::done_or_wait;
-pub use stop::{POLL, Stop};
 
 /// Name of the Octavia provider for `--providers`.
 pub const NAME: &str = "octavia";
@@ -129,6 +137,8 @@ pub struct OctaviaProvider {
     fip_checked: Mutex<HashMap<String, Instant>>,
     /// Load balancers whose ownership tags this process has seen.
     verified: Mutex<HashSet<String>>,
+    /// When each LoadBalancer's current wait on Octavia began (the re-look schedule's measure).
+    waits: Waits,
 }
 
 impl std::fmt::Debug for OctaviaProvider {
@@ -150,6 +160,7 @@ impl OctaviaProvider {
             members: Mutex::new(HashMap::new()),
             fip_checked: Mutex::new(HashMap::new()),
             verified: Mutex::new(HashSet::new()),
+            waits: Waits::default(),
         }
     }
 
@@ -199,10 +210,19 @@ impl Provider for OctaviaProvider {
             ));
         }
         let _guard = self.lock(&request.identity.uid).await;
-        let mut run = Run::new(infra, request.identity, self.clock.now());
-        let progress = done_or_wait(self.ensure_inner(&mut run, request.listeners).await)?;
+        let mut run = Run::new(infra, request.identity, self.clock.now(), &self.waits);
+        let result = self.ensure_inner(&mut run, request.listeners).await;
+        let progress = done_or_wait(result, || run.relook())?;
+        // A problem someone has to act on (credentials, quota, a floating IP in the way) is
+        // reported as one, never hidden behind a load balancer that may still be serving.
+        let problem =
+            matches!(&progress, crate::Progress::Pending { reason: Some(r), .. } if r.is_problem());
+        if problem {
+            run.status.ready = false;
+        }
 
         Ok(EnsureOutcome {
+            serving: !progress.is_done() && !problem && run.status.ready,
             progress,
             addresses: run.addresses(),
             created: run.created,
@@ -218,12 +238,12 @@ impl Provider for OctaviaProvider {
     ) -> Result<MembersOutcome, ProviderError> {
         let infra = Infra::read(request.infra, request.identity)?;
         let _guard = self.lock(&request.identity.uid).await;
-        let mut run = Run::new(infra, request.identity, self.clock.now());
+        let mut run = Run::new(infra, request.identity, self.clock.now(), &self.waits);
         let mut members = Vec::new();
-        let progress = done_or_wait(
-            self.converge_members_inner(&mut run, request.listeners, request.members, &mut members)
-                .await,
-        )?;
+        let result = self
+            .converge_members_inner(&mut run, request.listeners, request.members, &mut members)
+            .await;
+        let progress = done_or_wait(result, || run.relook())?;
         let mut status = Map::new();
         status.insert("memberCount".into(), json!(run.status.member_count));
         if run.status.pending_since != run.infra.status.pending_since {
@@ -253,15 +273,17 @@ impl Provider for OctaviaProvider {
         };
         let infra = Infra::read(infra, request.identity)?;
         let _guard = self.lock(&request.identity.uid).await;
+        let now = self.clock.now();
         let mut changes = Vec::new();
         let result = match self.session(&infra).await {
             Ok(session) => {
-                self.delete_inner(&session, request.identity, &infra, &mut changes)
+                self.delete_inner(&session, request.identity, &infra, now, &mut changes)
                     .await
             }
             Err(stop) => Err(stop),
         };
-        let progress = done_or_wait(result)?;
+        let wait = relook::key(&request.identity.uid, infra.uid.as_deref());
+        let progress = done_or_wait(result, || self.waits.waiting(&wait, now, None))?;
         if progress.is_done() {
             // Nothing of this LoadBalancer is left in the cloud: forget what was cached for it.
             self.forget_cached(&request.identity.uid, &infra);

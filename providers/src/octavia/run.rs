@@ -1,5 +1,8 @@
 //! One call of the provider in progress ([`Run`]): the OctaviaLoadBalancer as read, the status it
-//! will report (built up as the call goes), and what it changed.
+//! will report (built up as the call goes), what it changed, and how soon to look again when it
+//! waits on Octavia (the re-look schedule of `relook`, measured from this LoadBalancer's wait).
+
+use std::time::Duration;
 
 use capi_lb_api::OctaviaLoadBalancerStatus;
 use capi_lb_api::loadbalancer::LoadBalancerAddress;
@@ -8,8 +11,8 @@ use serde_json::{Map, Value};
 
 use super::naming::{lb_name, object_tags};
 use super::reason;
+use super::relook::{Waits, key};
 use super::settings::Infra;
-use super::stop::POLL;
 use crate::provider::{LoadBalancerIdentity, Progress};
 
 /// What one call is doing: the status it will report, and what it changed.
@@ -20,10 +23,16 @@ pub(super) struct Run<'a> {
     pub(super) changes: Vec<String>,
     pub(super) created: bool,
     now: Timestamp,
+    waits: &'a Waits,
 }
 
 impl<'a> Run<'a> {
-    pub(super) fn new(infra: Infra, identity: &'a LoadBalancerIdentity, now: Timestamp) -> Self {
+    pub(super) fn new(
+        infra: Infra,
+        identity: &'a LoadBalancerIdentity,
+        now: Timestamp,
+        waits: &'a Waits,
+    ) -> Self {
         let status = infra.status.clone();
         Self {
             identity,
@@ -32,7 +41,24 @@ impl<'a> Run<'a> {
             changes: Vec::new(),
             created: false,
             now,
+            waits,
         }
+    }
+
+    /// The record of this call's wait on Octavia.
+    fn wait_key(&self) -> String {
+        key(&self.identity.uid, self.infra.uid.as_deref())
+    }
+
+    /// Octavia accepted a write: a new wait begins. How soon to look.
+    pub(super) fn began(&self) -> Duration {
+        self.waits.began(&self.wait_key(), self.now)
+    }
+
+    /// Octavia is still busy (members provisioning, a pool not there yet, a conflict): how soon to
+    /// look again.
+    pub(super) fn relook(&self) -> Duration {
+        self.waits.waiting(&self.wait_key(), self.now, None)
     }
 
     pub(super) fn tags(&self) -> Vec<String> {
@@ -88,14 +114,31 @@ impl<'a> Run<'a> {
         map
     }
 
-    /// Pending on the load balancer's PENDING_* state, saying since when.
+    /// Pending on the load balancer's PENDING_* state, saying since when; looked at again on the
+    /// schedule of this LoadBalancer's wait (after a restart: from `pendingSince`).
     pub(super) fn pending(&mut self, state: &str) -> Progress {
-        let since = self
-            .status
+        let since = self.pending_since();
+        let after = self.waits.waiting(&self.wait_key(), self.now, Some(since));
+        self.pending_for(state, since, after)
+    }
+
+    /// Pending on the PENDING_* state a write just put the load balancer in (its create): a new
+    /// wait begins.
+    pub(super) fn pending_after_write(&mut self, state: &str) -> Progress {
+        let since = self.pending_since();
+        let after = self.began();
+        self.pending_for(state, since, after)
+    }
+
+    fn pending_since(&self) -> Timestamp {
+        self.status
             .pending_since
             .as_deref()
             .and_then(|s| s.parse::<Timestamp>().ok())
-            .unwrap_or(self.now);
+            .unwrap_or(self.now)
+    }
+
+    fn pending_for(&mut self, state: &str, since: Timestamp, after: Duration) -> Progress {
         self.status.pending_since = Some(since.to_string());
         let waited = self.now.duration_since(since).as_secs().max(0);
         Progress::pending_because(
@@ -104,7 +147,7 @@ impl<'a> Run<'a> {
                 "Octavia load balancer {} is {state} since {since} ({waited}s)",
                 self.status.load_balancer_id.as_deref().unwrap_or("?")
             ),
-            POLL,
+            after,
         )
     }
 }

@@ -1,21 +1,22 @@
-//! Why an operation of the provider stopped before the end ([`Stop`]: wait, or fail), and how soon to
-//! look again while Octavia is busy ([`POLL`]). The lowest module of the provider: every other one
-//! (the OpenStack side in `api` included) uses it, and it uses none of them.
+//! Why an operation of the provider stopped before the end ([`Stop`]: wait, Octavia busy, or fail).
+//! With `reason`, the lowest module of the provider: every other one (the OpenStack side in `api`
+//! included) uses it, and it uses only `reason`.
 
 use std::time::Duration;
 
+use super::reason;
 use crate::error::ProviderError;
 use crate::provider::Progress;
 
-/// How soon to look again while Octavia is busy with a load balancer.
-pub const POLL: Duration = Duration::from_secs(2);
-
-/// Why an operation stopped before the end: a state that needs time (a `Progress::Pending`), or an
-/// error.
+/// Why an operation stopped before the end: a state that needs time (a `Progress::Pending`), an
+/// object Octavia is busy with, or an error.
 #[derive(Debug)]
 pub enum Stop {
     /// Look again later, reported with the progress' reason.
     Wait(Progress),
+    /// Octavia refused a write with 409 (an object is PENDING): look again on the schedule of the
+    /// LoadBalancer's wait (`relook`), reported with this message.
+    Busy(String),
     /// Back off (transient) or report (permanent).
     Error(ProviderError),
 }
@@ -26,10 +27,19 @@ impl From<ProviderError> for Stop {
     }
 }
 
-/// A call's result as the `Provider` trait reports it: a wait is progress, not an error.
-pub(super) fn done_or_wait(result: Result<Progress, Stop>) -> Result<Progress, ProviderError> {
+/// A call's result as the `Provider` trait reports it: a wait is progress, not an error; Octavia
+/// busy is a wait of reason `LoadBalancerPending`, looked at again after `relook()`.
+pub(super) fn done_or_wait(
+    result: Result<Progress, Stop>,
+    relook: impl FnOnce() -> Duration,
+) -> Result<Progress, ProviderError> {
     match result {
         Ok(progress) | Err(Stop::Wait(progress)) => Ok(progress),
+        Err(Stop::Busy(message)) => Ok(Progress::pending_because(
+            reason::LOAD_BALANCER_PENDING,
+            message,
+            relook(),
+        )),
         Err(Stop::Error(e)) => Err(e),
     }
 }

@@ -173,6 +173,7 @@ impl Provider for ServiceProvider {
                 return Ok(EnsureOutcome {
                     progress,
                     addresses: Vec::new(),
+                    serving: false,
                     created: false,
                     changes,
                     status,
@@ -204,6 +205,7 @@ impl Provider for ServiceProvider {
         Ok(EnsureOutcome {
             progress,
             addresses,
+            serving: false,
             created,
             changes,
             status,
