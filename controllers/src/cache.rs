@@ -14,10 +14,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{ObjectRef, Store};
+
+/// How long a deletion capi-lb made hides the object from listings when the watch has not said so.
+const TOMBSTONE: Duration = Duration::from_secs(60);
 
 /// A watched kind's objects, as the watch delivered them plus capi-lb's own newer writes.
 pub struct ObjectCache {
@@ -26,6 +30,9 @@ pub struct ObjectCache {
     synced: Arc<AtomicBool>,
     /// What capi-lb wrote, by UID, until the watch catches up.
     written: Mutex<HashMap<String, DynamicObject>>,
+    /// What capi-lb deleted, by UID, until the watch delivers the deletion (or a minute passed:
+    /// the watch may have delivered it before capi-lb said so).
+    deleted: Mutex<HashMap<String, Instant>>,
 }
 
 impl std::fmt::Debug for ObjectCache {
@@ -55,6 +62,7 @@ impl ObjectCache {
             store,
             synced,
             written: Mutex::new(HashMap::new()),
+            deleted: Mutex::new(HashMap::new()),
         }
     }
 
@@ -73,9 +81,12 @@ impl ObjectCache {
             return None;
         }
         let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        let deleted = self.deleted.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = Vec::new();
         for cached in self.store.state() {
-            if cached.metadata.namespace.as_deref() != Some(namespace) {
+            if cached.metadata.namespace.as_deref() != Some(namespace)
+                || cached.uid().is_some_and(|uid| deleted.contains_key(&uid))
+            {
                 continue;
             }
             // Only what is kept is cloned: most objects of a namespace concern other callers.
@@ -116,6 +127,14 @@ impl ObjectCache {
             return Some(None);
         };
         let uid = cached.uid().unwrap_or_default();
+        if self
+            .deleted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(&uid)
+        {
+            return Some(None);
+        }
         let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
         Some(Some(match written.get(&uid) {
             Some(ours) if revision(ours) > revision(&cached) => ours.clone(),
@@ -145,6 +164,52 @@ impl ObjectCache {
             .is_some_and(|ours| deleted || revision(object) >= revision(ours))
         {
             written.remove(uid);
+        }
+        if deleted {
+            self.deleted
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(uid);
+        }
+    }
+
+    /// Remember that capi-lb just deleted the object with `uid`: it is not listed any more.
+    pub fn gone(&self, uid: &str) {
+        self.written
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(uid);
+        let mut deleted = self.deleted.lock().unwrap_or_else(PoisonError::into_inner);
+        deleted.retain(|_, at| at.elapsed() < TOMBSTONE);
+        deleted.insert(uid.to_string(), Instant::now());
+    }
+
+    /// [`Self::list`] as objects of type `K` (a typed kind cached as dynamic objects); an object
+    /// that does not parse is left out.
+    pub fn list_as<K: serde::de::DeserializeOwned>(
+        &self,
+        namespace: &str,
+        keep: impl Fn(&DynamicObject) -> bool,
+    ) -> Option<Vec<K>> {
+        let listed = self.list(namespace, keep)?;
+        Some(
+            listed
+                .into_iter()
+                .filter_map(|o| {
+                    serde_json::to_value(o)
+                        .and_then(serde_json::from_value)
+                        .ok()
+                })
+                .collect(),
+        )
+    }
+
+    /// [`Self::wrote`] for an object of a typed kind.
+    pub fn wrote_as<K: serde::Serialize>(&self, object: &K) {
+        if let Ok(dynamic) =
+            serde_json::to_value(object).and_then(serde_json::from_value::<DynamicObject>)
+        {
+            self.wrote(&dynamic);
         }
     }
 

@@ -96,7 +96,7 @@ pub(super) async fn cleanup(
     if let Some(binding) = class::binding(&ctx.client, lb).await? {
         class::write_back(&ctx.client, &binding, &[], None).await?;
     }
-    let changes = publication::withdraw_lb(&ctx.client, lb).await?;
+    let changes = publication::withdraw_lb(ctx, lb).await?;
     if !changes.is_empty() {
         ctx.events
             .publish(

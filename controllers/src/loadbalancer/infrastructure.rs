@@ -148,28 +148,27 @@ impl Reconciliation<'_> {
         reason: &'static str,
         what: &str,
     ) -> Result<Outcome> {
-        let (message, gone) = match release(self.ctx, self.lb, &self.identity, spec_ref, false)
-            .await?
-        {
-            Release::Done(changes) => {
-                self.note(false, event::LOAD_BALANCER_DELETED, changes);
-                self.status.infrastructure_ref = None;
-                self.status.addresses.clear();
-                let report = publication::publish_lb(&self.ctx.client, self.lb, &[], false).await?;
-                self.note(false, event::ENDPOINT_WITHDRAWN, report.changes);
-                self.conditions
-                    .push(publication_condition(&report.state, false));
-                (
-                    format!("{spec_ref} {what}; its load balancer was deleted"),
-                    true,
-                )
-            }
-            Release::Pending(message, retry) => {
-                self.outcome = self.outcome.min(Some(retry));
-                (format!("{spec_ref} {what}: {message}"), false)
-            }
-            Release::Blocked(_, message) => (format!("{spec_ref} {what}: {message}"), false),
-        };
+        let (message, gone) =
+            match release(self.ctx, self.lb, &self.identity, spec_ref, false).await? {
+                Release::Done(changes) => {
+                    self.note(false, event::LOAD_BALANCER_DELETED, changes);
+                    self.status.infrastructure_ref = None;
+                    self.status.addresses.clear();
+                    let report = publication::publish_lb(self.ctx, self.lb, &[], false).await?;
+                    self.note(false, event::ENDPOINT_WITHDRAWN, report.changes);
+                    self.conditions
+                        .push(publication_condition(&report.state, false));
+                    (
+                        format!("{spec_ref} {what}; its load balancer was deleted"),
+                        true,
+                    )
+                }
+                Release::Pending(message, retry) => {
+                    self.outcome = self.outcome.min(Some(retry));
+                    (format!("{spec_ref} {what}: {message}"), false)
+                }
+                Release::Blocked(_, message) => (format!("{spec_ref} {what}: {message}"), false),
+            };
         let access = if gone {
             Access::Gone
         } else {

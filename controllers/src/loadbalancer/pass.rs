@@ -190,13 +190,9 @@ impl Reconciliation<'_> {
         let published = if matches!(infra_state, InfraState::Problem { .. }) {
             None
         } else {
-            let report = publication::publish_lb(
-                &self.ctx.client,
-                self.lb,
-                &self.status.addresses,
-                infra_ready,
-            )
-            .await?;
+            let report =
+                publication::publish_lb(self.ctx, self.lb, &self.status.addresses, infra_ready)
+                    .await?;
             // A conflict is reported through the EndpointPublished condition's Warning event.
             self.note(false, event::ENDPOINT_PUBLISHED, report.changes);
             Some(report.state)

@@ -417,11 +417,26 @@ impl Triggers {
     }
 }
 
-/// The LoadBalancer an EndpointSlice capi-lb manages belongs to (its LoadBalancer label).
-pub fn managed_slice(slice: &EndpointSlice) -> Option<Ref> {
-    let namespace = slice.namespace()?;
-    let lb = slice.labels().get(LABEL_LB_NAME)?;
-    Some(lb_ref(&namespace, lb))
+/// The LoadBalancer a slice capi-lb publishes belongs to (its name label).
+pub fn published_slice(meta: &ObjectMeta) -> Option<Ref> {
+    let namespace = meta.namespace.as_ref()?;
+    let lb = meta.labels.as_ref()?.get(LABEL_LB_NAME)?;
+    Some(lb_ref(namespace, lb))
+}
+
+/// The LoadBalancer that controls an object (its controller owner reference), as `owns` would
+/// map it.
+pub fn owner(meta: &ObjectMeta) -> Option<Ref> {
+    let namespace = meta.namespace.as_ref()?;
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|r| {
+            r.controller == Some(true)
+                && r.kind == "LoadBalancer"
+                && r.api_version.starts_with(capi_lb_api::constants::GROUP)
+        })
+        .map(|r| lb_ref(namespace, &r.name))
 }
 
 /// The LoadBalancer an object a provider created through the Kubernetes API belongs to (the name

@@ -31,11 +31,39 @@ use capi_lb_api::loadbalancer::LoadBalancerAddress;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::core::ApiResource;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use std::ops::ControlFlow;
 
+use crate::cache::{Caches, ObjectCache};
+use crate::context::Context;
 use crate::error::{Result, is_not_found, kube_err};
+
+/// The cache of the Services capi-lb publishes (`run` only), which the publication reads instead of
+/// listing them.
+fn service_cache(caches: &Caches) -> Option<&ObjectCache> {
+    caches.of(&ApiResource::erase::<Service>(&()))
+}
+
+/// The cache of the EndpointSlices capi-lb manages (`run` only).
+fn slice_cache(caches: &Caches) -> Option<&ObjectCache> {
+    caches.of(&ApiResource::erase::<EndpointSlice>(&()))
+}
+
+/// Tell `cache` (if any) what capi-lb just wrote.
+fn wrote<K: serde::Serialize>(cache: Option<&ObjectCache>, object: &K) {
+    if let Some(cache) = cache {
+        cache.wrote_as(object);
+    }
+}
+
+/// Tell `cache` (if any) that capi-lb just deleted `object`.
+fn gone<K: Resource>(cache: Option<&ObjectCache>, object: &K) {
+    if let (Some(cache), Some(uid)) = (cache, object.meta().uid.as_deref()) {
+        cache.gone(uid);
+    }
+}
 
 /// Replace the ports of our Service `existing` with those of `desired` (a JSON merge patch replaces
 /// a list whole), guarded by the resourceVersion `existing` was read at. Returns the Service.
@@ -83,8 +111,23 @@ where
     }
 }
 
-/// The EndpointSlices labelled as belonging to Service `service`.
-async fn slices_of(slices: &Api<EndpointSlice>, service: &str) -> Result<Vec<EndpointSlice>> {
+/// The EndpointSlices labelled as belonging to Service `service`: those capi-lb manages from the
+/// cache when there is one (a foreign slice that matters is looked up by name where it does), else
+/// all of them through the API.
+async fn slices_of(
+    caches: &Caches,
+    slices: &Api<EndpointSlice>,
+    namespace: &str,
+    service: &str,
+) -> Result<Vec<EndpointSlice>> {
+    let cached = slice_cache(caches).and_then(|c| {
+        c.list_as(namespace, |o| {
+            o.labels().get(LABEL_SERVICE_NAME).map(String::as_str) == Some(service)
+        })
+    });
+    if let Some(cached) = cached {
+        return Ok(cached);
+    }
     Ok(slices
         .list(&ListParams::default().labels(&format!("{LABEL_SERVICE_NAME}={service}")))
         .await
@@ -94,6 +137,7 @@ async fn slices_of(slices: &Api<EndpointSlice>, service: &str) -> Result<Vec<End
 
 /// Delete the slices in `listed` that this publisher manages, except those named in `keep`.
 async fn prune_slices(
+    caches: &Caches,
     slices: &Api<EndpointSlice>,
     listed: &[EndpointSlice],
     publisher: &Publisher,
@@ -104,6 +148,7 @@ async fn prune_slices(
         let name = slice.name_any();
         if is_our_slice(slice, publisher) && !keep.contains(&name) {
             delete_exact(slices, slice, &format!("EndpointSlice {name}")).await?;
+            gone(slice_cache(caches), slice);
             changes.push(format!("removed EndpointSlice {name}"));
         }
     }
@@ -132,28 +177,41 @@ async fn prune_endpoints(
 }
 
 /// Remove everything `publisher` published.
-pub async fn withdraw(client: &kube::Client, publisher: &Publisher) -> Result<Vec<String>> {
-    Ok(withdraw_except(client, publisher, None).await?.0)
+pub async fn withdraw(ctx: &Context, publisher: &Publisher) -> Result<Vec<String>> {
+    Ok(withdraw_except(ctx, publisher, None).await?.0)
 }
 
 /// Remove everything `publisher` published except the Service named `keep`, which is returned when
 /// it exists and is ours (so the caller does not need to read it again).
 async fn withdraw_except(
-    client: &kube::Client,
+    ctx: &Context,
     publisher: &Publisher,
     keep: Option<&str>,
 ) -> Result<(Vec<String>, Option<Service>)> {
+    let client = &ctx.client;
+    let caches = &ctx.caches;
     let namespace = &publisher.namespace;
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
     let mut changes = Vec::new();
     let mut kept = None;
     let (key, value) = &publisher.selector;
-    let listed = services
-        .list(&ListParams::default().labels(&format!("{key}={value}")))
-        .await
-        .map_err(kube_err("list Services of", publisher.describe.clone()))?;
-    for service in listed.items {
+    let cached = service_cache(caches).and_then(|c| {
+        c.list_as::<Service>(namespace, |o| {
+            o.labels().get(key).map(String::as_str) == Some(value.as_str())
+        })
+    });
+    let listed = match cached {
+        Some(listed) => listed,
+        None => {
+            services
+                .list(&ListParams::default().labels(&format!("{key}={value}")))
+                .await
+                .map_err(kube_err("list Services of", publisher.describe.clone()))?
+                .items
+        }
+    };
+    for service in listed {
         let name = service.name_any();
         if !is_our_service(&service, publisher) {
             continue;
@@ -162,12 +220,21 @@ async fn withdraw_except(
             kept = Some(service);
             continue;
         }
-        let listed_slices = slices_of(&slices, &name).await?;
-        prune_slices(&slices, &listed_slices, publisher, &[], &mut changes).await?;
+        let listed_slices = slices_of(caches, &slices, namespace, &name).await?;
+        prune_slices(
+            caches,
+            &slices,
+            &listed_slices,
+            publisher,
+            &[],
+            &mut changes,
+        )
+        .await?;
         if has_legacy_marker(&service) {
             prune_endpoints(client, publisher, &name, &mut changes).await?;
         }
         delete_exact(&services, &service, &format!("Service {namespace}/{name}")).await?;
+        gone(service_cache(caches), &service);
         changes.push(format!("removed Service {name}"));
     }
     Ok((changes, kept))
@@ -196,12 +263,12 @@ where
 
 /// Bring what `publisher` publishes in line with `desired` (`None`: publish nothing).
 pub async fn publish(
-    client: &kube::Client,
+    ctx: &Context,
     publisher: &Publisher,
     desired: Option<&Desired>,
 ) -> Result<Report> {
     let keep = desired.map(|d| d.service_name.as_str());
-    let (changes, ours) = withdraw_except(client, publisher, keep).await?;
+    let (changes, ours) = withdraw_except(ctx, publisher, keep).await?;
     let Some(desired) = desired else {
         return Ok(Report {
             state: Published::Disabled,
@@ -209,7 +276,7 @@ pub async fn publish(
             adopted: Vec::new(),
         });
     };
-    Publication::new(client, publisher, &desired.service_name, changes)
+    Publication::new(ctx, publisher, &desired.service_name, changes)
         .run(plan(publisher, desired), ours)
         .await
 }
@@ -224,6 +291,7 @@ fn has_legacy_marker(service: &Service) -> bool {
 /// One application of a [`Plan`] by [`publish`]: where it writes and what it has done so far.
 struct Publication<'a> {
     client: &'a kube::Client,
+    caches: &'a Caches,
     publisher: &'a Publisher,
     /// The planned Service's name.
     name: &'a str,
@@ -242,13 +310,15 @@ type Step<T = ()> = ControlFlow<String, T>;
 impl<'a> Publication<'a> {
     /// A publication of Service `name` for `publisher`, after the `changes` made so far.
     fn new(
-        client: &'a kube::Client,
+        ctx: &'a Context,
         publisher: &'a Publisher,
         name: &'a str,
         changes: Vec<String>,
     ) -> Self {
+        let client = &ctx.client;
         Self {
             client,
+            caches: &ctx.caches,
             publisher,
             name,
             services: Api::namespaced(client.clone(), &publisher.namespace),
@@ -309,6 +379,7 @@ impl<'a> Publication<'a> {
                 }
                 let stripped =
                     strip_adopt_labels(&self.services, &existing, self.publisher).await?;
+                wrote(service_cache(self.caches), &stripped);
                 self.adopted.push(format!("Service {}", self.name));
                 Ok(ControlFlow::Continue((Some(stripped), true)))
             }
@@ -347,13 +418,15 @@ impl<'a> Publication<'a> {
         if service_kind(existing) != service_kind(desired) {
             // ClusterIP <-> ExternalName cannot be changed in place cleanly: recreate.
             delete_exact(&self.services, existing, &self.describe_service()).await?;
+            gone(service_cache(self.caches), existing);
         } else if ports_key(existing) != ports_key(desired) {
             // Ports edited by someone else belong to their field manager: an apply would
             // keep them beside ours (or be refused as a duplicate name). Ours is the whole
             // list, so it is replaced outright, guarded by the version read.
-            replaced = Some(
-                replace_ports(&self.services, existing, desired, &self.describe_service()).await?,
-            );
+            let service =
+                replace_ports(&self.services, existing, desired, &self.describe_service()).await?;
+            wrote(service_cache(self.caches), &service);
+            replaced = Some(service);
         }
         self.changes.push(format!("updated Service {}", self.name));
         match replaced {
@@ -365,10 +438,13 @@ impl<'a> Publication<'a> {
 
     /// Server-side apply the planned Service.
     async fn apply_service(&self, desired: &Service) -> Result<Service> {
-        self.services
+        let applied = self
+            .services
             .patch(self.name, &self.apply, &Patch::Apply(desired))
             .await
-            .map_err(kube_err("apply", self.describe_service()))
+            .map_err(kube_err("apply", self.describe_service()))?;
+        wrote(service_cache(self.caches), &applied);
+        Ok(applied)
     }
 
     /// The EndpointSlices, owned by `service`: apply each planned one that differs, then remove
@@ -379,7 +455,13 @@ impl<'a> Publication<'a> {
         planned: Vec<EndpointSlice>,
     ) -> Result<Step> {
         let owner = controller_ref(service);
-        let listed = slices_of(&self.slices, self.name).await?;
+        let listed = slices_of(
+            self.caches,
+            &self.slices,
+            &self.publisher.namespace,
+            self.name,
+        )
+        .await?;
         let mut keep = Vec::new();
         for mut desired in planned {
             desired.metadata.owner_references = owner.clone().map(|r| vec![r]);
@@ -390,6 +472,7 @@ impl<'a> Publication<'a> {
             keep.push(name);
         }
         prune_slices(
+            self.caches,
             &self.slices,
             &listed,
             self.publisher,
@@ -424,10 +507,12 @@ impl<'a> Publication<'a> {
             }
             Some(existing) if slice_matches(&existing, &desired) => {}
             existing => {
-                self.slices
+                let applied = self
+                    .slices
                     .patch(&name, &self.apply, &Patch::Apply(&desired))
                     .await
                     .map_err(kube_err("apply", describe))?;
+                wrote(slice_cache(self.caches), &applied);
                 self.changes.push(match existing {
                     Some(old) => format!(
                         "updated EndpointSlice {name}: {} -> {}",
@@ -458,7 +543,8 @@ impl<'a> Publication<'a> {
         let marked = has_legacy_marker(service);
         let namespace = &self.publisher.namespace;
         if wanted && !marked {
-            mark_legacy(&self.services, namespace, self.name, true).await?;
+            let marked = mark_legacy(&self.services, namespace, self.name, true).await?;
+            wrote(service_cache(self.caches), &marked);
         }
         if wanted || may_exist {
             endpoints(
@@ -473,7 +559,8 @@ impl<'a> Publication<'a> {
             .await?;
         }
         if !wanted && marked {
-            mark_legacy(&self.services, namespace, self.name, false).await?;
+            let unmarked = mark_legacy(&self.services, namespace, self.name, false).await?;
+            wrote(service_cache(self.caches), &unmarked);
         }
         Ok(())
     }
@@ -510,7 +597,12 @@ impl<'a> Publication<'a> {
 
 /// Set or remove the marker annotation that says legacy Endpoints exist for Service `name` (a merge
 /// patch: it must go when they go, which an apply of a plan without it would not guarantee).
-async fn mark_legacy(services: &Api<Service>, namespace: &str, name: &str, on: bool) -> Result<()> {
+async fn mark_legacy(
+    services: &Api<Service>,
+    namespace: &str,
+    name: &str,
+    on: bool,
+) -> Result<Service> {
     let value = on.then_some("true");
     services
         .patch(
@@ -521,13 +613,12 @@ async fn mark_legacy(services: &Api<Service>, namespace: &str, name: &str, on: b
             ),
         )
         .await
-        .map_err(kube_err("annotate", format!("Service {namespace}/{name}")))?;
-    Ok(())
+        .map_err(kube_err("annotate", format!("Service {namespace}/{name}")))
 }
 
 /// Bring what LoadBalancer `lb` publishes in line with `addresses` (see [`lb_desired`]).
 pub async fn publish_lb(
-    client: &kube::Client,
+    ctx: &Context,
     lb: &LoadBalancer,
     addresses: &[LoadBalancerAddress],
     ready: bool,
@@ -538,18 +629,13 @@ pub async fn publish_lb(
             "uid",
         ));
     };
-    publish(
-        client,
-        &publisher,
-        lb_desired(lb, addresses, ready).as_ref(),
-    )
-    .await
+    publish(ctx, &publisher, lb_desired(lb, addresses, ready).as_ref()).await
 }
 
 /// Remove everything LoadBalancer `lb` published.
-pub async fn withdraw_lb(client: &kube::Client, lb: &LoadBalancer) -> Result<Vec<String>> {
+pub async fn withdraw_lb(ctx: &Context, lb: &LoadBalancer) -> Result<Vec<String>> {
     match lb_publisher(lb) {
-        Some(publisher) => withdraw(client, &publisher).await,
+        Some(publisher) => withdraw(ctx, &publisher).await,
         None => Ok(Vec::new()),
     }
 }

@@ -322,7 +322,7 @@ async fn publish_endpoint(
         return Ok(Outcome::done());
     };
     let publisher = publisher(&namespace, &name, owner, config);
-    let report = publication::publish(&ctx.client, &publisher, desired.as_ref().ok()).await?;
+    let report = publication::publish(ctx, &publisher, desired.as_ref().ok()).await?;
     let dns_name = announce(ctx, service, reported, &report, &desired).await;
     annotate(
         &services,
@@ -708,7 +708,7 @@ async fn remove_orphan(
         return Ok(Outcome::done());
     }
     let publisher = publisher(&namespace, source, owner, &ctx.config.external);
-    publication::withdraw(&ctx.client, &publisher).await?;
+    publication::withdraw(ctx, &publisher).await?;
     Ok(Outcome::done())
 }
 

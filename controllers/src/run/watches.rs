@@ -1,6 +1,9 @@
 //! The watches that trigger the LoadBalancer controller, grouped by what they watch, over the
 //! [`Triggers`] index the LoadBalancer watch keeps.
 
+use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -95,6 +98,17 @@ impl Watches<'_> {
         &mut self,
         ar: &ApiResource,
     ) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
+        self.cached_with(ar, watcher::Config::default(), None)
+    }
+
+    /// [`Self::cached`] for the objects `config` selects; with `relevant`, an object's change
+    /// reaches the trigger only when its projection changed (the cache gets every change).
+    fn cached_with(
+        &mut self,
+        ar: &ApiResource,
+        config: watcher::Config,
+        relevant: Option<Projection>,
+    ) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
         let writer = reflector::store::Writer::new(ar.clone());
         let synced = Arc::new(AtomicBool::new(false));
         let cache = Arc::new(ObjectCache::new(
@@ -105,11 +119,8 @@ impl Watches<'_> {
         self.caches.add(cache.clone());
         reflector::reflector(
             writer,
-            watcher(
-                dynamic_api(self.client, self.ns, ar),
-                watcher::Config::default(),
-            )
-            .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None),
+            watcher(dynamic_api(self.client, self.ns, ar), config)
+                .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None),
         )
         .inspect_ok(move |event| {
             cache.seen(event);
@@ -117,23 +128,38 @@ impl Watches<'_> {
                 synced.store(true, Ordering::Release);
             }
         })
+        .try_filter(changed(relevant))
         .touched_objects()
     }
 
-    /// The Services capi-lb owns and the EndpointSlices it manages.
-    fn published(&self, controller: Controller<Watched>) -> Controller<Watched> {
+    /// The Services capi-lb publishes (of LoadBalancers and of Services) and their
+    /// EndpointSlices, mapped to the LoadBalancer that owns them; both are cached, and the
+    /// publication reads them from there instead of listing them on every pass.
+    fn published(&mut self, controller: Controller<Watched>) -> Controller<Watched> {
+        let service = ApiResource::erase::<Service>(&());
+        let slice = ApiResource::erase::<EndpointSlice>(&());
+        let services = self.cached_with(
+            &service,
+            watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")),
+            None,
+        );
+        let slices = self.cached_with(
+            &slice,
+            watcher::Config::default().labels(&format!(
+                "{LABEL_ENDPOINTSLICE_MANAGED_BY}={ENDPOINTSLICE_MANAGED_BY_VALUE}"
+            )),
+            None,
+        );
         controller
-            .owns(
-                api::<Service>(self.client, self.ns),
-                watcher::Config::default()
-                    .labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")),
+            .watches_stream_with(
+                services,
+                |svc: DynamicObject| triggers::owner(&svc.metadata),
+                service,
             )
-            .watches(
-                api::<EndpointSlice>(self.client, self.ns),
-                watcher::Config::default().labels(&format!(
-                    "{LABEL_ENDPOINTSLICE_MANAGED_BY}={ENDPOINTSLICE_MANAGED_BY_VALUE}"
-                )),
-                |slice: EndpointSlice| triggers::managed_slice(&slice),
+            .watches_stream_with(
+                slices,
+                |slice: DynamicObject| triggers::published_slice(&slice.metadata),
+                slice,
             )
     }
 
@@ -227,7 +253,11 @@ impl Watches<'_> {
             .map_err(RunError::Connect)?
         {
             let triggers = self.triggers.clone();
-            let stream = self.cached(&machine);
+            let stream = self.cached_with(
+                &machine,
+                watcher::Config::default(),
+                Some(machine_projection),
+            );
             controller = controller.watches_stream_with(
                 stream,
                 move |obj: DynamicObject| triggers.selecting(&obj),
@@ -244,7 +274,11 @@ impl Watches<'_> {
         {
             let triggers = self.triggers.clone();
             let cluster = ApiResource::erase::<Cluster>(&());
-            let stream = self.cached(&cluster);
+            let stream = self.cached_with(
+                &cluster,
+                watcher::Config::default(),
+                Some(cluster_projection),
+            );
             controller = controller.watches_stream_with(
                 stream,
                 move |obj: DynamicObject| {
@@ -312,4 +346,168 @@ pub(super) fn observe_cache(
             );
         }
     })
+}
+
+/// What of an object a LoadBalancer's reconcile can act on, hashed.
+type Projection = fn(&DynamicObject) -> u64;
+
+/// A filter of watch events that passes an applied object only when `relevant` (if any) says it
+/// changed since the last one passed, and every deletion and list marker.
+fn changed(
+    relevant: Option<Projection>,
+) -> impl FnMut(&watcher::Event<DynamicObject>) -> std::future::Ready<bool> + Send + 'static {
+    let mut last: HashMap<String, u64> = HashMap::new();
+    move |event| {
+        let pass = match (relevant, event) {
+            (Some(project), watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                let key = o.metadata.uid.clone().unwrap_or_default();
+                let hash = project(o);
+                last.insert(key, hash) != Some(hash)
+            }
+            (_, watcher::Event::Delete(o)) => {
+                last.remove(o.metadata.uid.as_deref().unwrap_or_default());
+                true
+            }
+            _ => true,
+        };
+        std::future::ready(pass)
+    }
+}
+
+/// Hash of the metadata a reconcile reads: labels (selectors), annotations (capi-lb's states,
+/// hooks, `disabled`, pause, references), and whether the object is being deleted.
+fn hash_metadata(o: &DynamicObject, h: &mut DefaultHasher) {
+    o.metadata.labels.hash(h);
+    o.metadata.annotations.hash(h);
+    o.metadata.deletion_timestamp.is_some().hash(h);
+}
+
+/// A Machine as targets read it: its metadata (above), its addresses and the type and status of
+/// its conditions (readiness gates). Cluster API's own updates of its phase, finalizers, owner
+/// references and the times and messages of conditions do not trigger a reconcile.
+fn machine_projection(o: &DynamicObject) -> u64 {
+    let mut h = DefaultHasher::new();
+    hash_metadata(o, &mut h);
+    o.data
+        .pointer("/status/addresses")
+        .map(ToString::to_string)
+        .hash(&mut h);
+    for path in ["/status/conditions", "/status/v1beta2/conditions"] {
+        for c in o
+            .data
+            .pointer(path)
+            .and_then(|v| v.as_array())
+            .into_iter()
+            .flatten()
+        {
+            (
+                c.get("type").and_then(|v| v.as_str()),
+                c.get("status").and_then(|v| v.as_str()),
+            )
+                .hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+/// A Cluster as a LoadBalancer reads it: its metadata and its spec (pause, control-plane endpoint
+/// and reference); Cluster API's status updates do not trigger a reconcile.
+fn cluster_projection(o: &DynamicObject) -> u64 {
+    let mut h = DefaultHasher::new();
+    hash_metadata(o, &mut h);
+    o.data.get("spec").map(ToString::to_string).hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use kube::ResourceExt;
+    use serde_json::json;
+
+    fn machine(rv: &str, phase: &str, ip: &str, ready: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m", "namespace": "a", "uid": "u1", "resourceVersion": rv,
+                         "labels": {"role": "cp"}, "finalizers": [format!("f-{rv}")]},
+            "status": {"phase": phase, "addresses": [{"type": "InternalIP", "address": ip}],
+                       "conditions": [{"type": "Ready", "status": ready,
+                                       "lastTransitionTime": format!("2026-01-01T00:00:{rv}Z"),
+                                       "message": format!("at {rv}")}]}}))
+        .unwrap()
+    }
+
+    fn passes(
+        filter: &mut impl FnMut(&watcher::Event<DynamicObject>) -> std::future::Ready<bool>,
+        e: watcher::Event<DynamicObject>,
+    ) -> bool {
+        futures::executor::block_on(filter(&e))
+    }
+
+    #[test]
+    fn only_changes_a_reconcile_reads_pass_and_deletions_always_do() {
+        let mut filter = changed(Some(machine_projection));
+        assert!(passes(
+            &mut filter,
+            watcher::Event::InitApply(machine("10", "Pending", "10.0.0.1", "False"))
+        ));
+        // Cluster API's own bookkeeping: phase, finalizers, condition times and messages.
+        assert!(!passes(
+            &mut filter,
+            watcher::Event::Apply(machine("11", "Running", "10.0.0.1", "False"))
+        ));
+        // What targets read: an address, a condition's status.
+        assert!(passes(
+            &mut filter,
+            watcher::Event::Apply(machine("12", "Running", "10.0.0.2", "False"))
+        ));
+        assert!(passes(
+            &mut filter,
+            watcher::Event::Apply(machine("13", "Running", "10.0.0.2", "True"))
+        ));
+        let mut labelled = machine("14", "Running", "10.0.0.2", "True");
+        labelled.labels_mut().insert("role".into(), "worker".into());
+        assert!(passes(&mut filter, watcher::Event::Apply(labelled.clone())));
+        let mut annotated = labelled.clone();
+        annotated.annotations_mut().insert(
+            "loadbalancer.cluster.x-k8s.io/disabled".into(),
+            "true".into(),
+        );
+        assert!(passes(
+            &mut filter,
+            watcher::Event::Apply(annotated.clone())
+        ));
+        assert!(passes(&mut filter, watcher::Event::Delete(annotated)));
+        assert!(passes(&mut filter, watcher::Event::InitDone));
+        // Without a projection everything passes.
+        let mut all = changed(None);
+        assert!(passes(
+            &mut all,
+            watcher::Event::Apply(machine("10", "Pending", "10.0.0.1", "False"))
+        ));
+        assert!(passes(
+            &mut all,
+            watcher::Event::Apply(machine("10", "Pending", "10.0.0.1", "False"))
+        ));
+    }
+
+    #[test]
+    fn a_cluster_triggers_on_its_spec_and_metadata_not_its_status() {
+        let cluster = |paused: bool, phase: &str| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "c", "namespace": "a", "uid": "c1"},
+                "spec": {"paused": paused}, "status": {"phase": phase}}))
+            .unwrap()
+        };
+        assert_eq!(
+            cluster_projection(&cluster(false, "Pending")),
+            cluster_projection(&cluster(false, "Provisioned"))
+        );
+        assert_ne!(
+            cluster_projection(&cluster(false, "Pending")),
+            cluster_projection(&cluster(true, "Pending"))
+        );
+    }
 }
