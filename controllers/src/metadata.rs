@@ -1,7 +1,7 @@
-//! Careful metadata edits: adding or removing one finalizer or one owner reference, or replacing the
-//! annotations, with a JSON patch that first tests the object's resourceVersion. A concurrent change
-//! makes the patch fail (and the reconcile retry) instead of silently overwriting someone else's
-//! finalizers, owner references or annotations.
+//! Careful metadata edits: adding or removing one finalizer or one owner reference with a JSON patch
+//! that first tests the object's resourceVersion (a concurrent change makes the patch fail and the
+//! reconcile retry instead of silently overwriting someone else's finalizers or owner references),
+//! and changing annotations with a merge patch of only the keys that change.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -148,10 +148,12 @@ where
     )
 }
 
-/// Replace `obj`'s annotations with `annotations`, guarded by the resourceVersion `obj` was read
-/// at, so an annotation someone else added meanwhile is never lost (the patch fails instead).
+/// Change `obj`'s annotations into `annotations` with a JSON merge patch of only the keys that
+/// differ (set, or removed as `null`). Keys someone else adds or changes meanwhile are not in the
+/// patch, so nothing of theirs is lost, and their concurrent writes (Cluster API updates Machines
+/// often while they come up) do not make it fail, as a patch guarded by the resourceVersion would.
 /// Returns the updated object.
-pub async fn set_annotations<K>(
+pub async fn patch_annotations<K>(
     api: &Api<K>,
     obj: &K,
     annotations: &BTreeMap<String, String>,
@@ -159,7 +161,24 @@ pub async fn set_annotations<K>(
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
-    guarded_patch(api, obj, &[("/metadata/annotations", json!(annotations))]).await
+    let current = obj.annotations();
+    let mut delta = serde_json::Map::new();
+    for (key, value) in annotations {
+        if current.get(key) != Some(value) {
+            delta.insert(key.clone(), json!(value));
+        }
+    }
+    for key in current.keys() {
+        if !annotations.contains_key(key) {
+            delta.insert(key.clone(), Value::Null);
+        }
+    }
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": delta}})),
+    )
+    .await
 }
 
 /// The controller owner reference of `obj`, if any.

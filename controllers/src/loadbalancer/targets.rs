@@ -31,7 +31,7 @@ use super::lifecycle::{
 use super::status::TargetView;
 use crate::context::Context;
 use crate::error::{Result, is_not_found, kube_err};
-use crate::metadata::set_annotations;
+use crate::metadata::patch_annotations;
 
 /// True for address types that must hold an IP.
 fn is_ip_type(t: MachineAddressType) -> bool {
@@ -332,7 +332,7 @@ impl Pass<'_> {
         if object.annotations() == annotations {
             return Ok(Some(object.clone()));
         }
-        match set_annotations(api, object, annotations).await {
+        match patch_annotations(api, object, annotations).await {
             Ok(updated) => {
                 wrote(self.ctx, resource, &updated);
                 Ok(Some(updated))
@@ -468,7 +468,7 @@ pub async fn release_all(
         if &annotations == object.annotations() {
             continue;
         }
-        match set_annotations(&api, &object, &annotations).await {
+        match patch_annotations(&api, &object, &annotations).await {
             Ok(updated) => {
                 wrote(ctx, &resource, &updated);
                 changes.push(format!("released {}", object.name_any()));
