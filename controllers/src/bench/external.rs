@@ -62,7 +62,7 @@ fn service(i: usize, ip: &str) -> Value {
     })
 }
 
-fn ip(i: usize, generation: usize) -> String {
+pub(crate) fn ip(i: usize, generation: usize) -> String {
     // 10.<generation>.<i / 250>.<i % 250 + 1>: unique per Service and per change.
     format!(
         "10.{}.{}.{}",

@@ -28,7 +28,7 @@ use super::cluster::{
     BenchError, Controller, Launch, api_err, client_of, fresh_namespace, install,
 };
 use super::converge::Counts;
-use super::external::percentile;
+use super::external::{ip, percentile};
 use super::scrape::Scrape;
 
 /// What to run.
@@ -65,16 +65,6 @@ pub struct Report {
 
 /// The class of the benchmark's Services: no implementation serves it.
 const CLASS: &str = "bench.capi-lb.io/none";
-
-fn ip(i: usize, generation: usize) -> String {
-    // 10.<generation>.<i / 250>.<i % 250 + 1>: unique per Service and per change.
-    format!(
-        "10.{}.{}.{}",
-        generation % 250,
-        (i / 250) % 250,
-        i % 250 + 1
-    )
-}
 
 fn service_name(i: usize) -> String {
     format!("svc-{i:05}")
@@ -296,12 +286,6 @@ pub const HEADER: &str = "| Services | changes | p50 | p99 | max | p50 after the
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ips_are_unique_per_service_and_change() {
-        assert_ne!(ip(1, 0), ip(1, 1));
-        assert_ne!(ip(1, 0), ip(251, 0));
-    }
 
     #[tokio::test]
     async fn a_wait_ends_when_the_watch_records_the_address() {
