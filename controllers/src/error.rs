@@ -50,3 +50,8 @@ pub fn kube_err(
 pub fn is_not_found(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 404)
 }
+
+/// True when the API answered 409 Conflict (the object changed since the version a write names).
+pub fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 409)
+}

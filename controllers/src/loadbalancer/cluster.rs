@@ -13,7 +13,7 @@ use kube::core::{ApiResource, DynamicObject};
 use serde_json::json;
 
 use crate::context::Context;
-use crate::error::{Result, kube_err};
+use crate::error::{Result, is_conflict, kube_err};
 
 use super::Reconciliation;
 
@@ -91,34 +91,54 @@ impl Reconciliation<'_> {
                 "the provider has no address to publish to the Cluster yet",
             )));
         };
-        let current = cluster
-            .spec
-            .control_plane_endpoint
-            .clone()
-            .unwrap_or_default();
-        if current.is_empty() {
+        let resource = ApiResource::erase::<Cluster>(&());
+        let clusters: Api<DynamicObject> =
+            Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
+        let describe = format!("Cluster {}/{cluster_name}", self.namespace);
+        let mut cluster = cluster;
+        let mut attempts = 0;
+        let current = loop {
+            let current = cluster
+                .spec
+                .control_plane_endpoint
+                .clone()
+                .unwrap_or_default();
+            if !current.is_empty() {
+                break current;
+            }
             // First writer wins: the patch carries the resourceVersion read, so a concurrent write
             // (CAPI filling it from the infrastructure cluster) makes it fail instead of overwriting.
-            let resource = ApiResource::erase::<Cluster>(&());
-            let clusters: Api<DynamicObject> =
-                Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
             let patch = json!({
                 "metadata": {"resourceVersion": cluster.resource_version()},
                 "spec": {"controlPlaneEndpoint": {"host": host, "port": port}},
             });
-            let updated = clusters
+            match clusters
                 .patch(
                     &cluster_name,
                     &PatchParams::default(),
                     &Patch::Merge(&patch),
                 )
                 .await
-                .map_err(kube_err(
-                    "set controlPlaneEndpoint of",
-                    format!("Cluster {}/{cluster_name}", self.namespace),
-                ))?;
-            self.ctx.caches.wrote(&resource, &updated);
-        } else if current.host != host || current.port != port {
+            {
+                Ok(updated) => {
+                    self.ctx.caches.wrote(&resource, &updated);
+                    break current;
+                }
+                // The Cluster changed since it was read (the cache lags Cluster API's frequent
+                // status updates): read it again and decide on what it is now, a few times,
+                // instead of failing the reconcile into the retry back-off.
+                Err(e) if is_conflict(&e) && attempts < 3 => {
+                    attempts += 1;
+                    cluster = Api::<Cluster>::namespaced(self.ctx.client.clone(), &self.namespace)
+                        .get(&cluster_name)
+                        .await
+                        .map_err(kube_err("get", describe.clone()))?;
+                }
+                Err(e) => return Err(kube_err("set controlPlaneEndpoint of", describe)(e)),
+            }
+        };
+        // Empty here means this pass set it.
+        if !current.is_empty() && (current.host != host || current.port != port) {
             return Ok(Some(DesiredCondition::false_(
                 c::CLUSTER_ENDPOINT,
                 r::CLUSTER_ENDPOINT_MISMATCH,
