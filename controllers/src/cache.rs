@@ -11,7 +11,7 @@
 //! conflict, then retried). The cache therefore keeps what capi-lb wrote (read-your-writes) until the
 //! watch delivers that version or a newer one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -83,11 +83,16 @@ impl ObjectCache {
         let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
         let deleted = self.deleted.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = Vec::new();
+        let mut in_store = HashSet::new();
         for cached in self.store.state() {
-            if cached.metadata.namespace.as_deref() != Some(namespace)
-                || cached.uid().is_some_and(|uid| deleted.contains_key(&uid))
-            {
+            if cached.metadata.namespace.as_deref() != Some(namespace) {
                 continue;
+            }
+            if let Some(uid) = cached.uid() {
+                if deleted.contains_key(&uid) {
+                    continue;
+                }
+                in_store.insert(uid);
             }
             // Only what is kept is cloned: most objects of a namespace concern other callers.
             let ours = cached
@@ -110,6 +115,15 @@ impl ObjectCache {
                 }
                 None if keep(&cached) => out.push(cached.as_ref().clone()),
                 None => {}
+            }
+        }
+        // What capi-lb created that the watch has not delivered yet.
+        for (uid, ours) in written.iter() {
+            if ours.metadata.namespace.as_deref() == Some(namespace)
+                && !in_store.contains(uid)
+                && keep(ours)
+            {
+                out.push(ours.clone());
             }
         }
         Some(out)
@@ -329,6 +343,23 @@ mod tests {
         cache.wrote(&gone);
         cache.seen(&Event::Delete(machine("m2", "a", "41", "worker")));
         assert!(cache.written.lock().unwrap().is_empty());
+
+        // An object capi-lb created is listed before the watch delivers it, and not after it
+        // deleted it.
+        let created = machine("m5", "a", "50", "cp");
+        cache.wrote(&created);
+        assert_eq!(names(cache.list("a", cp).unwrap()), ["m1", "m5"]);
+        assert_eq!(names(cache.list("b", cp).unwrap()), ["m3"]);
+        cache.gone("uid-m5");
+        assert_eq!(names(cache.list("a", cp).unwrap()), ["m1"]);
+        // One deleted that the watch still has is not listed either.
+        cache.gone("uid-m1");
+        assert!(cache.list("a", cp).unwrap().is_empty());
+        writer.apply_watcher_event(&Event::Delete(machine("m1", "a", "60", "cp")));
+        cache.seen(&Event::Delete(machine("m1", "a", "60", "cp")));
+        // The watch's deletion clears its tombstone (m5's, never delivered, expires).
+        assert!(!cache.deleted.lock().unwrap().contains_key("uid-m1"));
+        assert!(cache.deleted.lock().unwrap().contains_key("uid-m5"));
 
         // By name, with the same read-your-writes.
         assert!(cache.get("a", "m9").unwrap().is_none());

@@ -184,9 +184,11 @@ async fn bench(scenario: Option<Scenario>) -> ExitCode {
 }
 
 /// The cluster and the controller of a benchmark against a real cluster.
-fn launch(args: &ClusterArgs) -> Result<capi_lb::bench::cluster::Launch, String> {
+/// `None` (said on stderr) when capi-lb cannot find its own binary.
+fn launch(args: &ClusterArgs) -> Option<capi_lb::bench::cluster::Launch> {
     let controller = std::env::current_exe()
-        .map_err(|e| format!("capi-lb bench: cannot find its own binary: {e}"))?;
+        .map_err(|e| eprintln!("capi-lb bench: cannot find its own binary: {e}"))
+        .ok()?;
     let harness = args.kubeconfig.is_none();
     let kubeconfig = args
         .kubeconfig
@@ -196,7 +198,7 @@ fn launch(args: &ClusterArgs) -> Result<capi_lb::bench::cluster::Launch, String>
         let path = harness_state().join("controller.kubeconfig");
         (harness && path.exists()).then_some(path)
     });
-    Ok(capi_lb::bench::cluster::Launch {
+    Some(capi_lb::bench::cluster::Launch {
         kubeconfig,
         controller_kubeconfig,
         controller,
@@ -208,12 +210,8 @@ fn launch(args: &ClusterArgs) -> Result<capi_lb::bench::cluster::Launch, String>
 }
 
 async fn bench_propagation(args: PropagationArgs) -> ExitCode {
-    let launch = match launch(&args.cluster) {
-        Ok(launch) => launch,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(launch) = launch(&args.cluster) else {
+        return ExitCode::FAILURE;
     };
     print!("{}", capi_lb::bench::propagation::HEADER);
     for n in args.services {
@@ -235,12 +233,8 @@ async fn bench_propagation(args: PropagationArgs) -> ExitCode {
 }
 
 async fn bench_converge(args: ConvergeArgs) -> ExitCode {
-    let launch = match launch(&args.cluster) {
-        Ok(launch) => launch,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(launch) = launch(&args.cluster) else {
+        return ExitCode::FAILURE;
     };
     let mut status = ExitCode::SUCCESS;
     for n in args.loadbalancers {
