@@ -53,6 +53,18 @@ pub const ENDPOINTSLICE_MANAGED_BY_VALUE: &str = "capi-lb.loadbalancer.cluster.x
 
 // --- annotations --------------------------------------------------------------------------------
 
+/// Label clusterctl looks for on CRDs: only kinds whose CRD carries it are considered by
+/// `clusterctl move` (and `clusterctl init` adds it to a provider's CRDs).
+pub const LABEL_CLUSTERCTL: &str = "clusterctl.cluster.x-k8s.io";
+/// Annotation `clusterctl move` puts on each object it deletes from the source cluster after
+/// creating it in the target: its cloud resources must survive.
+pub const ANNOTATION_DELETE_FOR_MOVE: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
+/// Ownership of cloud resources across `clusterctl move` and restores, on a LoadBalancer and on
+/// each infrastructure object capi-lb claims: `<name>/<uid>`, the object's name and the UID under
+/// which its cloud resources are tagged (its own UID when capi-lb first saw it). A copy of the
+/// object made by `clusterctl move` (or a backup restore) gets a new UID but keeps this, so it
+/// adopts the cloud resources instead of creating new ones; a copy under another name does not.
+pub const ANNOTATION_OWNERSHIP: &str = "loadbalancer.cluster.x-k8s.io/ownership";
 /// CAPI pause annotation: when present on a LoadBalancer, capi-lb does not reconcile it.
 pub const ANNOTATION_PAUSED: &str = "cluster.x-k8s.io/paused";
 /// Per-target status annotation (proposal).
@@ -190,6 +202,8 @@ pub mod reason {
     pub const INFRASTRUCTURE_IN_USE: &str = "InfrastructureInUse";
     /// The referenced infrastructure object is being deleted.
     pub const INFRASTRUCTURE_DELETING: &str = "InfrastructureDeleting";
+    /// The infrastructure object is being moved to another cluster by `clusterctl move`.
+    pub const MOVING: &str = "MovingToAnotherCluster";
     /// The provider failed and will be retried with back-off.
     pub const PROVIDER_ERROR: &str = "ProviderError";
     /// The provider failed in a way retrying cannot fix; the message says what to change.

@@ -26,6 +26,7 @@ pub const DEFAULT_ADDRESS_POOL: &str = "203.0.113.0/24";
     shortname = "imlb",
     category = "cluster-api",
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    label("clusterctl.cluster.x-k8s.io", ""),
     printcolumn = r#"{"name":"Ready","type":"boolean","jsonPath":".status.ready"}"#,
     printcolumn = r#"{"name":"Address","type":"string","jsonPath":".status.addresses[0].address"}"#,
     printcolumn = r#"{"name":"Members","type":"integer","jsonPath":".status.memberCount"}"#,

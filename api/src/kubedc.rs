@@ -48,6 +48,7 @@ impl ExternalNetworkType {
     shortname = "kdclb",
     category = "cluster-api",
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    label("clusterctl.cluster.x-k8s.io", ""),
     printcolumn = r#"{"name":"Ready","type":"boolean","jsonPath":".status.ready"}"#,
     printcolumn = r#"{"name":"Network","type":"string","jsonPath":".spec.externalNetworkType"}"#,
     printcolumn = r#"{"name":"EIp","type":"string","jsonPath":".status.eipName"}"#,

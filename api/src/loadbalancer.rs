@@ -30,6 +30,7 @@ use crate::constants::{
     shortname = "capilb",
     category = "cluster-api",
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    label("clusterctl.cluster.x-k8s.io", ""),
     printcolumn = r#"{"name":"Ready","type":"boolean","jsonPath":".status.ready","description":"Load balancer provisioned and endpoint published"}"#,
     printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".status.endpoint.host","description":"Stable endpoint host"}"#,
     printcolumn = r#"{"name":"Address","type":"string","jsonPath":".status.addresses[0].address","description":"First address assigned by the provider"}"#,

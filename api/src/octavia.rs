@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
     shortname = "olb",
     category = "cluster-api",
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    label("clusterctl.cluster.x-k8s.io", ""),
     printcolumn = r#"{"name":"Ready","type":"boolean","jsonPath":".status.ready"}"#,
     printcolumn = r#"{"name":"ID","type":"string","jsonPath":".status.loadBalancerID"}"#,
     printcolumn = r#"{"name":"VIP","type":"string","jsonPath":".status.vipAddress"}"#,

@@ -91,6 +91,7 @@ fn default_address_timeout() -> i32 {
     shortname = "svclb",
     category = "cluster-api",
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    label("clusterctl.cluster.x-k8s.io", ""),
     printcolumn = r#"{"name":"Ready","type":"boolean","jsonPath":".status.ready"}"#,
     printcolumn = r#"{"name":"Class","type":"string","jsonPath":".spec.loadBalancerClass"}"#,
     printcolumn = r#"{"name":"Service","type":"string","jsonPath":".status.serviceName"}"#,

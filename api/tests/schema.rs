@@ -3,7 +3,7 @@
 // Integration tests: helpers panic on broken fixtures, which is the failure we want.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use capi_lb_api::constants::CAPI_CONTRACT_LABEL;
+use capi_lb_api::constants::{CAPI_CONTRACT_LABEL, LABEL_CLUSTERCTL};
 use capi_lb_api::validation::{FieldErrors, parse};
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer, crds};
 use serde_json::{Value, json};
@@ -282,6 +282,8 @@ fn crds_carry_contract_label_names_and_columns() {
             labels.get(CAPI_CONTRACT_LABEL).map(String::as_str),
             Some("v1alpha1")
         );
+        // clusterctl move only looks at kinds whose CRD carries its label.
+        assert_eq!(labels.get(LABEL_CLUSTERCTL).map(String::as_str), Some(""));
         let name = crd.metadata.name.clone().unwrap();
         assert_eq!(
             name,

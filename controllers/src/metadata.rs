@@ -1,7 +1,8 @@
-//! Careful metadata edits: adding or removing one finalizer or one owner reference with a JSON patch
-//! that first tests the object's resourceVersion (a concurrent change makes the patch fail and the
-//! reconcile retry instead of silently overwriting someone else's finalizers or owner references),
-//! and changing annotations with a merge patch of only the keys that change.
+//! Careful metadata edits: adding or removing finalizers, owner references and capi-lb's own
+//! annotations with a JSON patch that first tests the object's resourceVersion (a concurrent change
+//! makes the patch fail and the reconcile retry instead of silently overwriting someone else's
+//! finalizers or owner references), and changing targets' annotations with a merge patch of only
+//! the keys that change.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -49,12 +50,64 @@ pub async fn add_finalizer<K>(api: &Api<K>, obj: &K, finalizer: &str) -> Result<
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
-    if obj.finalizers().iter().any(|f| f == finalizer) {
+    mark(
+        api,
+        obj,
+        Marks {
+            finalizer: Some(finalizer),
+            ..Marks::default()
+        },
+    )
+    .await
+}
+
+/// What capi-lb keeps on an object it works with: each is added unless present (an annotation
+/// with another value is set).
+#[derive(Default, Debug)]
+pub struct Marks<'a> {
+    /// A finalizer.
+    pub finalizer: Option<&'a str>,
+    /// One annotation and its value.
+    pub annotation: Option<(&'a str, String)>,
+    /// Owner references (matched by UID).
+    pub owners: Vec<OwnerReference>,
+}
+
+/// Make `obj` carry `marks` in one guarded patch; no request when it already does. Returns the
+/// updated object (or the unchanged one).
+pub async fn mark<K>(api: &Api<K>, obj: &K, marks: Marks<'_>) -> Result<K, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let mut sets: Vec<(&str, Value)> = Vec::new();
+    let missing: Vec<OwnerReference> = marks
+        .owners
+        .into_iter()
+        .filter(|o| !obj.owner_references().iter().any(|r| r.uid == o.uid))
+        .collect();
+    if !missing.is_empty() {
+        let mut refs = obj.owner_references().to_vec();
+        refs.extend(missing);
+        sets.push(("/metadata/ownerReferences", json!(refs)));
+    }
+    if let Some(finalizer) = marks.finalizer
+        && !obj.finalizers().iter().any(|f| f == finalizer)
+    {
+        let mut finalizers = obj.finalizers().to_vec();
+        finalizers.push(finalizer.to_string());
+        sets.push(("/metadata/finalizers", json!(finalizers)));
+    }
+    if let Some((key, value)) = marks.annotation
+        && obj.annotations().get(key) != Some(&value)
+    {
+        let mut annotations = obj.annotations().clone();
+        annotations.insert(key.to_string(), value);
+        sets.push(("/metadata/annotations", json!(annotations)));
+    }
+    if sets.is_empty() {
         return Ok(obj.clone());
     }
-    let mut finalizers = obj.finalizers().to_vec();
-    finalizers.push(finalizer.to_string());
-    guarded_patch(api, obj, &[("/metadata/finalizers", json!(finalizers))]).await
+    guarded_patch(api, obj, &sets).await
 }
 
 /// Remove `finalizer` if present.
@@ -73,37 +126,27 @@ where
     gone_is_done(guarded_patch(api, obj, &[("/metadata/finalizers", json!(finalizers))]).await)
 }
 
-/// Claim `obj`: add the controller owner reference `owner` and the finalizer `finalizer` (each
-/// unless present) in one guarded patch. Returns the updated object (or the unchanged one).
+/// Claim `obj`: add the controller owner reference `owner`, the finalizer `finalizer` and the
+/// annotation `annotation` (each unless present) in one guarded patch. Returns the updated object
+/// (or the unchanged one).
 pub async fn claim<K>(
     api: &Api<K>,
     obj: &K,
     owner: OwnerReference,
     finalizer: &str,
+    annotation: Option<(&str, String)>,
 ) -> Result<K, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
-    let has_ref = obj.owner_references().iter().any(|r| r.uid == owner.uid);
-    let has_finalizer = obj.finalizers().iter().any(|f| f == finalizer);
-    if has_ref && has_finalizer {
-        return Ok(obj.clone());
-    }
-    let mut refs = obj.owner_references().to_vec();
-    if !has_ref {
-        refs.push(owner);
-    }
-    let mut finalizers = obj.finalizers().to_vec();
-    if !has_finalizer {
-        finalizers.push(finalizer.to_string());
-    }
-    guarded_patch(
+    mark(
         api,
         obj,
-        &[
-            ("/metadata/ownerReferences", json!(refs)),
-            ("/metadata/finalizers", json!(finalizers)),
-        ],
+        Marks {
+            finalizer: Some(finalizer),
+            annotation,
+            owners: vec![owner],
+        },
     )
     .await
 }

@@ -15,7 +15,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use capi_lb_api::constants::ANNOTATION_OWNERSHIP;
 use capi_lb_api::loadbalancer::{LoadBalancerAddress, Protocol};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::{Map, Value};
 
@@ -34,6 +36,39 @@ pub mod tags {
     /// UID of the infrastructure object the resource was made for: during a migration between
     /// two infrastructure objects of the same provider, the LoadBalancer owns two sets.
     pub const INFRASTRUCTURE_UID: &str = "capi-lb.loadbalancer.cluster.x-k8s.io/infrastructure-uid";
+}
+
+/// The UID under which the cloud resources of `meta`'s object are tagged: the one recorded in its
+/// ownership annotation (`<name>/<uid>`, written when capi-lb first claims the object, and kept by
+/// `clusterctl move` and backup restores, which give the object a new UID), else its own UID. An
+/// annotation naming another object (a copy made under another name) is ignored.
+pub fn ownership_uid(meta: &ObjectMeta) -> Option<&str> {
+    recorded_ownership(meta).or(meta.uid.as_deref())
+}
+
+/// The UID recorded in `meta`'s ownership annotation, when it names this object.
+pub fn recorded_ownership(meta: &ObjectMeta) -> Option<&str> {
+    let value = meta.annotations.as_ref()?.get(ANNOTATION_OWNERSHIP)?;
+    let (name, uid) = value.rsplit_once('/')?;
+    (Some(name) == meta.name.as_deref() && is_uid(uid)).then_some(uid)
+}
+
+/// The ownership annotation's value for `meta`'s object: its name and [`ownership_uid`].
+pub fn ownership_value(meta: &ObjectMeta) -> Option<String> {
+    Some(format!(
+        "{}/{}",
+        meta.name.as_deref()?,
+        ownership_uid(meta)?
+    ))
+}
+
+/// True for a UID as the apiserver makes them (RFC 4122 text form).
+fn is_uid(s: &str) -> bool {
+    s.len() == 36
+        && s.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
 }
 
 /// Which LoadBalancer a cloud resource belongs to.
@@ -73,8 +108,8 @@ impl LoadBalancerIdentity {
     /// Ownership tags for resources made for the infrastructure object `infra`.
     pub fn tags_for(&self, infra: &kube::core::DynamicObject) -> BTreeMap<String, String> {
         let mut tags = self.tags();
-        if let Some(uid) = &infra.metadata.uid {
-            tags.insert(tags::INFRASTRUCTURE_UID.to_string(), uid.clone());
+        if let Some(uid) = ownership_uid(&infra.metadata) {
+            tags.insert(tags::INFRASTRUCTURE_UID.to_string(), uid.to_string());
         }
         tags
     }
@@ -87,7 +122,7 @@ impl LoadBalancerIdentity {
         tags: &BTreeMap<String, String>,
         infra: Option<&kube::core::DynamicObject>,
     ) -> bool {
-        let infra_uid = infra.and_then(|i| i.metadata.uid.as_ref());
+        let infra_uid = infra.and_then(|i| ownership_uid(&i.metadata));
         self.owns(tags)
             && match (tags.get(tags::INFRASTRUCTURE_UID), infra_uid) {
                 (Some(tagged), Some(uid)) => tagged == uid,
@@ -416,4 +451,82 @@ pub trait Provider: Send + Sync + 'static {
     /// Delete everything the provider created for this LoadBalancer (found by ownership tags), and
     /// nothing else. Done when the cloud reports it gone.
     async fn delete(&self, request: DeleteRequest<'_>) -> Result<DeleteOutcome, ProviderError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: &str = "0b4f7a52-3c1e-4d2a-9f8e-1a2b3c4d5e6f";
+    const NEW: &str = "9c8d7e6f-5a4b-4c3d-8e2f-0a1b2c3d4e5f";
+
+    fn meta(name: &str, annotation: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            uid: Some(NEW.into()),
+            annotations: annotation
+                .map(|v| [(ANNOTATION_OWNERSHIP.to_string(), v.to_string())].into()),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn the_recorded_ownership_survives_a_new_uid_but_not_a_new_name() {
+        // Never recorded: its own UID, which the first claim records.
+        assert_eq!(ownership_uid(&meta("cp", None)), Some(NEW));
+        assert_eq!(
+            ownership_value(&meta("cp", None)).as_deref(),
+            Some(format!("cp/{NEW}").as_str())
+        );
+        // Moved (or restored): a new UID, the recorded one decides.
+        let moved = meta("cp", Some(&format!("cp/{OLD}")));
+        assert_eq!(ownership_uid(&moved), Some(OLD));
+        assert_eq!(
+            ownership_value(&moved).as_deref(),
+            Some(format!("cp/{OLD}").as_str())
+        );
+        // Copied under another name: the copy's own UID, and its annotation is rewritten.
+        let copy = meta("cp2", Some(&format!("cp/{OLD}")));
+        assert_eq!(ownership_uid(&copy), Some(NEW));
+        assert_eq!(
+            ownership_value(&copy).as_deref(),
+            Some(format!("cp2/{NEW}").as_str())
+        );
+        // Not a UID: ignored.
+        for bad in [
+            "cp/",
+            "cp/x",
+            "cp",
+            &format!("cp/{}", OLD.replace('-', "x")),
+            "",
+        ] {
+            assert_eq!(ownership_uid(&meta("cp", Some(bad))), Some(NEW), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tags_for_an_infrastructure_object_use_its_recorded_ownership() {
+        let identity = LoadBalancerIdentity {
+            namespace: "ns".into(),
+            name: "cp".into(),
+            uid: OLD.into(),
+            cluster_name: None,
+        };
+        let mut moved = DynamicObject::new(
+            "octavia",
+            &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        );
+        moved.metadata = meta("octavia", Some(&format!("octavia/{OLD}")));
+        let tags = identity.tags_for(&moved);
+        assert_eq!(
+            tags.get(tags::INFRASTRUCTURE_UID).map(String::as_str),
+            Some(OLD)
+        );
+        assert!(identity.owns_for(&tags, Some(&moved)));
+        let fresh = DynamicObject {
+            metadata: meta("octavia", None),
+            ..moved.clone()
+        };
+        assert!(!identity.owns_for(&tags, Some(&fresh)));
+    }
 }

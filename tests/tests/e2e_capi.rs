@@ -460,7 +460,21 @@ async fn a_cluster_deletion_never_deadlocks_on_the_hooks() {
     for (i, name) in names.iter().enumerate() {
         provisioned_machine(&t, name, &format!("10.0.0.{}", 11 + i)).await;
     }
-    wait_active(&t, "cp", &names).await;
+    let lb = wait_active(&t, "cp", &names).await;
+    // The LoadBalancer hangs off its Cluster (what makes clusterctl move carry it), without
+    // claiming to control it.
+    let clusters = t.api::<Cluster>();
+    let cluster_uid = clusters.get("demo").await.unwrap().uid().unwrap();
+    let owner = lb
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "Cluster")
+        .expect("an owner reference to the Cluster");
+    assert_eq!(
+        (owner.name.as_str(), owner.uid.as_str()),
+        ("demo", cluster_uid.as_str())
+    );
+    assert_eq!(owner.controller, None);
     let keys = TargetKeys::new(&t.ns, "cp");
     let machines = t.api::<Machine>();
     for name in names {
@@ -470,7 +484,6 @@ async fn a_cluster_deletion_never_deadlocks_on_the_hooks() {
         .await;
     }
 
-    let clusters = t.api::<Cluster>();
     clusters
         .delete("demo", &DeleteParams::default())
         .await
@@ -491,12 +504,9 @@ async fn a_cluster_deletion_never_deadlocks_on_the_hooks() {
         infra_gone(&infra_machines, name).await;
     }
     infra_gone(&infra_clusters, "demo").await;
-    // The LoadBalancer of the deleted Cluster has no target left.
-    eventually("the LoadBalancer without targets", || async {
-        let lb = t.api::<LoadBalancer>().get("cp").await.ok()?;
-        let s = lb.status?;
-        (s.targets.is_empty() && s.active_targets.is_empty()).then_some(())
-    })
-    .await;
+    // The LoadBalancer goes with its Cluster (the garbage collector follows its owner
+    // reference), and its finalizer lets its load balancer and infrastructure object go too.
+    wait_gone(&t.api::<LoadBalancer>(), "cp").await;
+    wait_gone(&t.api::<InMemoryLoadBalancer>(), "cp").await;
     t.finish().await;
 }

@@ -2,8 +2,12 @@
 //! states, write its status, and release it (provider deletion, then our metadata).
 
 use capi_lb_api::LoadBalancer;
-use capi_lb_api::constants::{FIELD_MANAGER, INFRASTRUCTURE_FINALIZER, event, reason as r};
+use capi_lb_api::constants::{
+    ANNOTATION_DELETE_FOR_MOVE, ANNOTATION_OWNERSHIP, FIELD_MANAGER, INFRASTRUCTURE_FINALIZER,
+    event, reason as r,
+};
 use capi_lb_api::loadbalancer::InfrastructureRef;
+use capi_lb_providers::provider::ownership_value;
 use capi_lb_providers::{
     DeleteRequest, EnsureRequest, LoadBalancerIdentity, Progress, ProviderError,
 };
@@ -74,13 +78,25 @@ impl Reconciliation<'_> {
                 ),
             ));
         }
+        if infra.annotations().contains_key(ANNOTATION_DELETE_FOR_MOVE) {
+            // clusterctl move is taking it (and its LoadBalancer) to another cluster, whose
+            // controller adopts the cloud load balancer: nothing may be deleted or changed here.
+            return Ok(Claim::Refused(
+                r::MOVING,
+                format!(
+                    "{} {} is being moved to another cluster by clusterctl move; its load balancer is left to that cluster",
+                    infra_ref.kind, infra_ref.name
+                ),
+            ));
+        }
         if infra.metadata.deletion_timestamp.is_some() {
             return Ok(Claim::Deleting);
         }
         let Some(owner) = publication::controller_ref(self.lb) else {
             return Err(Error::MissingField(describe(self.lb), "uid"));
         };
-        let claimed = metadata::claim(&api, &infra, owner, INFRASTRUCTURE_FINALIZER)
+        let ownership = ownership_value(&infra.metadata).map(|v| (ANNOTATION_OWNERSHIP, v));
+        let claimed = metadata::claim(&api, &infra, owner, INFRASTRUCTURE_FINALIZER, ownership)
             .await
             .map_err(kube_err("claim", format!("{infra_ref}")))?;
         if claimed.resource_version() != infra.resource_version() {

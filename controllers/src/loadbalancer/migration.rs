@@ -11,13 +11,65 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::Selector;
 
 use super::status::InfraState;
-use crate::error::Result;
+use crate::error::{Result, kube_err};
+use crate::metadata::is_controlled_by;
+use kube::api::{Api, ListParams};
+use kube::core::DynamicObject;
+use kube::{Resource, ResourceExt};
 
 use super::infrastructure::release;
 use super::targets::Listing;
 use super::{BringUp, Claim, Claimed, Reconciliation, Release};
 
 impl Reconciliation<'_> {
+    /// An infrastructure object this LoadBalancer controls (owner reference) other than
+    /// `spec_ref`, of any enabled provider's kind: the oldest, when there are several.
+    async fn controlled_elsewhere(
+        &self,
+        spec_ref: &InfrastructureRef,
+    ) -> Result<Option<InfrastructureRef>> {
+        let Some(uid) = self.lb.meta().uid.as_deref() else {
+            return Ok(None);
+        };
+        let mut found: Vec<(Option<Time>, InfrastructureRef)> = Vec::new();
+        for resource in self.ctx.providers.resources() {
+            let controlled = |o: &DynamicObject| {
+                is_controlled_by(o, uid) && o.metadata.deletion_timestamp.is_none()
+            };
+            let objects = match self
+                .ctx
+                .caches
+                .of(&resource)
+                .and_then(|c| c.list(&self.namespace, controlled))
+            {
+                Some(objects) => objects,
+                None => {
+                    let api: Api<DynamicObject> =
+                        Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
+                    api.list(&ListParams::default())
+                        .await
+                        .map_err(kube_err("list", format!("{} objects", resource.kind)))?
+                        .items
+                        .into_iter()
+                        .filter(|o| controlled(o))
+                        .collect()
+                }
+            };
+            for object in objects {
+                let reference = InfrastructureRef {
+                    api_group: resource.group.clone(),
+                    kind: resource.kind.clone(),
+                    name: object.name_any(),
+                };
+                if &reference != spec_ref {
+                    found.push((object.metadata.creation_timestamp.clone(), reference));
+                }
+            }
+        }
+        found.sort_by(|a, b| a.0.as_ref().map(|t| t.0).cmp(&b.0.as_ref().map(|t| t.0)));
+        Ok(found.into_iter().next().map(|(_, r)| r))
+    }
+
     /// Which infrastructure object serves in this pass, moving a change of `spec.infrastructureRef`
     /// forward make-before-break: bring the new one up and populate it while the old one serves,
     /// switch once it is ready, delete the old one after `spec.drainSeconds`. A new one that cannot
@@ -27,8 +79,19 @@ impl Reconciliation<'_> {
         spec_ref: &InfrastructureRef,
         selector: &Selector,
     ) -> Result<InfrastructureRef> {
-        let Some(serving) = self.status.infrastructure_ref.clone() else {
-            return Ok(spec_ref.clone());
+        let serving = match self.status.infrastructure_ref.clone() {
+            Some(serving) => serving,
+            // No record of what serves: a new LoadBalancer, or one whose status was lost
+            // (clusterctl move and backup restores do not carry status). An infrastructure object
+            // other than the spec's that it controls is what served before: a migration was under
+            // way, and continues make-before-break from there.
+            None => match self.controlled_elsewhere(spec_ref).await? {
+                Some(serving) => {
+                    self.status.infrastructure_ref = Some(serving.clone());
+                    serving
+                }
+                None => return Ok(spec_ref.clone()),
+            },
         };
         let migration = self.status.migration.clone();
         if &serving == spec_ref {

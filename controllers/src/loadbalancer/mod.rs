@@ -29,9 +29,14 @@ use std::time::Duration;
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Cluster;
 use capi_lb_api::conditions::DesiredCondition;
-use capi_lb_api::constants::{LOADBALANCER_FINALIZER, condition as c, event, reason as r};
+use capi_lb_api::constants::{
+    ANNOTATION_DELETE_FOR_MOVE, ANNOTATION_OWNERSHIP, LOADBALANCER_FINALIZER, condition as c,
+    event, reason as r,
+};
 use capi_lb_api::loadbalancer::LoadBalancerStatus;
+use capi_lb_providers::provider::{ownership_uid, ownership_value};
 use capi_lb_providers::{EnsureOutcome, Listener, LoadBalancerIdentity, Provider, ProviderError};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, Selector};
 use kube::{Resource, ResourceExt};
@@ -39,7 +44,7 @@ use kube::{Resource, ResourceExt};
 use crate::class;
 use crate::context::{Context, Outcome};
 use crate::error::{Error, Result, kube_err};
-use crate::metadata;
+use crate::metadata::{self, Marks};
 
 use cluster::{cluster_of, paused};
 use deletion::cleanup;
@@ -88,12 +93,31 @@ pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outco
         return Reconciliation::new(&lb, &ctx, api)?.pause(why).await;
     }
     if lb.meta().deletion_timestamp.is_some() {
+        if lb.annotations().contains_key(ANNOTATION_DELETE_FOR_MOVE) {
+            return moved_away(&lb, &ctx, &api).await;
+        }
         return cleanup(&lb, &ctx, &api).await;
     }
-    // The finalizer goes on before anything is created anywhere.
-    let lb = metadata::add_finalizer(&api, &lb, LOADBALANCER_FINALIZER)
-        .await
-        .map_err(kube_err("add finalizer to", describe(&lb)))?;
+    // The finalizer goes on before anything is created anywhere; with it the ownership of the
+    // cloud resources (kept across clusterctl move) and, for a LoadBalancer of a Cluster, an owner
+    // reference to it: clusterctl move carries what hangs off a Cluster, and the LoadBalancer
+    // goes with its Cluster.
+    let lb = metadata::mark(
+        &api,
+        &lb,
+        Marks {
+            finalizer: Some(LOADBALANCER_FINALIZER),
+            annotation: ownership_value(lb.meta()).map(|v| (ANNOTATION_OWNERSHIP, v)),
+            owners: cluster
+                .as_ref()
+                .filter(|c| c.metadata.deletion_timestamp.is_none())
+                .and_then(cluster_owner)
+                .into_iter()
+                .collect(),
+        },
+    )
+    .await
+    .map_err(kube_err("add finalizer to", describe(&lb)))?;
     // Realising a Service of capi-lb's load-balancer class: the Service's ports.
     let binding = class::binding(&ctx.client, &lb).await?;
     let lb = match &binding {
@@ -117,12 +141,44 @@ fn describe(lb: &LoadBalancer) -> String {
     )
 }
 
+/// A non-controller owner reference to `cluster` (the LoadBalancer hangs off its Cluster, as
+/// Cluster API's own objects do, without claiming to control it).
+fn cluster_owner(cluster: &Cluster) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: Cluster::api_version(&()).into_owned(),
+        kind: Cluster::kind(&()).into_owned(),
+        name: cluster.metadata.name.clone()?,
+        uid: cluster.metadata.uid.clone()?,
+        controller: None,
+        block_owner_deletion: None,
+    })
+}
+
+/// A LoadBalancer `clusterctl move` deletes from this cluster after creating it in the target:
+/// the target's controller adopts its cloud load balancer, so nothing is deleted in the cloud and
+/// its targets keep their hooks (they moved too); only the finalizer goes (clusterctl removes it
+/// itself as well). What capi-lb published here is owned by the LoadBalancer and goes with it.
+async fn moved_away(lb: &LoadBalancer, ctx: &Context, api: &Api<LoadBalancer>) -> Result<Outcome> {
+    if lb.finalizers().iter().any(|f| f == LOADBALANCER_FINALIZER) {
+        metadata::remove_finalizer(api, lb, LOADBALANCER_FINALIZER)
+            .await
+            .map_err(kube_err("remove finalizer from", describe(lb)))?;
+        tracing::info!(
+            loadbalancer = %describe(lb),
+            "deleted by clusterctl move: the cloud load balancer is left to the target cluster"
+        );
+    }
+    ctx.reset_backoff(lb.uid().as_deref().unwrap_or_default());
+    Ok(Outcome::done())
+}
+
 fn identity(lb: &LoadBalancer) -> Result<LoadBalancerIdentity> {
     Ok(LoadBalancerIdentity {
         namespace: lb.namespace().unwrap_or_default(),
         name: lb.name_any(),
-        uid: lb
-            .uid()
+        // The UID its cloud resources are tagged with, which survives clusterctl move.
+        uid: ownership_uid(lb.meta())
+            .map(str::to_string)
             .ok_or_else(|| Error::MissingField(describe(lb), "uid"))?,
         cluster_name: lb.spec.cluster_name.clone(),
     })

@@ -528,6 +528,14 @@ fn emit(output: &mut String, mut object: Value) {
         ] {
             meta.remove(noise);
         }
+        // The UID in the ownership annotation changes from run to run too.
+        if let Some(Value::String(ownership)) = meta
+            .get_mut("annotations")
+            .and_then(|a| a.get_mut(capi_lb_api::constants::ANNOTATION_OWNERSHIP))
+            && let Some((name, _)) = ownership.rsplit_once('/')
+        {
+            *ownership = format!("{name}/<uid>");
+        }
         if let Some(refs) = meta
             .get_mut("ownerReferences")
             .and_then(Value::as_array_mut)

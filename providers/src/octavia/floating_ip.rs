@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::OctaviaProvider;
 use super::api::{Request, Session};
 use super::documents::{FloatingIp, LbRecord, decode};
-use super::naming::{description, fip_tags, fip_uid_tag};
+use super::naming::{description, fip_owned, fip_tags, fip_uid_tag};
 use super::reason;
 use super::run::Run;
 use super::settings::Infra;
@@ -198,12 +198,7 @@ impl OctaviaProvider {
         port: &str,
         on_port: &[FloatingIp],
     ) -> Result<FloatingIp, Stop> {
-        let ours = |f: &FloatingIp| {
-            f.tags.contains(&fip_uid_tag(run.identity))
-                || f.description
-                    .as_deref()
-                    .is_some_and(|d| d.ends_with(&format!("uid={}", run.identity.uid)))
-        };
+        let ours = |f: &FloatingIp| fip_owned(&f.tags, f.description.as_deref(), run.identity);
         let mine = on_port.iter().find(|f| ours(f)).cloned();
         if mine.is_none()
             && let Some(other) = on_port.first()
@@ -224,7 +219,10 @@ impl OctaviaProvider {
                 let tagged = self
                     .floating_ips(session, &[("tags", fip_uid_tag(run.identity))])
                     .await?;
-                match tagged.into_iter().next() {
+                match tagged
+                    .into_iter()
+                    .find(|f| fip_owned(&f.tags, f.description.as_deref(), run.identity))
+                {
                     Some(fip) => {
                         self.set_port(session, &fip.id, Some(port)).await?;
                         run.changes.push(format!(
@@ -373,6 +371,7 @@ impl OctaviaProvider {
             .floating_ips(session, &[("tags", fip_uid_tag(identity))])
             .await?
             .into_iter()
+            .filter(|f| fip_owned(&f.tags, f.description.as_deref(), identity))
             .map(|f| (f.id, f.floating_ip_address))
             .collect();
         if let Some(id) = &infra.status.floating_ip_id

@@ -45,18 +45,23 @@ pub(super) fn fip_tags(identity: &LoadBalancerIdentity) -> Vec<String> {
     let mut tags = vec![
         CAPI_LB_TAG.to_string(),
         fip_uid_tag(identity),
-        cut(
-            &format!(
-                "capi-lb-loadbalancer={}.{}",
-                identity.namespace, identity.name
-            ),
-            NAME_MAX,
-        ),
+        fip_name_tag(identity),
     ];
     if let Some(cluster) = &identity.cluster_name {
         tags.push(cut(&format!("capi-lb-cluster={cluster}"), NAME_MAX));
     }
     tags
+}
+
+/// The floating IP's tag naming the LoadBalancer.
+fn fip_name_tag(identity: &LoadBalancerIdentity) -> String {
+    cut(
+        &format!(
+            "capi-lb-loadbalancer={}.{}",
+            identity.namespace, identity.name
+        ),
+        NAME_MAX,
+    )
 }
 
 /// The ownership tag of a floating IP (Neutron's tags cannot hold the `/` of [`uid_tag`]).
@@ -92,6 +97,28 @@ pub(super) fn object_tags(
     out
 }
 
+/// The tags that identify the owning LoadBalancer: its namespace, name and UID.
+fn identity_tags(identity: &LoadBalancerIdentity) -> impl Iterator<Item = String> {
+    [
+        (tags::NAMESPACE, &identity.namespace),
+        (tags::NAME, &identity.name),
+        (tags::UID, &identity.uid),
+    ]
+    .into_iter()
+    .map(|(k, v)| cut(&format!("{k}={v}"), NAME_MAX))
+}
+
+/// True when a floating IP was allocated for this LoadBalancer: its UID tag and its
+/// `capi-lb-loadbalancer` tag, or, on clouds without tags, capi-lb's description.
+pub(super) fn fip_owned(
+    tags: &[String],
+    desc: Option<&str>,
+    identity: &LoadBalancerIdentity,
+) -> bool {
+    let by_tag = tags.contains(&fip_uid_tag(identity)) && tags.contains(&fip_name_tag(identity));
+    by_tag || (tags.is_empty() && desc == Some(description(identity).as_str()))
+}
+
 /// The description: carries the UID too, which is how ownership is told on clouds without tags.
 pub(super) fn description(identity: &LoadBalancerIdentity) -> String {
     cut(
@@ -111,12 +138,14 @@ pub(super) fn owned(
     identity: &LoadBalancerIdentity,
     infra_uid: Option<&str>,
 ) -> bool {
-    let by_tag = record.tags.contains(&uid_tag(identity));
+    // The UID alone is not enough: it is recorded in an annotation a user can copy (the
+    // ownership that survives clusterctl move), so the namespace and name must match too.
+    let by_tag = identity_tags(identity).all(|t| record.tags.contains(&t));
     let by_description = record.tags.is_empty()
         && record
             .description
             .as_deref()
-            .is_some_and(|d| d.ends_with(&format!("uid={}", identity.uid)));
+            .is_some_and(|d| d == description(identity));
     let infra_ok = match infra_uid {
         Some(uid) => {
             let tagged: Vec<&String> = record
@@ -176,6 +205,28 @@ mod tests {
         assert!(!owned(&record(&["capi-lb", &other], None), &id, None));
         // Clouds without tags: the UID in capi-lb's description.
         assert!(owned(&record(&[], Some(&description(&id))), &id, None));
+        // The UID of this LoadBalancer with another namespace or name (a copied ownership
+        // annotation): foreign.
+        let mut copy = id.clone();
+        copy.namespace = "other".into();
+        assert!(!owned(&record(&refs, None), &copy, Some("infra-1")));
+        assert!(!owned(&record(&[], Some(&description(&id))), &copy, None));
+        let mut renamed = id.clone();
+        renamed.name = "cp2".into();
+        assert!(!owned(&record(&refs, None), &renamed, Some("infra-1")));
+    }
+
+    #[test]
+    fn a_floating_ip_is_ours_by_uid_and_name_tags() {
+        let id = identity();
+        let tags = fip_tags(&id);
+        assert!(fip_owned(&tags, None, &id));
+        let mut copy = id.clone();
+        copy.name = "other".into();
+        assert!(!fip_owned(&tags, None, &copy));
+        assert!(!fip_owned(&[fip_uid_tag(&id)], None, &id));
+        assert!(fip_owned(&[], Some(&description(&id)), &id));
+        assert!(!fip_owned(&[], Some(&description(&id)), &copy));
     }
 
     #[test]

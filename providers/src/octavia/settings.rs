@@ -44,7 +44,8 @@ impl Infra {
     ) -> Result<Self, ProviderError> {
         let parsed: OctaviaLoadBalancer = read_infrastructure(infra)?;
         Ok(Self {
-            uid: infra.metadata.uid.clone(),
+            // The UID its cloud resources are tagged with, which survives clusterctl move.
+            uid: crate::provider::ownership_uid(&infra.metadata).map(str::to_string),
             namespace: identity.namespace.clone(),
             spec: parsed.spec,
             // The status is ours: read as written (the spec parse above validates the spec only).
