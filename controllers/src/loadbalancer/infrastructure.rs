@@ -68,7 +68,7 @@ impl Reconciliation<'_> {
             )));
         };
         if let Some(owner) = controller_of(&infra)
-            && owner.uid != self.identity.uid
+            && Some(&owner.uid) != self.lb.metadata.uid.as_ref()
         {
             return Ok(Claim::Refused(
                 r::INFRASTRUCTURE_IN_USE,
@@ -299,9 +299,10 @@ pub(super) async fn release(
         .get_opt(&infra_ref.name)
         .await
         .map_err(kube_err("get", format!("{infra_ref}")))?;
-    let ours = infra
-        .as_ref()
-        .is_some_and(|i| is_controlled_by(i, &identity.uid));
+    // Owner references name the LoadBalancer's own UID (the identity's is the one its cloud
+    // resources are tagged with, which differs after clusterctl move).
+    let lb_uid = lb.metadata.uid.clone().unwrap_or_default();
+    let ours = infra.as_ref().is_some_and(|i| is_controlled_by(i, &lb_uid));
     if !ours && !recorded {
         return Ok(Release::Done(Vec::new()));
     }
@@ -348,7 +349,7 @@ pub(super) async fn release(
                 metadata::release(
                     &api,
                     infra,
-                    &identity.uid,
+                    &lb_uid,
                     INFRASTRUCTURE_FINALIZER,
                     keep_owner_reference,
                 )

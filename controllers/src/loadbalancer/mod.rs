@@ -168,7 +168,9 @@ async fn moved_away(lb: &LoadBalancer, ctx: &Context, api: &Api<LoadBalancer>) -
             "deleted by clusterctl move: the cloud load balancer is left to the target cluster"
         );
     }
-    ctx.reset_backoff(lb.uid().as_deref().unwrap_or_default());
+    if let Ok(identity) = identity(lb) {
+        ctx.reset_backoff(&identity.uid);
+    }
     Ok(Outcome::done())
 }
 
