@@ -10,11 +10,15 @@ use std::path::PathBuf;
 use capi_lb::sim::world::World;
 use capi_lb_api::InMemoryLoadBalancer;
 use capi_lb_api::LoadBalancer;
+use capi_lb_api::constants::{ANNOTATION_DELETE_FOR_MOVE, ANNOTATION_OWNERSHIP};
 use capi_lb_providers::provider::tags;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::ResourceExt;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
 use kube::core::NamespaceResourceScope;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -71,6 +75,73 @@ where
         .delete(name, &DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// Move `objects` (kind and name, owners first) within `world` the way `clusterctl move` does
+/// between two clusters: in the source each is annotated `clusterctl.cluster.x-k8s.io/delete-for-move`,
+/// loses its finalizers and is deleted (owned objects first); in the target it is created again,
+/// owners first, with a new UID, its labels, annotations and spec, no status, and owner references
+/// remapped to the new owners' UIDs. With `keep_ownership` false to drop capi-lb's ownership annotation from the copies (the
+/// control: what happens without it). Returns old UID -> new UID.
+pub async fn clusterctl_move(
+    world: &World,
+    objects: &[(ApiResource, &str)],
+    keep_ownership: bool,
+) -> BTreeMap<String, String> {
+    let api = |r: &ApiResource| Api::<DynamicObject>::namespaced_with(world.client(), NS, r);
+    let mut copies = Vec::new();
+    for (resource, name) in objects {
+        copies.push((resource.clone(), api(resource).get(name).await.unwrap()));
+    }
+    // Source: annotate, drop finalizers, delete (owned objects first, as clusterctl does).
+    for (resource, object) in copies.iter().rev() {
+        let name = object.name_any();
+        let api = api(resource);
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION_DELETE_FOR_MOVE: ""}}})),
+        )
+        .await
+        .unwrap();
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+        api.delete(&name, &DeleteParams::default()).await.unwrap();
+    }
+    // Target: created again, owners first, with new UIDs and without status.
+    let mut uids = BTreeMap::new();
+    for (resource, object) in copies {
+        let mut copy = DynamicObject::new(&object.name_any(), &resource).within(NS);
+        copy.metadata.labels = object.metadata.labels.clone();
+        let mut annotations = object.metadata.annotations.clone().unwrap_or_default();
+        if !keep_ownership {
+            annotations.remove(ANNOTATION_OWNERSHIP);
+        }
+        copy.metadata.annotations = Some(annotations);
+        copy.metadata.owner_references = object.metadata.owner_references.clone().map(|refs| {
+            refs.into_iter()
+                .map(|mut r| {
+                    if let Some(new) = uids.get(&r.uid) {
+                        r.uid = String::clone(new);
+                    }
+                    r
+                })
+                .collect()
+        });
+        copy.data = json!({"spec": object.data["spec"].clone()});
+        let created = api(&resource)
+            .create(&PostParams::default(), &copy)
+            .await
+            .unwrap();
+        assert_ne!(created.uid(), object.uid());
+        uids.insert(object.uid().unwrap(), created.uid().unwrap());
+    }
+    uids
 }
 
 /// A LoadBalancer fixture.

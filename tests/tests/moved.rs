@@ -14,10 +14,10 @@ use std::collections::BTreeMap;
 use capi_lb::sim::world::World;
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Cluster;
-use capi_lb_api::constants::{ANNOTATION_DELETE_FOR_MOVE, ANNOTATION_OWNERSHIP};
+use capi_lb_api::constants::ANNOTATION_OWNERSHIP;
 use capi_lb_tests::*;
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::ApiResource;
 use serde_json::{Value, json};
 
 fn inmemory_resource() -> ApiResource {
@@ -57,70 +57,6 @@ fn cloud(world: &World) -> BTreeMap<String, String> {
 
 async fn set_paused(world: &World, paused: bool) {
     merge_patch::<Cluster>(world, "demo", json!({"spec": {"paused": paused}})).await;
-}
-
-/// Move the objects `names` (of `resource`, in that order: owners first) the way clusterctl does,
-/// with `keep_ownership` false to drop capi-lb's ownership annotation from the copies (the
-/// control: what happens without it). Returns old UID -> new UID.
-async fn clusterctl_move(
-    world: &World,
-    objects: &[(ApiResource, &str)],
-    keep_ownership: bool,
-) -> BTreeMap<String, String> {
-    let api = |r: &ApiResource| Api::<DynamicObject>::namespaced_with(world.client(), NS, r);
-    let mut copies = Vec::new();
-    for (resource, name) in objects {
-        copies.push((resource.clone(), api(resource).get(name).await.unwrap()));
-    }
-    // Source: annotate, drop finalizers, delete (owned objects first, as clusterctl does).
-    for (resource, object) in copies.iter().rev() {
-        let name = object.name_any();
-        let api = api(resource);
-        api.patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION_DELETE_FOR_MOVE: ""}}})),
-        )
-        .await
-        .unwrap();
-        api.patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await
-        .unwrap();
-        api.delete(&name, &DeleteParams::default()).await.unwrap();
-    }
-    // Target: created again, owners first, with new UIDs and without status.
-    let mut uids = BTreeMap::new();
-    for (resource, object) in copies {
-        let mut copy = DynamicObject::new(&object.name_any(), &resource).within(NS);
-        copy.metadata.labels = object.metadata.labels.clone();
-        let mut annotations = object.metadata.annotations.clone().unwrap_or_default();
-        if !keep_ownership {
-            annotations.remove(ANNOTATION_OWNERSHIP);
-        }
-        copy.metadata.annotations = Some(annotations);
-        copy.metadata.owner_references = object.metadata.owner_references.clone().map(|refs| {
-            refs.into_iter()
-                .map(|mut r| {
-                    if let Some(new) = uids.get(&r.uid) {
-                        r.uid = String::clone(new);
-                    }
-                    r
-                })
-                .collect()
-        });
-        copy.data = json!({"spec": object.data["spec"].clone()});
-        let created = api(&resource)
-            .create(&PostParams::default(), &copy)
-            .await
-            .unwrap();
-        assert_ne!(created.uid(), object.uid());
-        uids.insert(object.uid().unwrap(), created.uid().unwrap());
-    }
-    uids
 }
 
 /// Pause, move, unpause, settle.

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use capi_lb::sim::world::World;
-use capi_lb_api::capi::Machine;
+use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer, OctaviaLoadBalancerStatus};
 use capi_lb_providers::octavia::{FIRST_LOOK, MAX_LOOK, relook};
 use capi_lb_tests::octavia::{
@@ -16,7 +16,7 @@ use capi_lb_tests::octavia::{
 };
 use capi_lb_tests::*;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 const VIP: &str = "198.51.100.1";
@@ -827,6 +827,73 @@ async fn an_allocated_floating_ip_is_published_and_released_on_delete() {
 
     delete_and_settle(&restarted, &h, &uid_tag(&lb)).await;
     assert_eq!(fip(&h, &id).0, 404, "the allocated floating IP is released");
+}
+
+/// `clusterctl move` (emulated in one in-memory API, Octavia shared as two management clusters share
+/// one cloud): the copy, with new UIDs and no status, handled by a controller that never saw it,
+/// adopts the Octavia load balancer and its floating IP by their tags; the endpoint does not change;
+/// nothing is created or deleted in OpenStack; deleting the copy later removes both.
+#[tokio::test]
+async fn a_load_balancer_moved_by_clusterctl_keeps_its_octavia_load_balancer_and_floating_ip() {
+    let h = harness();
+    let mut objects = basic(&h);
+    objects[2] = olb(
+        "cp",
+        &h,
+        json!({"floatingIP": {"networkID": h.var("FIP_NETWORK_ID")}}),
+    );
+    objects.push(cluster("demo", false));
+    let world = World::new(objects).await.unwrap();
+    let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
+    let tag = uid_tag(&lb);
+    let before = octavia_status(&world, "cp").await;
+    let address = before.floating_ip.clone().unwrap();
+    assert_eq!(ext_addresses(&world, "cp-ext").await, vec![address.clone()]);
+
+    merge_patch::<Cluster>(&world, "demo", json!({"spec": {"paused": true}})).await;
+    world.reconcile(NS, "cp").await.unwrap();
+    let uids = clusterctl_move(
+        &world,
+        &[
+            (ApiResource::erase::<LoadBalancer>(&()), "cp"),
+            (ApiResource::erase::<OctaviaLoadBalancer>(&()), "cp"),
+        ],
+        true,
+    )
+    .await;
+    assert!(!uids.values().any(|new| tag.ends_with(new.as_str())));
+    assert!(
+        octavia_status(&world, "cp")
+            .await
+            .load_balancer_id
+            .is_none()
+    );
+    // The target's controller: a new process, which never saw these objects.
+    let target = world.restart();
+    target.openstack.clear();
+    merge_patch::<Cluster>(&target, "demo", json!({"spec": {"paused": false}})).await;
+    let lb = reconcile_cp_until(&target, "Ready after the move", is_ready).await;
+    let after = octavia_status(&target, "cp").await;
+    assert_eq!(after.load_balancer_id, before.load_balancer_id, "adopted");
+    assert_eq!(after.floating_ip_id, before.floating_ip_id);
+    assert_eq!(lb.status.as_ref().unwrap().addresses[0].address, address);
+    assert_eq!(
+        ext_addresses(&target, "cp-ext").await,
+        vec![address.clone()]
+    );
+    assert_eq!(h.lbs_tagged(&tag).len(), 1, "no second load balancer");
+    let created: Vec<String> = target
+        .openstack
+        .calls()
+        .into_iter()
+        .map(|(op, _)| op)
+        .filter(|op| op != "token.create" && (op.ends_with(".create") || op.ends_with(".delete")))
+        .collect();
+    assert!(created.is_empty(), "{created:?}");
+    assert_eq!(members(&h, &after).len(), 2, "members kept");
+
+    delete_and_settle(&target, &h, &tag).await;
+    assert_eq!(fip(&h, &before.floating_ip_id.unwrap()).0, 404);
 }
 
 #[tokio::test]

@@ -310,6 +310,26 @@ fn update(
         })
     } else if applied.monitor != wanted.monitor
         && let Some(monitor) = &pool.health_monitor
+        && monitor.type_.as_deref() == port.settings.monitor.get("type").and_then(Value::as_str)
+    {
+        // Same type (or settings never recorded: a lost status, a moved object): updated in
+        // place, so the members are never without a monitor.
+        entry.applied = Some(AppliedSettings {
+            monitor: wanted.monitor.clone(),
+            ..applied.clone()
+        });
+        let mut body = port.settings.monitor.clone();
+        body.remove("type");
+        Some(Write {
+            operation: "healthmonitor.update",
+            request: Request::put(
+                format!("lbaas/healthmonitors/{}", monitor.id),
+                json!({ "healthmonitor": Value::Object(body) }),
+            ),
+            what: format!("updating the health monitor of port {number}"),
+        })
+    } else if applied.monitor != wanted.monitor
+        && let Some(monitor) = &pool.health_monitor
     {
         // A monitor's type cannot change: replace it (the next call creates the new one).
         entry.applied = Some(AppliedSettings {

@@ -52,6 +52,9 @@ pub(super) struct TreePool {
 #[derive(Clone, Debug, Deserialize)]
 pub(super) struct TreeMonitor {
     pub(super) id: String,
+    /// `TCP`, `HTTP`, ... (Octavia's status tree carries it).
+    #[serde(default, rename = "type")]
+    pub(super) type_: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
