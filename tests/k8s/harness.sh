@@ -11,6 +11,8 @@
 #   tests/k8s/harness.sh env       # print what tests need as KEY=VALUE lines
 #   tests/k8s/harness.sh stop      # stop everything; no process is left behind
 #   tests/k8s/harness.sh clean     # stop and forget the cluster's data (the next start is a new cluster)
+#   tests/k8s/harness.sh target start|stop|clean|env
+#                                  # the same for a second, minimal instance: the target of `clusterctl move`
 #
 # Binaries: kube-apiserver, kube-controller-manager and kubectl are built with Go from the
 # k8s.io/kubernetes module at $K8S_VERSION (through the Go module proxy, in a small wrapper module:
@@ -50,6 +52,21 @@
 #   labelled cluster.x-k8s.io/aggregate-to-manager, as in a real management cluster). No bootstrap,
 #   control-plane or infrastructure provider runs: tests bring their own kinds. clusterctl is in
 #   $CAPI_HOME/bin (CAPI_LB_E2E_CLUSTERCTL in the env).
+#   Both instances are management clusters as `clusterctl init` leaves them: CAPI's CRDs carry the
+#   labels clusterctl puts on a provider's components (clusterctl.cluster.x-k8s.io, which `clusterctl
+#   move` lists CRDs by, and cluster.x-k8s.io/provider: cluster-api), and the clusterctl inventory
+#   (CRD providers.clusterctl.cluster.x-k8s.io, copied from the CAPI module at install time) holds the
+#   Providers cluster-api (CoreProvider, $CAPI_VERSION, namespace capi-system) and infrastructure-capi-lb
+#   (InfrastructureProvider capi-lb, the workspace version, namespace capi-lb-system): `clusterctl move`
+#   refuses a target whose inventory lacks a provider of the source, or has an older one.
+#
+# The target instance (`target ACTION`) is a second management cluster for `clusterctl move` tests:
+# etcd, kube-apiserver, kube-controller-manager and the Cluster API manager with its webhooks, the
+# clusterctl inventory and capi-lb's ServiceAccount as above, and nothing else (no CoreDNS, MetalLB,
+# BIND9, ExternalDNS). Its state is in $CAPI_LB_K8S_TARGET_STATE (default: the first instance's state
+# folder + "-target"), its ports are CAPI_LB_K8S_TARGET_{ETCD,APISERVER,KCM,CAPI_WEBHOOK,CAPI_HEALTH,
+# CAPI_DIAGNOSTICS}_PORT (defaults below, none shared with the first instance), and its env prints
+# CAPI_LB_E2E_TARGET_* keys only (no KUBECONFIG), so both envs can be read into one process.
 # Facts behind the flags: ../shared/FACTS.md section 8.
 set -euo pipefail
 
@@ -70,6 +87,15 @@ CAPI_VERSION="v1.14.2"
 
 case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH="$PATH:/usr/sbin" ;; esac # named and tsig-keygen
 
+# `harness.sh target ACTION` acts on the second instance.
+INSTANCE=main
+SELF="$0" # for messages
+if [ "${1:-}" = target ]; then
+  INSTANCE=target
+  SELF="$0 target"
+  shift
+fi
+
 PREFIX="${CAPI_LB_K8S_PREFIX:-/opt/capi-lb-k8s}"
 STATE="${CAPI_LB_K8S_STATE:-/tmp/capi-lb-k8s}"
 ETCD_PORT="${CAPI_LB_K8S_ETCD_PORT:-23790}"
@@ -86,6 +112,21 @@ EXTERNAL_DNS_PORT="${CAPI_LB_K8S_EXTERNAL_DNS_PORT:-17979}" # ExternalDNS's /hea
 CAPI_WEBHOOK_PORT="${CAPI_LB_K8S_CAPI_WEBHOOK_PORT:-19443}"         # Cluster API's webhooks (all interfaces: no host flag)
 CAPI_HEALTH_PORT="${CAPI_LB_K8S_CAPI_HEALTH_PORT:-19440}"           # its /healthz and /readyz
 CAPI_DIAGNOSTICS_PORT="${CAPI_LB_K8S_CAPI_DIAGNOSTICS_PORT:-18443}" # its /metrics (plain HTTP)
+# What an instance runs (`running` checks each): everything, or for the target only what a
+# management cluster needs.
+COMPONENTS="etcd kube-apiserver kube-controller-manager coredns metallb-controller named external-dns cluster-api-manager"
+if [ "$INSTANCE" = target ]; then
+  # Derived from the first instance's state folder, so a test run with its own CAPI_LB_K8S_STATE
+  # gets its own target too (and `stop`'s pkill of "$STATE/" never matches the other instance).
+  STATE="${CAPI_LB_K8S_TARGET_STATE:-$STATE-target}"
+  ETCD_PORT="${CAPI_LB_K8S_TARGET_ETCD_PORT:-23800}" # and +1 for its peer URL
+  APISERVER_PORT="${CAPI_LB_K8S_TARGET_APISERVER_PORT:-36543}"
+  KCM_PORT="${CAPI_LB_K8S_TARGET_KCM_PORT:-30357}"
+  CAPI_WEBHOOK_PORT="${CAPI_LB_K8S_TARGET_CAPI_WEBHOOK_PORT:-19543}"
+  CAPI_HEALTH_PORT="${CAPI_LB_K8S_TARGET_CAPI_HEALTH_PORT:-19540}"
+  CAPI_DIAGNOSTICS_PORT="${CAPI_LB_K8S_TARGET_CAPI_DIAGNOSTICS_PORT:-18543}"
+  COMPONENTS="etcd kube-apiserver kube-controller-manager cluster-api-manager"
+fi
 DNS_ZONE="capi-lb.test"
 TSIG_KEY="capi-lb-harness"
 # Seconds between ExternalDNS's full syncs (an AXFR and a list from its cache: cheap). A change is
@@ -99,7 +140,7 @@ METALLB_HOME="$PREFIX/metallb-$METALLB_VERSION" # bin/metallb-controller, crds/*
 METALLB_BIN="$METALLB_HOME/bin"
 ETCD_BIN="$PREFIX/etcd-${ETCD_DEB_VERSION%%-*}/bin"
 EXTERNAL_DNS_HOME="$PREFIX/external-dns-$EXTERNAL_DNS_VERSION" # bin/external-dns, crds/*.yaml
-CAPI_HOME="$PREFIX/cluster-api-$CAPI_VERSION" # bin/{cluster-api-manager,clusterctl}, crds/, rbac/, webhook/
+CAPI_HOME="$PREFIX/cluster-api-$CAPI_VERSION" # bin/{cluster-api-manager,clusterctl}, crds/, rbac/, webhook/, clusterctl/
 CLUSTERCTL="$CAPI_HOME/bin/clusterctl"
 KUBECTL="$K8S_BIN/kubectl"
 SERVER="https://127.0.0.1:$APISERVER_PORT"
@@ -356,6 +397,24 @@ EOF
   log "built Cluster API $CAPI_VERSION in $((SECONDS - began)) s"
 }
 
+clusterctl_inventory_installed() { [ -s "$CAPI_HOME/clusterctl/clusterctl-api.yaml" ]; }
+
+# clusterctl's inventory CRD (providers.clusterctl.cluster.x-k8s.io, cmd/clusterctl/config/manifest in
+# the module; clusterctl embeds it and installs it on first use, `start` installs it beforehand as
+# `clusterctl init` does). Separate from install_cluster_api so an existing install only gains the file
+# (the module is in Go's cache from that build) instead of a rebuild.
+install_clusterctl_inventory() {
+  clusterctl_inventory_installed && return
+  local src="$PREFIX/src/cluster-api-$CAPI_VERSION" dir
+  [ -s "$src/go.mod" ] || die "$src/go.mod missing: remove $CAPI_HOME and run $0 install again"
+  dir="$(cd "$src" && GOTOOLCHAIN=local GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)"
+  [ -s "$dir/cmd/clusterctl/config/manifest/clusterctl-api.yaml" ] \
+    || die "sigs.k8s.io/cluster-api@$CAPI_VERSION: no cmd/clusterctl/config/manifest/clusterctl-api.yaml in '$dir'"
+  mkdir -p "$CAPI_HOME/clusterctl"
+  install -m 0644 "$dir/cmd/clusterctl/config/manifest/clusterctl-api.yaml" "$CAPI_HOME/clusterctl/clusterctl-api.yaml.tmp"
+  mv "$CAPI_HOME/clusterctl/clusterctl-api.yaml.tmp" "$CAPI_HOME/clusterctl/clusterctl-api.yaml"
+}
+
 cmd_install() {
   install_packages
   install_etcd
@@ -364,13 +423,14 @@ cmd_install() {
   install_external_dns
   install_kubernetes
   install_cluster_api
+  install_clusterctl_inventory
   log "installed: $("$K8S_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION, MetalLB $METALLB_VERSION, ExternalDNS $EXTERNAL_DNS_VERSION, Cluster API $CAPI_VERSION, $(named -v)"
 }
 
 installed() {
   [ -x "$ETCD_BIN/etcd" ] && [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] \
     && [ -x "$KUBECTL" ] && [ -x "$COREDNS_BIN/coredns" ] && metallb_installed && external_dns_installed \
-    && capi_installed && command -v named >/dev/null && command -v tsig-keygen >/dev/null && command -v dig >/dev/null
+    && capi_installed && clusterctl_inventory_installed && command -v named >/dev/null && command -v tsig-keygen >/dev/null && command -v dig >/dev/null
 }
 
 # --- start -------------------------------------------------------------------------------------
@@ -515,14 +575,26 @@ start_controller_manager() {
   wait_until kube-controller-manager 30 ready "https://127.0.0.1:$KCM_PORT/healthz"
 }
 
-# What exists in every harness cluster: capi-lb's namespace, its ServiceAccount with the generated
-# RBAC (the tests re-apply the RBAC the code under test generates), and CoreDNS's read access.
+# What exists in every harness cluster (both instances): capi-lb's namespace and its ServiceAccount
+# with the generated RBAC (the tests re-apply the RBAC the code under test generates).
 bootstrap_objects() {
   kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Namespace
 metadata: {name: capi-lb-system}
----
+EOF
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness \
+    -f "$REPO/config/rbac/rbac.yaml" >/dev/null
+  if [ ! -s "$STATE/controller.kubeconfig" ]; then
+    local token
+    token="$(kubectl_admin -n capi-lb-system create token capi-lb-manager --duration=8760h)"
+    kubeconfig "$STATE/controller.kubeconfig" capi-lb-manager token "$token"
+  fi
+}
+
+# CoreDNS's read access.
+coredns_objects() {
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f - >/dev/null <<EOF
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: capi-lb-harness:coredns}
@@ -537,16 +609,10 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "capi-lb
 subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: User, name: "capi-lb-harness:coredns"}
 EOF
-  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness \
-    -f "$REPO/config/rbac/rbac.yaml" >/dev/null
-  if [ ! -s "$STATE/controller.kubeconfig" ]; then
-    local token
-    token="$(kubectl_admin -n capi-lb-system create token capi-lb-manager --duration=8760h)"
-    kubeconfig "$STATE/controller.kubeconfig" capi-lb-manager token "$token"
-  fi
 }
 
 start_coredns() {
+  coredns_objects
   cat >"$STATE/Corefile" <<EOF
 cluster.local:$DNS_PORT {
     bind 127.0.0.1
@@ -719,8 +785,10 @@ start_external_dns() {
   wait_until external-dns 30 external_dns_ready
 }
 
-# Cluster API's CRDs as a release installs them: the bases plus the conversion webhook its kustomize
-# patches add (here at a loopback URL), so a v1beta1 read is converted by CAPI itself.
+# Cluster API's CRDs as `clusterctl init` installs a release: the bases plus the conversion webhook
+# its kustomize patches add (here at a loopback URL), so a v1beta1 read is converted by CAPI itself,
+# and the labels clusterctl puts on every component of a provider (`clusterctl move` only moves
+# kinds whose CRD carries clusterctl.cluster.x-k8s.io).
 capi_crds() {
   local dir="$STATE/cluster-api/crds" ca f
   ca="$(base64 -w0 <"$PKI/ca.crt")"
@@ -729,6 +797,10 @@ capi_crds() {
   for f in "$CAPI_HOME"/crds/*.yaml; do
     awk -v url="https://127.0.0.1:$CAPI_WEBHOOK_PORT/convert" -v ca="$ca" '
       { print }
+      /^metadata:$/ && !labelled {
+        print "  labels:\n    clusterctl.cluster.x-k8s.io: \"\"\n    cluster.x-k8s.io/provider: cluster-api"
+        labelled = 1
+      }
       /^spec:$/ && !done {
         print "  conversion:\n    strategy: Webhook\n    webhook:\n      conversionReviewVersions: [\"v1\"]"
         print "      clientConfig:\n        url: " url "\n        caBundle: " ca
@@ -808,7 +880,57 @@ start_cluster_api() {
   log "Cluster API $CAPI_VERSION manager and webhooks up in $((SECONDS - began)) s"
 }
 
+# The clusterctl inventory as `clusterctl init` leaves it: its CRD and one Provider per installed
+# provider, in the provider's namespace, with the labels clusterctl gives it. `clusterctl move`
+# compares the two clusters' inventories (a provider of the source missing or older in the target
+# stops it) and also moves Secrets from an infrastructure provider's namespace when something being
+# moved owns them. capi-lb is entered as infrastructure provider "capi-lb" (instance
+# infrastructure-capi-lb) at the workspace version.
+clusterctl_inventory() {
+  local crd="$CAPI_HOME/clusterctl/clusterctl-api.yaml" capi_lb_version
+  capi_lb_version="v$(sed -n '/^\[workspace.package\]$/,/^\[/ s/^version = "\(.*\)"$/\1/p' "$REPO/Cargo.toml")"
+  [ "$capi_lb_version" != v ] || die "$REPO/Cargo.toml: no [workspace.package] version"
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f "$crd" >/dev/null
+  kubectl_admin wait --for=condition=Established --timeout=30s -f "$crd" >/dev/null
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata: {name: capi-system}
+---
+apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3
+kind: Provider
+metadata:
+  name: cluster-api
+  namespace: capi-system
+  labels: {clusterctl.cluster.x-k8s.io: "", cluster.x-k8s.io/provider: cluster-api}
+type: CoreProvider
+providerName: cluster-api
+version: $CAPI_VERSION
+---
+apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3
+kind: Provider
+metadata:
+  name: infrastructure-capi-lb
+  namespace: capi-lb-system
+  labels: {clusterctl.cluster.x-k8s.io: "", cluster.x-k8s.io/provider: infrastructure-capi-lb}
+type: InfrastructureProvider
+providerName: capi-lb
+version: $capi_lb_version
+EOF
+}
+
 write_env() {
+  if [ "$INSTANCE" = target ]; then
+    # Distinct keys: a test reads this env beside the first instance's.
+    cat >"$STATE/env.tmp" <<EOF
+CAPI_LB_E2E_TARGET_KUBECONFIG=$STATE/admin.kubeconfig
+CAPI_LB_E2E_TARGET_CONTROLLER_KUBECONFIG=$STATE/controller.kubeconfig
+CAPI_LB_E2E_TARGET_KUBERNETES_VERSION=$K8S_VERSION
+CAPI_LB_E2E_TARGET_CAPI_VERSION=$CAPI_VERSION
+EOF
+    mv "$STATE/env.tmp" "$STATE/env"
+    return
+  fi
   cat >"$STATE/env.tmp" <<EOF
 KUBECONFIG=$STATE/admin.kubeconfig
 CAPI_LB_E2E_CONTROLLER_KUBECONFIG=$STATE/controller.kubeconfig
@@ -830,8 +952,9 @@ EOF
 }
 
 running() {
-  alive etcd && alive kube-apiserver && alive kube-controller-manager && alive coredns \
-    && alive metallb-controller && alive named && alive external-dns && alive cluster-api-manager && [ -s "$STATE/env" ] && ready "$SERVER/readyz"
+  local c
+  for c in $COMPONENTS; do alive "$c" || return 1; done
+  [ -s "$STATE/env" ] && ready "$SERVER/readyz"
 }
 
 cmd_start() {
@@ -846,21 +969,24 @@ cmd_start() {
   pki
   kubeconfig "$STATE/admin.kubeconfig" admin
   kubeconfig "$STATE/controller-manager.kubeconfig" controller-manager
-  kubeconfig "$STATE/coredns.kubeconfig" coredns
-  kubeconfig "$STATE/metallb-controller.kubeconfig" metallb-controller
-  kubeconfig "$STATE/external-dns.kubeconfig" external-dns
   kubeconfig "$STATE/capi-manager.kubeconfig" capi-manager
   start_etcd
   start_apiserver
   start_controller_manager
   bootstrap_objects
-  start_coredns
-  start_metallb
-  start_bind
-  start_external_dns
+  if [ "$INSTANCE" = main ]; then
+    kubeconfig "$STATE/coredns.kubeconfig" coredns
+    kubeconfig "$STATE/metallb-controller.kubeconfig" metallb-controller
+    kubeconfig "$STATE/external-dns.kubeconfig" external-dns
+    start_coredns
+    start_metallb
+    start_bind
+    start_external_dns
+  fi
   start_cluster_api
+  clusterctl_inventory
   write_env
-  log "Kubernetes $K8S_VERSION up at $SERVER in $((SECONDS - began)) s (state in $STATE)"
+  log "Kubernetes $K8S_VERSION ($INSTANCE instance) up at $SERVER in $((SECONDS - began)) s (state in $STATE)"
   cat "$STATE/env"
 }
 
@@ -880,6 +1006,7 @@ stop_one() {
 
 cmd_stop() {
   rm -f "$STATE/env"
+  # Every component either instance may run (a missing pid file is nothing to stop).
   for name in cluster-api-manager external-dns named metallb-controller coredns kube-controller-manager kube-apiserver etcd; do stop_one "$name"; done
   # Anything still running from this state folder (a pid file lost by hand) goes too.
   pkill -KILL -f -- "$STATE/" 2>/dev/null || true
@@ -891,11 +1018,11 @@ cmd_clean() {
   rm -rf "$STATE"
 }
 
-case "${1:-}" in
-  install) with_lock cmd_install ;;
-  start) with_lock cmd_start ;;
-  stop) with_lock cmd_stop ;;
-  clean) with_lock cmd_clean ;;
-  env) if [ -s "$STATE/env" ] && running; then cat "$STATE/env"; else die "not running: run $0 start"; fi ;;
-  *) echo "usage: $0 install|start|stop|clean|env" >&2; exit 2 ;;
+case "$INSTANCE:${1:-}" in
+  main:install) with_lock cmd_install ;;
+  *:start) with_lock cmd_start ;;
+  *:stop) with_lock cmd_stop ;;
+  *:clean) with_lock cmd_clean ;;
+  *:env) if [ -s "$STATE/env" ] && running; then cat "$STATE/env"; else die "not running: run $SELF start"; fi ;;
+  *) echo "usage: $0 install|start|stop|clean|env, or $0 target start|stop|clean|env" >&2; exit 2 ;;
 esac

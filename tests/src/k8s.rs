@@ -164,29 +164,36 @@ pub fn metallb() -> &'static MetalLb {
     })
 }
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn harness_script(action: &str) -> Result<String, String> {
+    harness(&[action]).map_err(|e| {
+        format!(
+            "{e}: the end-to-end tests need a real apiserver; run `tests/k8s/harness.sh install && \
+             tests/k8s/harness.sh start`, or point CAPI_LB_E2E_KUBECONFIG at a disposable cluster"
+        )
+    })
+}
+
+/// Run `tests/k8s/harness.sh ARGS...` (inheriting the environment: its CAPI_LB_K8S_* settings);
+/// its stdout, or what failed.
+pub(crate) fn harness(args: &[&str]) -> Result<String, String> {
+    let what = format!("tests/k8s/harness.sh {}", args.join(" "));
     let out = Command::new(repo().join("tests/k8s/harness.sh"))
-        .arg(action)
+        .args(args)
         .stderr(std::process::Stdio::inherit())
         .output()
-        .map_err(|e| format!("running tests/k8s/harness.sh {action}: {e}"))?;
+        .map_err(|e| format!("running {what}: {e}"))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(format!(
-            "tests/k8s/harness.sh {action} failed ({}): the end-to-end tests need a real apiserver; \
-             run `tests/k8s/harness.sh install && tests/k8s/harness.sh start`, or point \
-             CAPI_LB_E2E_KUBECONFIG at a disposable cluster",
-            out.status
-        ))
+        Err(format!("{what} failed ({})", out.status))
     }
 }
 
-fn parse_env(text: &str) -> BTreeMap<String, String> {
+pub(crate) fn parse_env(text: &str) -> BTreeMap<String, String> {
     text.lines()
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
@@ -275,7 +282,7 @@ pub fn cluster() -> &'static Cluster {
     }
 }
 
-async fn config_of(kubeconfig: &Path) -> kube::Config {
+pub(crate) async fn config_of(kubeconfig: &Path) -> kube::Config {
     let file = Kubeconfig::read_from(kubeconfig)
         .unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()));
     kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
@@ -464,14 +471,23 @@ pub const TEST_INFRA_GROUP: &str = "infrastructure.test.capi-lb.io";
 pub const TEST_INFRA_VERSION: &str = "v1alpha1";
 
 /// The CRD of test infrastructure kind `kind`: namespaced, any spec and status (status subresource),
-/// with Cluster API's contract label, so that Cluster API's controllers resolve a reference to it.
-fn test_infrastructure_crd(kind: &str) -> CustomResourceDefinition {
+/// with Cluster API's contract label, so that Cluster API's controllers resolve a reference to it,
+/// and clusterctl's label (as `clusterctl init` puts it on a provider's CRDs), so that `clusterctl
+/// move` moves its objects with the Cluster or Machine that owns them.
+pub fn test_infrastructure_crd(kind: &str) -> CustomResourceDefinition {
+    test_kind_crd(
+        kind,
+        json!({"cluster.x-k8s.io/v1beta2": TEST_INFRA_VERSION, "clusterctl.cluster.x-k8s.io": ""}),
+    )
+}
+
+/// A namespaced CRD of kind `kind` in [`TEST_INFRA_GROUP`] with `labels`, any spec and status.
+pub fn test_kind_crd(kind: &str, labels: Value) -> CustomResourceDefinition {
     let plural = format!("{}s", kind.to_lowercase());
     let open = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
     serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("{plural}.{TEST_INFRA_GROUP}"),
-                     "labels": {"cluster.x-k8s.io/v1beta2": TEST_INFRA_VERSION}},
+        "metadata": {"name": format!("{plural}.{TEST_INFRA_GROUP}"), "labels": labels},
         "spec": {"group": TEST_INFRA_GROUP, "scope": "Namespaced",
                  "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural,
                            "singular": kind.to_lowercase()},
@@ -501,7 +517,7 @@ pub async fn install_test_infrastructure(client: &Client) {
 
 /// The generated RBAC (ServiceAccount, ClusterRoles, Role, bindings), applied for real so that the
 /// ServiceAccount the controller runs as has exactly what the code under test generates.
-async fn apply_generated_rbac(client: &Client) {
+pub(crate) async fn apply_generated_rbac(client: &Client) {
     let files = capi_lb::install::manifests::files().unwrap();
     let (_, text) = files
         .iter()
@@ -841,46 +857,52 @@ impl TestNs {
     /// control-plane kind has no CRD here (the templates' and examples' kinds): it would keep the
     /// namespace terminating for ever.
     async fn let_capi_objects_go(&self) {
-        let finalizers = json!({"metadata": {"finalizers": null}});
-        let machines = self.api::<capi_lb_api::capi::Machine>();
-        let clusters = self.api::<capi_lb_api::capi::Cluster>();
-        let mut names = Vec::new();
-        if let Ok(list) = machines.list(&Default::default()).await {
-            names.extend(list.items.iter().map(|m| (true, m.name_any())));
-        }
-        if let Ok(list) = clusters.list(&Default::default()).await {
-            names.extend(list.items.iter().map(|c| (false, c.name_any())));
-        }
-        for (machine, name) in &names {
-            let (delete, patch) = if *machine {
-                (
-                    machines
-                        .delete(name, &DeleteParams::background())
-                        .await
-                        .err(),
-                    machines
-                        .patch(name, &PatchParams::default(), &Patch::Merge(&finalizers))
-                        .await
-                        .err(),
-                )
-            } else {
-                (
-                    clusters
-                        .delete(name, &DeleteParams::background())
-                        .await
-                        .err(),
-                    clusters
-                        .patch(name, &PatchParams::default(), &Patch::Merge(&finalizers))
-                        .await
-                        .err(),
-                )
-            };
-            for e in [delete, patch].into_iter().flatten() {
-                assert!(
-                    matches!(&e, kube::Error::Api(s) if s.code == 404),
-                    "letting {name} go: {e}"
-                );
-            }
+        let_capi_objects_go(&self.client, &self.ns).await;
+    }
+}
+
+/// Delete the Clusters and Machines left in `ns` and remove their finalizers (see
+/// [`TestNs::finish`]).
+pub(crate) async fn let_capi_objects_go(client: &Client, ns: &str) {
+    let finalizers = json!({"metadata": {"finalizers": null}});
+    let machines: Api<capi_lb_api::capi::Machine> = Api::namespaced(client.clone(), ns);
+    let clusters: Api<capi_lb_api::capi::Cluster> = Api::namespaced(client.clone(), ns);
+    let mut names = Vec::new();
+    if let Ok(list) = machines.list(&Default::default()).await {
+        names.extend(list.items.iter().map(|m| (true, m.name_any())));
+    }
+    if let Ok(list) = clusters.list(&Default::default()).await {
+        names.extend(list.items.iter().map(|c| (false, c.name_any())));
+    }
+    for (machine, name) in &names {
+        let (delete, patch) = if *machine {
+            (
+                machines
+                    .delete(name, &DeleteParams::background())
+                    .await
+                    .err(),
+                machines
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&finalizers))
+                    .await
+                    .err(),
+            )
+        } else {
+            (
+                clusters
+                    .delete(name, &DeleteParams::background())
+                    .await
+                    .err(),
+                clusters
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&finalizers))
+                    .await
+                    .err(),
+            )
+        };
+        for e in [delete, patch].into_iter().flatten() {
+            assert!(
+                matches!(&e, kube::Error::Api(s) if s.code == 404),
+                "letting {name} go: {e}"
+            );
         }
     }
 }
@@ -903,7 +925,7 @@ impl Drop for TestNs {
     }
 }
 
-async fn delete_namespace(client: &Client, ns: &str) {
+pub(crate) async fn delete_namespace(client: &Client, ns: &str) {
     let _ = Api::<Namespace>::all(client.clone())
         .delete(ns, &DeleteParams::background())
         .await;
@@ -1044,6 +1066,105 @@ pub fn machine(name: &str, labels: Value) -> Value {
            "spec": {"clusterName": "demo", "bootstrap": {"dataSecretName": "none"},
                "infrastructureRef": {"apiGroup": TEST_INFRA_GROUP, "kind": "TestMachine",
                                      "name": name}}})
+}
+
+/// A control-plane Machine of Cluster `demo` (selected by a control-plane LoadBalancer's default
+/// selector) on the TestMachine of the same name.
+pub fn control_plane_machine(name: &str) -> Value {
+    machine(name, json!({"cluster.x-k8s.io/control-plane": ""}))
+}
+
+/// A test infrastructure object of `kind` (`TestCluster`, `TestMachine`) named `name` with `spec`.
+pub fn test_infra(kind: &str, name: &str, spec: Value) -> Value {
+    json!({"apiVersion": format!("{TEST_INFRA_GROUP}/{TEST_INFRA_VERSION}"), "kind": kind,
+           "metadata": {"name": name}, "spec": spec})
+}
+
+/// The API of test infrastructure kind `kind` in `t`'s namespace.
+pub async fn test_infra_api(t: &TestNs, kind: &str) -> Api<DynamicObject> {
+    dynamic_api(&t.client, Some(&t.ns), &test_infra(kind, "x", json!({})))
+        .await
+        .unwrap()
+}
+
+/// Cluster API reaches the "workload cluster" (the harness apiserver itself, through the
+/// `<cluster>-kubeconfig` Secret a control-plane provider would write) once the TestCluster is
+/// provisioned; Node `<namespace>-<machine>` carries the TestMachine's providerID, so the Machine
+/// controller sets `status.nodeRef`, and with a nodeRef it honours pre-drain hooks.
+pub async fn connect_workload_cluster(t: &TestNs) {
+    test_infra_api(t, "TestCluster")
+        .await
+        .patch_status(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"initialization": {"provisioned": true}}})),
+        )
+        .await
+        .unwrap();
+    let kubeconfig = std::fs::read(&cluster().kubeconfig).unwrap();
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("demo-kubeconfig".into()),
+            labels: Some([("cluster.x-k8s.io/cluster-name".into(), "demo".into())].into()),
+            ..Default::default()
+        },
+        type_: Some("cluster.x-k8s.io/secret".into()),
+        data: Some([("value".into(), k8s_openapi::ByteString(kubeconfig))].into()),
+        ..Default::default()
+    };
+    t.api::<k8s_openapi::api::core::v1::Secret>()
+        .create(&Default::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// The Node [`machine_with_node`] makes for `machine`: `<namespace>-<machine>`.
+pub fn node_name(t: &TestNs, machine: &str) -> String {
+    format!("{}-{machine}", t.ns)
+}
+
+/// A provisioned Machine whose TestMachine's providerID is also on a Node of the workload
+/// cluster; waits until Cluster API has set the Machine's nodeRef.
+pub async fn machine_with_node(t: &TestNs, name: &str, ip: &str) {
+    let node = node_name(t, name);
+    let provider_id = format!("test://{node}");
+    t.create(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+                    "spec": {"providerID": provider_id}}),
+    )
+    .await;
+    t.create(test_infra(
+        "TestMachine",
+        name,
+        json!({"providerID": provider_id}),
+    ))
+    .await;
+    test_infra_api(t, "TestMachine")
+        .await
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"initialization": {"provisioned": true},
+                "addresses": [{"type": "InternalIP", "address": ip}]}})),
+        )
+        .await
+        .unwrap();
+    t.create(control_plane_machine(name)).await;
+    wait_for(
+        &t.api::<capi_lb_api::capi::Machine>(),
+        name,
+        &format!("Cluster API sets the nodeRef of Machine {name}"),
+        |m| {
+            m.and_then(|m| m.status.as_ref()).and_then(|s| {
+                s.rest
+                    .get("nodeRef")?
+                    .get("name")?
+                    .as_str()
+                    .map(str::to_string)
+            }) == Some(node.clone())
+        },
+    )
+    .await;
 }
 
 /// Give Machine `name` an InternalIP, as Cluster API's machine controller would.

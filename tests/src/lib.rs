@@ -23,6 +23,7 @@ use kube::core::NamespaceResourceScope;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+pub mod capi_move;
 pub mod k8s;
 pub mod kubedc_sim;
 pub mod octavia;

@@ -20,32 +20,14 @@ use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::target::TargetKeys;
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
 use capi_lb_tests::k8s::{
-    TEST_INFRA_GROUP, TEST_INFRA_VERSION, TIMEOUT, TestNs, capi, capi_cluster, cluster,
-    dynamic_api, eventually, in_memory, install_capi_crds, load_balancer, machine, wait_for,
-    wait_gone,
+    TIMEOUT, TestNs, capi, capi_cluster, connect_workload_cluster, control_plane_machine,
+    eventually, in_memory, install_capi_crds, load_balancer, machine_with_node, node_name,
+    test_infra, test_infra_api, wait_for, wait_gone,
 };
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use serde_json::{Value, json};
-
-/// A control-plane Machine of Cluster `demo` (selected by a control-plane LoadBalancer's default
-/// selector) on the TestMachine of the same name.
-fn control_plane_machine(name: &str) -> Value {
-    machine(name, json!({"cluster.x-k8s.io/control-plane": ""}))
-}
-
-fn infra(kind: &str, name: &str, spec: Value) -> Value {
-    json!({"apiVersion": format!("{TEST_INFRA_GROUP}/{TEST_INFRA_VERSION}"), "kind": kind,
-           "metadata": {"name": name}, "spec": spec})
-}
-
-async fn infra_api(t: &TestNs, kind: &str) -> Api<DynamicObject> {
-    dynamic_api(&t.client, Some(&t.ns), &infra(kind, "x", json!({})))
-        .await
-        .unwrap()
-}
+use serde_json::json;
 
 /// Wait until the test infrastructure object `name` is gone (deleted by Cluster API).
 async fn infra_gone(api: &Api<DynamicObject>, name: &str) {
@@ -59,13 +41,13 @@ async fn infra_gone(api: &Api<DynamicObject>, name: &str) {
 /// `status.initialization.provisioned` and an InternalIP, which Cluster API's Machine controller
 /// copies into the Machine (waited for: the real controller has taken the Machine in hand).
 async fn provisioned_machine(t: &TestNs, name: &str, ip: &str) {
-    t.create(infra(
+    t.create(test_infra(
         "TestMachine",
         name,
         json!({"providerID": format!("test://{name}")}),
     ))
     .await;
-    infra_api(t, "TestMachine")
+    test_infra_api(t, "TestMachine")
         .await
         .patch_status(
             name,
@@ -128,7 +110,7 @@ fn machine_condition_reason(m: &Machine, type_: &str) -> Option<String> {
 /// A control-plane LoadBalancer of Cluster `demo` with `drain_seconds`, and the Cluster.
 async fn cluster_with_load_balancer(t: &TestNs, drain_seconds: u32) {
     t.create(capi_cluster("demo")).await;
-    t.create(infra("TestCluster", "demo", json!({}))).await;
+    t.create(test_infra("TestCluster", "demo", json!({}))).await;
     t.create(in_memory("cp", json!({}))).await;
     t.create(load_balancer(
         "cp",
@@ -177,7 +159,7 @@ async fn the_machine_controller_waits_on_the_pre_terminate_hook_until_the_member
         );
     }
 
-    let infra_machines = infra_api(&t, "TestMachine").await;
+    let infra_machines = test_infra_api(&t, "TestMachine").await;
     machines
         .delete("cp-1", &DeleteParams::default())
         .await
@@ -265,85 +247,6 @@ async fn the_machine_controller_waits_on_the_pre_terminate_hook_until_the_member
     t.finish().await;
 }
 
-/// Cluster API reaches the "workload cluster" (the harness apiserver itself, through the
-/// `<cluster>-kubeconfig` Secret a control-plane provider would write) once the TestCluster is
-/// provisioned; Node `<namespace>-<machine>` carries the TestMachine's providerID, so the Machine
-/// controller sets `status.nodeRef`, and with a nodeRef it honours pre-drain hooks.
-async fn connect_workload_cluster(t: &TestNs) {
-    infra_api(t, "TestCluster")
-        .await
-        .patch_status(
-            "demo",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": {"initialization": {"provisioned": true}}})),
-        )
-        .await
-        .unwrap();
-    let kubeconfig = std::fs::read(&cluster().kubeconfig).unwrap();
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("demo-kubeconfig".into()),
-            labels: Some([("cluster.x-k8s.io/cluster-name".into(), "demo".into())].into()),
-            ..Default::default()
-        },
-        type_: Some("cluster.x-k8s.io/secret".into()),
-        data: Some([("value".into(), ByteString(kubeconfig))].into()),
-        ..Default::default()
-    };
-    t.api::<Secret>()
-        .create(&Default::default(), &secret)
-        .await
-        .unwrap();
-}
-
-fn node_name(t: &TestNs, machine: &str) -> String {
-    format!("{}-{machine}", t.ns)
-}
-
-/// A provisioned Machine whose TestMachine's providerID is also on a Node of the workload
-/// cluster; waits until Cluster API has set the Machine's nodeRef.
-async fn machine_with_node(t: &TestNs, name: &str, ip: &str) {
-    let node = node_name(t, name);
-    let provider_id = format!("test://{node}");
-    t.create(
-        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
-                    "spec": {"providerID": provider_id}}),
-    )
-    .await;
-    t.create(infra(
-        "TestMachine",
-        name,
-        json!({"providerID": provider_id}),
-    ))
-    .await;
-    infra_api(t, "TestMachine")
-        .await
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": {"initialization": {"provisioned": true},
-                "addresses": [{"type": "InternalIP", "address": ip}]}})),
-        )
-        .await
-        .unwrap();
-    t.create(control_plane_machine(name)).await;
-    wait_for(
-        &t.api::<Machine>(),
-        name,
-        &format!("Cluster API sets the nodeRef of Machine {name}"),
-        |m| {
-            m.and_then(|m| m.status.as_ref()).and_then(|s| {
-                s.rest
-                    .get("nodeRef")?
-                    .get("name")?
-                    .as_str()
-                    .map(str::to_string)
-            }) == Some(node.clone())
-        },
-    )
-    .await;
-}
-
 /// With a nodeRef (and another control-plane Machine left), Cluster API's Machine controller
 /// honours capi-lb's pre-drain hook: it neither cordons nor drains the Node while the hook is on,
 /// and the hook stays while the member is in the load balancer. Once capi-lb has drained and
@@ -425,7 +328,7 @@ async fn with_a_node_the_machine_controller_waits_on_the_pre_drain_hook_before_d
         "the Machine went after {gone_after:?}, before the drain of {drain:?}"
     );
     // Cluster API deleted the infrastructure and then the Node.
-    infra_gone(&infra_api(&t, "TestMachine").await, "cp-1").await;
+    infra_gone(&test_infra_api(&t, "TestMachine").await, "cp-1").await;
     wait_gone(&nodes, &node).await;
     wait_active(&t, "cp", &["cp-2"]).await;
 
@@ -496,8 +399,8 @@ async fn a_cluster_deletion_never_deadlocks_on_the_hooks() {
         "the Cluster took {took:?} to go: the hooks held it for the drain"
     );
     let (infra_machines, infra_clusters) = (
-        infra_api(&t, "TestMachine").await,
-        infra_api(&t, "TestCluster").await,
+        test_infra_api(&t, "TestMachine").await,
+        test_infra_api(&t, "TestCluster").await,
     );
     for name in names {
         wait_gone(&machines, name).await;
