@@ -89,6 +89,37 @@ pub async fn target_admin_client() -> Client {
         .unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()))
 }
 
+/// A client with capi-lb's ServiceAccount in the target (the real authorizer checks it there too).
+pub async fn target_controller_client() -> Client {
+    capi_lb::install_crypto_provider();
+    let kubeconfig = target_controller_kubeconfig();
+    Client::try_from(config_of(kubeconfig).await)
+        .unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()))
+}
+
+/// Wait until Cluster API has made Cluster `name` of `ns` ready for `clusterctl move`: its
+/// infrastructure provisioned and its control plane initialized (the Machines' nodeRefs are the
+/// caller's).
+pub async fn wait_ready_to_move(client: &Client, ns: &str, name: &str) {
+    let clusters = crate::k8s::dynamic_api(client, Some(ns), &crate::k8s::capi_cluster(name))
+        .await
+        .unwrap();
+    crate::k8s::eventually(
+        &format!("Cluster {name} provisioned and its control plane initialized"),
+        || async {
+            let c = clusters.get(name).await.ok()?;
+            let status = c.data.get("status")?;
+            let provisioned = status["initialization"]["infrastructureProvisioned"] == json!(true);
+            let initialized = status["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "ControlPlaneInitialized" && c["status"] == "True");
+            (provisioned && initialized).then_some(())
+        },
+    )
+    .await;
+}
+
 /// The kubeconfig of capi-lb's ServiceAccount in the target; panics when unknown.
 pub fn target_controller_kubeconfig() -> &'static Path {
     target().controller_kubeconfig.as_deref().unwrap_or_else(|| {

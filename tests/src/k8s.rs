@@ -784,18 +784,7 @@ impl TestNs {
 
     /// Start the controller and hand its handle to the test (to stop or kill it).
     pub fn spawn(&self, options: RunOptions) -> ControllerHandle {
-        let client = self.controller_client();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            run_with_client(client, options, async move {
-                let _ = stopped.await;
-            })
-            .await
-        });
-        ControllerHandle {
-            stop: Some(stop),
-            task,
-        }
+        spawn_controller(self.controller_client(), options)
     }
 
     /// Typed API of this namespace.
@@ -1235,4 +1224,19 @@ pub fn condition(lb: &capi_lb_api::LoadBalancer, type_: &str) -> Option<(String,
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// Run capi-lb with `client` and `options` in the background; [`ControllerHandle`] stops it.
+pub fn spawn_controller(client: Client, options: RunOptions) -> ControllerHandle {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        run_with_client(client, options, async move {
+            let _ = stopped.await;
+        })
+        .await
+    });
+    ControllerHandle {
+        stop: Some(stop),
+        task,
+    }
 }

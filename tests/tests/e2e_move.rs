@@ -10,15 +10,20 @@
 
 use std::time::Instant;
 
+use capi_lb_api::capi::Machine;
+use capi_lb_api::target::TargetKeys;
+use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer};
 use capi_lb_tests::capi_move::{
     TEST_MOVE_KIND, TargetNs, clusterctl_move, clusterctl_move_dry_run, install_test_move_kind,
-    prepare_target,
+    prepare_target, target_controller_client, wait_ready_to_move,
 };
 use capi_lb_tests::k8s::{
     TestNs, capi, capi_cluster, connect_workload_cluster, dynamic_api, eventually,
-    install_capi_crds, machine_with_node, node_name, test_infra,
+    install_capi_crds, machine_with_node, node_name, spawn_controller, test_infra, wait_for,
 };
+use capi_lb_tests::octavia;
 use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -77,23 +82,7 @@ async fn clusterctl_move_takes_a_cluster_to_the_target_cluster() {
     ))
     .await;
     // clusterctl's preconditions on the Cluster, as Cluster API's controller sets them.
-    let clusters = dynamic_api(&t.client, Some(&t.ns), &capi_cluster("demo"))
-        .await
-        .unwrap();
-    eventually(
-        "Cluster demo provisioned and its control plane initialized",
-        || async {
-            let c = clusters.get("demo").await.ok()?;
-            let status = c.data.get("status")?;
-            let provisioned = status["initialization"]["infrastructureProvisioned"] == json!(true);
-            let initialized = status["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "ControlPlaneInitialized" && c["status"] == "True");
-            (provisioned && initialized).then_some(())
-        },
-    )
-    .await;
+    wait_ready_to_move(&t.client, &t.ns, "demo").await;
 
     let dry_run = clusterctl_move_dry_run(&t.ns).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("clusterctl move --dry-run:\n{dry_run}");
@@ -158,6 +147,146 @@ async fn clusterctl_move_takes_a_cluster_to_the_target_cluster() {
 
     target.finish().await;
     // The Node in the source (the workload cluster) is not Cluster API's to delete here.
+    let nodes: Api<Node> = Api::all(t.client.clone());
+    let _ = nodes
+        .delete(&node_name(&t, "cp-1"), &DeleteParams::default())
+        .await;
+    t.finish().await;
+}
+
+/// capi-lb through the move: a control-plane LoadBalancer on the real Octavia API with a floating IP,
+/// its credentials Secret labelled for move, capi-lb running in both clusters (as capi-lb's
+/// ServiceAccount of each). clusterctl carries the LoadBalancer (owner reference to the Cluster) and
+/// its OctaviaLoadBalancer (owner reference to the LoadBalancer); the source's controller deletes
+/// nothing in the cloud while clusterctl deletes the objects there; the target's controller adopts
+/// the Octavia load balancer and floating IP by their tags, rebuilds the status and the `-ext`
+/// endpoint with the same address, and the Machine keeps its deletion hooks. (clusterctl does not
+/// move status, so the Machine has no address in the target until an infrastructure provider
+/// reports one again; its member is kept as it is meanwhile, and stays active.) Deleting the
+/// LoadBalancer in the target then deletes the cloud load balancer.
+#[tokio::test]
+async fn clusterctl_move_carries_the_load_balancer_and_the_target_adopts_its_cloud_load_balancer() {
+    let h = octavia::harness();
+    let mut t = TestNs::new("e2e-move-lb").await;
+    install_capi_crds(&t.client).await;
+    let target = TargetNs::new(&t.ns).await;
+    prepare_target(&target.client).await;
+    let in_ns = |mut doc: Value| {
+        doc["metadata"]["namespace"] = json!(t.ns);
+        doc
+    };
+
+    t.create(capi_cluster("demo")).await;
+    t.create(test_infra("TestCluster", "demo", json!({}))).await;
+    connect_workload_cluster(&t).await;
+    let mut secret = in_ns(octavia::Harness::secret("openstack", &h.clouds_yaml));
+    secret["metadata"]["labels"] = json!({"clusterctl.cluster.x-k8s.io/move": ""});
+    t.create(secret).await;
+    t.create(in_ns(octavia::olb(
+        "cp",
+        &h,
+        json!({"floatingIP": {"networkID": h.var("FIP_NETWORK_ID")}}),
+    )))
+    .await;
+    t.create(in_ns(
+        octavia::octavia_lb("cp")
+            .spec("controlPlane", json!({}))
+            .spec("drainSeconds", json!(5))
+            .build(),
+    ))
+    .await;
+    t.start(t.options(&["octavia"]));
+    machine_with_node(&t, "cp-1", "10.0.0.11").await;
+    let lbs: Api<LoadBalancer> = t.api();
+    let lb = wait_for(&lbs, "cp", "Ready with cp-1 active", |l| {
+        l.and_then(|l| l.status.as_ref())
+            .is_some_and(|s| s.ready && s.active_targets == ["cp-1"])
+    })
+    .await
+    .unwrap();
+    let tag = format!(
+        "{}={}",
+        capi_lb_providers::provider::tags::UID,
+        lb.uid().unwrap()
+    );
+    let address = lb.status.as_ref().unwrap().addresses[0].address.clone();
+    assert!(
+        address.starts_with("203.0.113."),
+        "{address}: the floating IP"
+    );
+    let before: OctaviaLoadBalancer = t.api().get("cp").await.unwrap();
+    let before = before.status.unwrap();
+    assert_eq!(h.lbs_tagged(&tag).len(), 1);
+    let keys = TargetKeys::new(&t.ns, "cp");
+    wait_ready_to_move(&t.client, &t.ns, "demo").await;
+
+    // capi-lb runs in the target before the move, as after `clusterctl init` there.
+    let target_controller =
+        spawn_controller(target_controller_client().await, t.options(&["octavia"]));
+
+    let began = Instant::now();
+    let out = clusterctl_move(&t.ns).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("clusterctl move took {:?}:\n{out}", began.elapsed());
+    eventually("the LoadBalancer gone from the source", || async {
+        lbs.get_opt("cp").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let target_lbs: Api<LoadBalancer> = Api::namespaced(target.client.clone(), &t.ns);
+    let moved = target_lbs.get("cp").await.unwrap();
+    assert!(moved.owner_references().iter().any(|o| o.kind == "Cluster"));
+    assert_ne!(moved.uid(), lb.uid());
+    let secrets: Api<Secret> = Api::namespaced(target.client.clone(), &t.ns);
+    assert!(
+        secrets.get_opt("openstack").await.unwrap().is_some(),
+        "credentials moved"
+    );
+
+    let moved = wait_for(&target_lbs, "cp", "Ready in the target", |l| {
+        l.and_then(|l| l.status.as_ref())
+            .is_some_and(|s| s.ready && s.active_targets == ["cp-1"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(moved.status.as_ref().unwrap().addresses[0].address, address);
+    let after: Api<OctaviaLoadBalancer> = Api::namespaced(target.client.clone(), &t.ns);
+    let after = after.get("cp").await.unwrap().status.unwrap();
+    assert_eq!(after.load_balancer_id, before.load_balancer_id, "adopted");
+    assert_eq!(after.floating_ip_id, before.floating_ip_id);
+    assert_eq!(h.lbs_tagged(&tag).len(), 1, "no second load balancer");
+    let slices: Api<EndpointSlice> = Api::namespaced(target.client.clone(), &t.ns);
+    let slice = eventually("the -ext slice in the target", || async {
+        slices.get_opt("cp-ext-ipv4").await.unwrap()
+    })
+    .await;
+    assert_eq!(slice.endpoints[0].addresses, vec![address.clone()]);
+    let machines: Api<Machine> = Api::namespaced(target.client.clone(), &t.ns);
+    let machine = machines.get("cp-1").await.unwrap();
+    assert!(machine.annotations().contains_key(&keys.pre_terminate));
+
+    // Deleting it in the target deletes the cloud load balancer and releases the floating IP.
+    target_lbs
+        .delete("cp", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the LoadBalancer deleted in the target", || async {
+        target_lbs
+            .get_opt("cp")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(h.lbs_tagged(&tag).is_empty(), "{:?}", h.lbs_tagged(&tag));
+    let (code, _) = h.neutron(
+        "GET",
+        &format!("floatingips/{}", before.floating_ip_id.unwrap()),
+        None,
+    );
+    assert_eq!(code, 404, "the floating IP is released");
+
+    target_controller.stop().await;
+    target.finish().await;
     let nodes: Api<Node> = Api::all(t.client.clone());
     let _ = nodes
         .delete(&node_name(&t, "cp-1"), &DeleteParams::default())
