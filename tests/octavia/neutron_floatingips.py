@@ -94,7 +94,11 @@ class Handler(BaseHTTPRequestHandler):
             hosts = [str(h) for h in ipaddress.ip_network(net["cidr"]).hosts()]
             POOLS[net["id"]] = set(hosts[:199])
             with LOCK:
-                NETWORKS[net["id"]] = hosts
+                # Registered again by a later `harness.sh start`: addresses that floating IPs still
+                # hold stay out of the free list (else the same address is handed out twice).
+                held = {f["floating_ip_address"] for f in FIPS.values()
+                        if f["floating_network_id"] == net["id"]}
+                NETWORKS[net["id"]] = [h for h in hosts if h not in held]
             return self.reply(201, {"network": net})
         if parts[:1] == ["v2.0"]:
             parts = parts[1:]
