@@ -47,7 +47,7 @@ pub fn ownership_uid(meta: &ObjectMeta) -> Option<&str> {
 }
 
 /// The UID recorded in `meta`'s ownership annotation, when it names this object.
-pub fn recorded_ownership(meta: &ObjectMeta) -> Option<&str> {
+fn recorded_ownership(meta: &ObjectMeta) -> Option<&str> {
     let value = meta.annotations.as_ref()?.get(ANNOTATION_OWNERSHIP)?;
     let (name, uid) = value.rsplit_once('/')?;
     (Some(name) == meta.name.as_deref() && is_uid(uid)).then_some(uid)

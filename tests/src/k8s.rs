@@ -1122,6 +1122,28 @@ pub async fn machine_with_node(t: &TestNs, name: &str, ip: &str) {
                     "spec": {"providerID": provider_id}}),
     )
     .await;
+    provisioned_test_machine(t, name, ip, &provider_id).await;
+    wait_for(
+        &t.api::<capi_lb_api::capi::Machine>(),
+        name,
+        &format!("Cluster API sets the nodeRef of Machine {name}"),
+        |m| {
+            m.and_then(|m| m.status.as_ref()).and_then(|s| {
+                s.rest
+                    .get("nodeRef")?
+                    .get("name")?
+                    .as_str()
+                    .map(str::to_string)
+            }) == Some(node.clone())
+        },
+    )
+    .await;
+}
+
+/// A control-plane Machine `name` on a TestMachine provisioned as an infrastructure provider would
+/// provision it: `providerID`, `status.initialization.provisioned` and the InternalIP `ip`, which
+/// Cluster API's Machine controller copies into the Machine.
+pub async fn provisioned_test_machine(t: &TestNs, name: &str, ip: &str, provider_id: &str) {
     t.create(test_infra(
         "TestMachine",
         name,
@@ -1139,21 +1161,6 @@ pub async fn machine_with_node(t: &TestNs, name: &str, ip: &str) {
         .await
         .unwrap();
     t.create(control_plane_machine(name)).await;
-    wait_for(
-        &t.api::<capi_lb_api::capi::Machine>(),
-        name,
-        &format!("Cluster API sets the nodeRef of Machine {name}"),
-        |m| {
-            m.and_then(|m| m.status.as_ref()).and_then(|s| {
-                s.rest
-                    .get("nodeRef")?
-                    .get("name")?
-                    .as_str()
-                    .map(str::to_string)
-            }) == Some(node.clone())
-        },
-    )
-    .await;
 }
 
 /// Give Machine `name` an InternalIP, as Cluster API's machine controller would.

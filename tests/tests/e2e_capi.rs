@@ -20,13 +20,13 @@ use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::target::TargetKeys;
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
 use capi_lb_tests::k8s::{
-    TIMEOUT, TestNs, capi, capi_cluster, connect_workload_cluster, control_plane_machine,
-    eventually, in_memory, install_capi_crds, load_balancer, machine_with_node, node_name,
+    TIMEOUT, TestNs, capi, capi_cluster, connect_workload_cluster, eventually, in_memory,
+    install_capi_crds, load_balancer, machine_with_node, node_name, provisioned_test_machine,
     test_infra, test_infra_api, wait_for, wait_gone,
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject};
 use serde_json::json;
 
 /// Wait until the test infrastructure object `name` is gone (deleted by Cluster API).
@@ -41,23 +41,7 @@ async fn infra_gone(api: &Api<DynamicObject>, name: &str) {
 /// `status.initialization.provisioned` and an InternalIP, which Cluster API's Machine controller
 /// copies into the Machine (waited for: the real controller has taken the Machine in hand).
 async fn provisioned_machine(t: &TestNs, name: &str, ip: &str) {
-    t.create(test_infra(
-        "TestMachine",
-        name,
-        json!({"providerID": format!("test://{name}")}),
-    ))
-    .await;
-    test_infra_api(t, "TestMachine")
-        .await
-        .patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": {"initialization": {"provisioned": true},
-                "addresses": [{"type": "InternalIP", "address": ip}]}})),
-        )
-        .await
-        .unwrap();
-    t.create(control_plane_machine(name)).await;
+    provisioned_test_machine(t, name, ip, &format!("test://{name}")).await;
     wait_for(
         &t.api::<Machine>(),
         name,
