@@ -25,10 +25,11 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch};
 use serde_json::{Value, json};
 
 use crate::error::{Result, kube_err};
+use crate::metadata::patch_params;
 
 /// The load-balancer class capi-lb implements.
 pub const LOAD_BALANCER_CLASS: &str = "loadbalancer.cluster.x-k8s.io/capi-lb";
@@ -240,7 +241,7 @@ pub async fn write_back(
         services
             .patch_status(
                 &name,
-                &PatchParams::default(),
+                &patch_params(),
                 &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": wanted}}})),
             )
             .await
@@ -255,7 +256,7 @@ pub async fn write_back(
         services
             .patch(
                 &name,
-                &PatchParams::default(),
+                &patch_params(),
                 &Patch::Merge(json!({"metadata": {"annotations": {dns: stable_host}}})),
             )
             .await

@@ -13,6 +13,18 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use capi_lb_api::constants::FIELD_MANAGER;
+
+/// Parameters of capi-lb's patches that are not server-side applies: they name capi-lb as the field
+/// manager, so an object's `managedFields` say which of its fields capi-lb set (the apiserver would
+/// otherwise name the client library).
+pub fn patch_params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_string()),
+        ..PatchParams::default()
+    }
+}
+
 /// Set each `(path, value)` of `obj` in one JSON patch that first tests the resourceVersion `obj`
 /// was read at.
 async fn guarded_patch<K>(api: &Api<K>, obj: &K, sets: &[(&str, Value)]) -> Result<K, kube::Error>
@@ -28,12 +40,8 @@ where
     );
     let patch: json_patch::Patch =
         serde_json::from_value(Value::Array(ops)).map_err(kube::Error::SerdeError)?;
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Json::<()>(patch),
-    )
-    .await
+    api.patch(&obj.name_any(), &patch_params(), &Patch::Json::<()>(patch))
+        .await
 }
 
 /// Removing from an object that is already gone has nothing left to do.
@@ -218,7 +226,7 @@ where
     }
     api.patch(
         &obj.name_any(),
-        &PatchParams::default(),
+        &patch_params(),
         &Patch::Merge(json!({"metadata": {"annotations": delta}})),
     )
     .await

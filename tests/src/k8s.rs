@@ -464,8 +464,8 @@ pub async fn install_capi_crds(client: &Client) {
     install_test_infrastructure(client).await;
 }
 
-/// API group of the tests' own Cluster API infrastructure provider kinds (`TestCluster`,
-/// `TestMachine`): no controller serves them; a test sets their status as a provider would.
+/// API group of the tests' own Cluster API provider kinds (`TestCluster`, `TestMachine`,
+/// `TestControlPlane`): no controller serves them; a test sets their status as a provider would.
 pub const TEST_INFRA_GROUP: &str = "infrastructure.test.capi-lb.io";
 /// Their version; their CRDs carry the contract label `cluster.x-k8s.io/v1beta2: v1alpha1`.
 pub const TEST_INFRA_VERSION: &str = "v1alpha1";
@@ -498,11 +498,12 @@ pub fn test_kind_crd(kind: &str, labels: Value) -> CustomResourceDefinition {
     .unwrap()
 }
 
-/// The test infrastructure kinds (`TestCluster`, `TestMachine` in [`TEST_INFRA_GROUP`]) and the
+/// The test provider kinds (`TestCluster`, `TestMachine` and the control-plane kind
+/// `TestControlPlane`, in [`TEST_INFRA_GROUP`]) and the
 /// ClusterRole that lets Cluster API's manager use them (aggregated into its role by the label
 /// `cluster.x-k8s.io/aggregate-to-manager`, as a provider outside `*.cluster.x-k8s.io` ships it).
 pub async fn install_test_infrastructure(client: &Client) {
-    for kind in ["TestCluster", "TestMachine"] {
+    for kind in ["TestCluster", "TestMachine", "TestControlPlane"] {
         apply_crd(client, &test_infrastructure_crd(kind)).await;
     }
     let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",

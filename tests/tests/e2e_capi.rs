@@ -20,14 +20,16 @@ use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::target::TargetKeys;
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
 use capi_lb_tests::k8s::{
-    TIMEOUT, TestNs, capi, capi_cluster, connect_workload_cluster, eventually, in_memory,
-    install_capi_crds, load_balancer, machine_with_node, node_name, provisioned_test_machine,
-    test_infra, test_infra_api, wait_for, wait_gone,
+    TEST_INFRA_GROUP, TIMEOUT, TestNs, capi, capi_cluster, condition, connect_workload_cluster,
+    eventually, in_memory, install_capi_crds, load_balancer, machine_with_node, merge,
+    merge_status, node_name, provisioned_test_machine, test_infra, test_infra_api, wait_for,
+    wait_gone, wait_ready,
 };
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, DynamicObject};
-use serde_json::json;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+use serde_json::{Value, json};
 
 /// Wait until the test infrastructure object `name` is gone (deleted by Cluster API).
 async fn infra_gone(api: &Api<DynamicObject>, name: &str) {
@@ -395,5 +397,250 @@ async fn a_cluster_deletion_never_deadlocks_on_the_hooks() {
     // reference), and its finalizer lets its load balancer and infrastructure object go too.
     wait_gone(&t.api::<LoadBalancer>(), "cp").await;
     wait_gone(&t.api::<InMemoryLoadBalancer>(), "cp").await;
+    t.finish().await;
+}
+
+/// The field managers that own `spec.controlPlaneEndpoint` of Cluster `name`.
+async fn endpoint_managers(t: &TestNs, name: &str) -> Vec<String> {
+    let cluster = t.api::<Cluster>().get(name).await.unwrap();
+    let mut managers: Vec<String> = cluster
+        .managed_fields()
+        .iter()
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0["f:spec"].get("f:controlPlaneEndpoint").is_some())
+        })
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    managers.sort();
+    managers.dedup();
+    managers
+}
+
+/// `Cluster.spec.controlPlaneEndpoint` of `name` as `host:port`.
+async fn cluster_endpoint(t: &TestNs, name: &str) -> String {
+    let cluster = t.api::<Cluster>().get(name).await.unwrap();
+    let endpoint = cluster.spec.control_plane_endpoint.unwrap_or_default();
+    format!("{}:{}", endpoint.host, endpoint.port)
+}
+
+/// Wait until Cluster API's Cluster controller has seen the infrastructure cluster provisioned and
+/// (`control_plane`) the control plane initialized: it has read their endpoints by then, and had
+/// its chance to copy them into the Cluster.
+async fn wait_initialized(t: &TestNs, name: &str, control_plane: bool) {
+    let clusters: Api<DynamicObject> = Api::namespaced_with(
+        t.client.clone(),
+        &t.ns,
+        &kube::core::ApiResource::erase::<Cluster>(&()),
+    );
+    eventually(
+        "Cluster API's Cluster controller records the provider's initialization",
+        || async {
+            let c = clusters.get(name).await.unwrap();
+            let init = &c.data["status"]["initialization"];
+            (init["infrastructureProvisioned"] == true
+                && (!control_plane || init["controlPlaneInitialized"] == true))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// `(status, reason)` of the LoadBalancer's `ClusterEndpoint` condition, once it is `want`.
+async fn wait_endpoint_condition(t: &TestNs, lb: &str, want: (&str, &str)) -> LoadBalancer {
+    wait_for(
+        &t.api::<LoadBalancer>(),
+        lb,
+        &format!("{lb}: ClusterEndpoint {want:?}"),
+        |l| {
+            l.and_then(|l| condition(l, "ClusterEndpoint"))
+                .is_some_and(|(s, r)| (s.as_str(), r.as_str()) == want)
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// The proposal's "Cluster API managed endpoint" with capi-lb as the load balancer provider: the
+/// Cluster has a control plane (`controlPlaneRef`) and no endpoint; capi-lb publishes its stable
+/// name at once. Later the infrastructure cluster and the control plane report endpoints of their
+/// own, as providers that run their own load balancer do, and Cluster API's real Cluster controller
+/// records both as initialized: it keeps capi-lb's endpoint (it copies only into an empty one), and
+/// capi-lb is the only field manager of `spec.controlPlaneEndpoint` (Cluster API's status updates
+/// conflict with nothing).
+#[tokio::test]
+async fn the_cluster_controller_keeps_the_endpoint_capi_lb_published() {
+    assert!(!capi().version.is_empty());
+    let mut t = TestNs::new("e2e-capi-endpoint").await;
+    install_capi_crds(&t.client).await;
+    t.start(t.options(&["inmemory"]));
+    let mut cluster = capi_cluster("demo");
+    cluster["spec"]["controlPlaneRef"] =
+        json!({"apiGroup": TEST_INFRA_GROUP, "kind": "TestControlPlane", "name": "demo"});
+    t.create(cluster).await;
+    t.create(test_infra("TestCluster", "demo", json!({}))).await;
+    t.create(test_infra("TestControlPlane", "demo", json!({})))
+        .await;
+    t.create(in_memory("cp", json!({}))).await;
+    t.create(load_balancer(
+        "cp",
+        "cp",
+        json!({"clusterName": "demo", "controlPlane": {}}),
+    ))
+    .await;
+    let stable = format!("cp-ext.{}.svc.cluster.local:6443", t.ns);
+    wait_endpoint_condition(&t, "cp", ("True", "ClusterEndpointSet")).await;
+    assert_eq!(cluster_endpoint(&t, "demo").await, stable);
+
+    // The providers come up, each with an endpoint of its own.
+    let provider = |kind: &'static str, host: &'static str, status: Value| {
+        let t = &t;
+        async move {
+            let api = test_infra_api(t, kind).await;
+            merge(
+                &api,
+                "demo",
+                json!({"spec": {"controlPlaneEndpoint": {"host": host, "port": 6443}}}),
+            )
+            .await;
+            merge_status(&api, "demo", json!({"status": {"initialization": status}})).await;
+        }
+    };
+    provider("TestCluster", "192.0.2.50", json!({"provisioned": true})).await;
+    provider(
+        "TestControlPlane",
+        "192.0.2.60",
+        json!({"controlPlaneInitialized": true}),
+    )
+    .await;
+    wait_initialized(&t, "demo", true).await;
+    assert_eq!(
+        cluster_endpoint(&t, "demo").await,
+        stable,
+        "Cluster API replaced the endpoint capi-lb published"
+    );
+    assert_eq!(endpoint_managers(&t, "demo").await, ["capi-lb"]);
+    let lb = t.api::<LoadBalancer>().get("cp").await.unwrap();
+    assert_eq!(
+        condition(&lb, "ClusterEndpoint"),
+        Some(("True".into(), "ClusterEndpointSet".into()))
+    );
+    t.finish().await;
+}
+
+/// An endpoint the Cluster has before capi-lb gets to it is never overwritten:
+/// - the proposal's "externally managed endpoint": the user sets `controlPlaneEndpoint` on the
+///   Cluster and the same `spec.endpoint` on the LoadBalancer; capi-lb agrees, writes nothing to
+///   the Cluster, and Cluster API ignores the infrastructure cluster's own endpoint;
+/// - an infrastructure provider's endpoint, copied into the Cluster by Cluster API's real Cluster
+///   controller before the LoadBalancer exists: capi-lb leaves it, says `ClusterEndpointMismatch`
+///   naming both values, and emits a Warning Event.
+#[tokio::test]
+async fn an_endpoint_the_cluster_already_has_is_never_overwritten() {
+    assert!(!capi().version.is_empty());
+    let mut t = TestNs::new("e2e-capi-endpoint").await;
+    install_capi_crds(&t.client).await;
+    t.start(t.options(&["inmemory"]));
+    let provisioned = |name: &'static str, host: &'static str| {
+        let t = &t;
+        async move {
+            t.create(test_infra(
+                "TestCluster",
+                name,
+                json!({"controlPlaneEndpoint": {"host": host, "port": 6443}}),
+            ))
+            .await;
+            merge_status(
+                &test_infra_api(t, "TestCluster").await,
+                name,
+                json!({"status": {"initialization": {"provisioned": true}}}),
+            )
+            .await;
+        }
+    };
+
+    // Externally managed: the user's endpoint on the Cluster and on the LoadBalancer.
+    let mut ext = capi_cluster("ext");
+    ext["spec"]["controlPlaneEndpoint"] = json!({"host": "api.ext.example.test", "port": 443});
+    t.create(ext).await;
+    provisioned("ext", "192.0.2.51").await;
+    t.create(in_memory("ext", json!({}))).await;
+    t.create(load_balancer(
+        "ext",
+        "ext",
+        json!({"clusterName": "ext", "controlPlane": {},
+               "endpoint": {"host": "api.ext.example.test", "port": 443}}),
+    ))
+    .await;
+    wait_endpoint_condition(&t, "ext", ("True", "ClusterEndpointSet")).await;
+    wait_initialized(&t, "ext", false).await;
+    assert_eq!(
+        cluster_endpoint(&t, "ext").await,
+        "api.ext.example.test:443"
+    );
+    assert!(
+        !endpoint_managers(&t, "ext")
+            .await
+            .contains(&"capi-lb".to_string()),
+        "capi-lb wrote an endpoint the Cluster already had"
+    );
+
+    // The infrastructure provider's endpoint came first.
+    t.create(capi_cluster("demo")).await;
+    provisioned("demo", "192.0.2.50").await;
+    wait_for(
+        &t.api::<Cluster>(),
+        "demo",
+        "Cluster API copies the TestCluster's endpoint into the Cluster",
+        |c| {
+            c.and_then(|c| c.spec.control_plane_endpoint.as_ref())
+                .is_some_and(|e| e.host == "192.0.2.50")
+        },
+    )
+    .await;
+    t.create(in_memory("cp", json!({}))).await;
+    t.create(load_balancer(
+        "cp",
+        "cp",
+        json!({"clusterName": "demo", "controlPlane": {}}),
+    ))
+    .await;
+    let lb = wait_endpoint_condition(&t, "cp", ("False", "ClusterEndpointMismatch")).await;
+    let message = lb
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "ClusterEndpoint"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        message.contains("192.0.2.50:6443") && message.contains(&format!("cp-ext.{}", t.ns)),
+        "the condition names both endpoints: {message}"
+    );
+    let warning = eventually(
+        "a Warning Event ClusterEndpointMismatch about cp",
+        || async {
+            t.api::<Event>()
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("ClusterEndpointMismatch")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("cp")
+                })
+        },
+    )
+    .await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    // The LoadBalancer itself works; only the Cluster is left alone.
+    wait_ready(&t, "cp").await;
+    assert_eq!(cluster_endpoint(&t, "demo").await, "192.0.2.50:6443");
+    assert!(
+        !endpoint_managers(&t, "demo")
+            .await
+            .contains(&"capi-lb".to_string())
+    );
     t.finish().await;
 }

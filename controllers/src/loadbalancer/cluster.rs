@@ -8,12 +8,13 @@ use capi_lb_api::constants::{
 };
 use capi_lb_api::loadbalancer::{ControlPlane, EndpointHost};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::json;
 
 use crate::context::Context;
 use crate::error::{Result, is_conflict, kube_err};
+use crate::metadata::patch_params;
 
 use super::Reconciliation;
 
@@ -113,11 +114,7 @@ impl Reconciliation<'_> {
                 "spec": {"controlPlaneEndpoint": {"host": host, "port": port}},
             });
             match clusters
-                .patch(
-                    &cluster_name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
+                .patch(&cluster_name, &patch_params(), &Patch::Merge(&patch))
                 .await
             {
                 Ok(updated) => {

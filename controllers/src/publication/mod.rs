@@ -39,6 +39,7 @@ use std::ops::ControlFlow;
 use crate::cache::{Caches, ObjectCache};
 use crate::context::Context;
 use crate::error::{Result, is_not_found, kube_err};
+use crate::metadata::patch_params;
 
 /// The cache of the Services capi-lb publishes (`run` only), which the publication reads instead of
 /// listing them.
@@ -254,7 +255,7 @@ where
         .collect();
     api.patch(
         &obj.name_any(),
-        &PatchParams::default(),
+        &patch_params(),
         &Patch::Merge(json!({"metadata": {"labels": labels}})),
     )
     .await
@@ -607,7 +608,7 @@ async fn mark_legacy(
     services
         .patch(
             name,
-            &PatchParams::default(),
+            &patch_params(),
             &Patch::Merge(
                 json!({"metadata": {"annotations": {ANNOTATION_LEGACY_ENDPOINTS: value}}}),
             ),

@@ -33,7 +33,7 @@ use capi_lb_api::constants::{
 use capi_lb_api::loadbalancer::LoadBalancerAddress;
 use capi_lb_api::naming::is_dns_label;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, Patch};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -41,7 +41,7 @@ use crate::context::Context;
 use crate::context::{ExternalEndpoints, Outcome, Policy};
 use crate::dns;
 use crate::error::{Result, is_not_found, kube_err};
-use crate::metadata::controller_of;
+use crate::metadata::{controller_of, patch_params};
 use crate::publication::{self, Desired, Published, PublishedPort, Publisher};
 
 /// What to do with one Service.
@@ -591,7 +591,7 @@ async fn annotate(
     let name = service.name_any();
     let patch = json!({"metadata": {"annotations": {key: value}}});
     match services
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(&name, &patch_params(), &Patch::Merge(&patch))
         .await
     {
         Ok(_) => Ok(()),
@@ -663,7 +663,7 @@ async fn bind(ctx: &Context, service: &Service, reported: &Reported) -> Result<O
     {
         lbs.patch(
             &lb_name,
-            &PatchParams::default(),
+            &patch_params(),
             &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION_SERVICE: name}}})),
         )
         .await
