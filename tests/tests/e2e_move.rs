@@ -19,7 +19,7 @@ use capi_lb_tests::capi_move::{
 };
 use capi_lb_tests::k8s::{
     TestNs, capi, capi_cluster, connect_workload_cluster, dynamic_api, eventually,
-    install_capi_crds, machine_with_node, node_name, spawn_controller, test_infra, wait_for,
+    install_capi_crds, machine_with_node, merge, node_name, spawn_controller, test_infra, wait_for,
 };
 use capi_lb_tests::octavia;
 use k8s_openapi::api::core::v1::{Node, Secret};
@@ -154,6 +154,70 @@ async fn clusterctl_move_takes_a_cluster_to_the_target_cluster() {
     t.finish().await;
 }
 
+/// A test namespace in the source, the same namespace in the target (both cleaned up by the test).
+async fn source_and_target(prefix: &str) -> (TestNs, TargetNs) {
+    let t = TestNs::new(prefix).await;
+    install_capi_crds(&t.client).await;
+    let target = TargetNs::new(&t.ns).await;
+    prepare_target(&target.client).await;
+    (t, target)
+}
+
+/// `doc` in `t`'s namespace.
+fn in_ns(t: &TestNs, mut doc: Value) -> Value {
+    doc["metadata"]["namespace"] = json!(t.ns);
+    doc
+}
+
+/// In the source: Cluster `demo` (its workload cluster connected), the Octavia credentials Secret
+/// `openstack` labelled for move, OctaviaLoadBalancer `cp` with `olb_spec`, and a control-plane
+/// LoadBalancer `cp` with `drain_seconds`; capi-lb started; returns the LoadBalancer once it is
+/// Ready with the control-plane Machine `cp-1` (a Node in the workload cluster) active.
+async fn octavia_control_plane(
+    t: &mut TestNs,
+    h: &octavia::Harness,
+    olb_spec: Value,
+    drain_seconds: u32,
+) -> LoadBalancer {
+    t.create(capi_cluster("demo")).await;
+    t.create(test_infra("TestCluster", "demo", json!({}))).await;
+    connect_workload_cluster(t).await;
+    let mut secret = in_ns(t, octavia::Harness::secret("openstack", &h.clouds_yaml));
+    secret["metadata"]["labels"] = json!({"clusterctl.cluster.x-k8s.io/move": ""});
+    t.create(secret).await;
+    t.create(in_ns(t, octavia::olb("cp", h, olb_spec))).await;
+    t.create(in_ns(
+        t,
+        octavia::octavia_lb("cp")
+            .spec("controlPlane", json!({}))
+            .spec("drainSeconds", json!(drain_seconds))
+            .build(),
+    ))
+    .await;
+    t.start(t.options(&["octavia"]));
+    machine_with_node(t, "cp-1", "10.0.0.11").await;
+    wait_for(
+        &t.api(),
+        "cp",
+        "Ready with cp-1 active",
+        |l: Option<&LoadBalancer>| {
+            l.and_then(|l| l.status.as_ref())
+                .is_some_and(|s| s.ready && s.active_targets == ["cp-1"])
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// The Node of the moved Machine is the workload cluster's, not Cluster API's to delete: the test
+/// deletes it.
+async fn delete_node(t: &TestNs) {
+    let nodes: Api<Node> = Api::all(t.client.clone());
+    let _ = nodes
+        .delete(&node_name(t, "cp-1"), &DeleteParams::default())
+        .await;
+}
+
 /// capi-lb through the move: a control-plane LoadBalancer on the real Octavia API with a floating IP,
 /// its credentials Secret labelled for move, capi-lb running in both clusters (as capi-lb's
 /// ServiceAccount of each). clusterctl carries the LoadBalancer (owner reference to the Cluster) and
@@ -167,43 +231,15 @@ async fn clusterctl_move_takes_a_cluster_to_the_target_cluster() {
 #[tokio::test]
 async fn clusterctl_move_carries_the_load_balancer_and_the_target_adopts_its_cloud_load_balancer() {
     let h = octavia::harness();
-    let mut t = TestNs::new("e2e-move-lb").await;
-    install_capi_crds(&t.client).await;
-    let target = TargetNs::new(&t.ns).await;
-    prepare_target(&target.client).await;
-    let in_ns = |mut doc: Value| {
-        doc["metadata"]["namespace"] = json!(t.ns);
-        doc
-    };
-
-    t.create(capi_cluster("demo")).await;
-    t.create(test_infra("TestCluster", "demo", json!({}))).await;
-    connect_workload_cluster(&t).await;
-    let mut secret = in_ns(octavia::Harness::secret("openstack", &h.clouds_yaml));
-    secret["metadata"]["labels"] = json!({"clusterctl.cluster.x-k8s.io/move": ""});
-    t.create(secret).await;
-    t.create(in_ns(octavia::olb(
-        "cp",
+    let (mut t, target) = source_and_target("e2e-move-lb").await;
+    let lbs: Api<LoadBalancer> = t.api();
+    let lb = octavia_control_plane(
+        &mut t,
         &h,
         json!({"floatingIP": {"networkID": h.var("FIP_NETWORK_ID")}}),
-    )))
+        5,
+    )
     .await;
-    t.create(in_ns(
-        octavia::octavia_lb("cp")
-            .spec("controlPlane", json!({}))
-            .spec("drainSeconds", json!(5))
-            .build(),
-    ))
-    .await;
-    t.start(t.options(&["octavia"]));
-    machine_with_node(&t, "cp-1", "10.0.0.11").await;
-    let lbs: Api<LoadBalancer> = t.api();
-    let lb = wait_for(&lbs, "cp", "Ready with cp-1 active", |l| {
-        l.and_then(|l| l.status.as_ref())
-            .is_some_and(|s| s.ready && s.active_targets == ["cp-1"])
-    })
-    .await
-    .unwrap();
     let tag = format!(
         "{}={}",
         capi_lb_providers::provider::tags::UID,
@@ -287,9 +323,139 @@ async fn clusterctl_move_carries_the_load_balancer_and_the_target_adopts_its_clo
 
     target_controller.stop().await;
     target.finish().await;
-    let nodes: Api<Node> = Api::all(t.client.clone());
-    let _ = nodes
-        .delete(&node_name(&t, "cp-1"), &DeleteParams::default())
+    delete_node(&t).await;
+    t.finish().await;
+}
+
+/// The same move in the middle of a provider swap: the LoadBalancer has switched from Octavia
+/// load balancer `cp` to `cp-new` and drains the old one when clusterctl moves it. Status does not
+/// move; the target's controller finds the old infrastructure object it still controls, adopts
+/// both Octavia load balancers by their tags, and finishes the migration make-before-break: the
+/// new one serves (same ID, same address), the old one is deleted after the drain, no third is made,
+/// and the source deletes nothing in the cloud. The Machine has no address in the target (status
+/// does not move) until a provider reports one again: its member in the new load balancer is kept
+/// meanwhile (it used to be dropped while the migration brought the new one up).
+#[tokio::test]
+async fn clusterctl_move_in_the_middle_of_a_provider_swap_finishes_it_in_the_target() {
+    let h = octavia::harness();
+    let (mut t, target) = source_and_target("e2e-move-swap").await;
+    let drain = 10;
+    let lb = octavia_control_plane(&mut t, &h, json!({}), drain).await;
+    let tag = format!(
+        "{}={}",
+        capi_lb_providers::provider::tags::UID,
+        lb.uid().unwrap()
+    );
+    let olbs: Api<OctaviaLoadBalancer> = t.api();
+    let old_id = olbs
+        .get("cp")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .load_balancer_id
+        .unwrap();
+
+    // The swap: switched to cp-new, draining cp.
+    t.create(in_ns(&t, octavia::olb("cp-new", &h, json!({}))))
         .await;
+    let lbs: Api<LoadBalancer> = t.api();
+    merge(
+        &lbs,
+        "cp",
+        json!({"spec": {"infrastructureRef": {"name": "cp-new"}}}),
+    )
+    .await;
+    let switched = wait_for(&lbs, "cp", "switched to cp-new, draining cp", |l| {
+        l.and_then(|l| l.status.as_ref()?.migration.as_ref())
+            .is_some_and(|m| m.switched_at.is_some())
+    })
+    .await
+    .unwrap();
+    let address = switched.status.as_ref().unwrap().addresses[0]
+        .address
+        .clone();
+    let new_id = olbs
+        .get("cp-new")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .load_balancer_id
+        .unwrap();
+    assert_ne!(new_id, old_id);
+    assert_eq!(h.lbs_tagged(&tag).len(), 2);
+    wait_ready_to_move(&t.client, &t.ns, "demo").await;
+
+    let target_controller =
+        spawn_controller(target_controller_client().await, t.options(&["octavia"]));
+    clusterctl_move(&t.ns).unwrap_or_else(|e| panic!("{e}"));
+    eventually("the LoadBalancer gone from the source", || async {
+        lbs.get_opt("cp").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let ids = |lbs: Vec<Value>| {
+        let mut ids: Vec<String> = lbs
+            .iter()
+            .map(|l| l["id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    let mut both = vec![old_id.clone(), new_id.clone()];
+    both.sort();
+    assert_eq!(
+        ids(h.lbs_tagged(&tag)),
+        both,
+        "the source deleted or the target made a load balancer"
+    );
+
+    // The target finishes the migration: it re-drains the old one for drainSeconds (the moment
+    // of the switch did not move), then deletes it.
+    let target_lbs: Api<LoadBalancer> = Api::namespaced(target.client.clone(), &t.ns);
+    let done = eventually("the migration finished in the target", || async {
+        target_lbs.get("cp").await.unwrap().status.filter(|s| {
+            s.ready
+                && s.migration.is_none()
+                && s.infrastructure_ref.as_ref().map(|r| r.name.as_str()) == Some("cp-new")
+        })
+    })
+    .await;
+    assert_eq!(
+        done.addresses[0].address, address,
+        "the new load balancer's"
+    );
+    assert_eq!(done.active_targets, ["cp-1"]);
+    assert_eq!(ids(h.lbs_tagged(&tag)), [new_id.clone()]);
+    let target_olbs: Api<OctaviaLoadBalancer> = Api::namespaced(target.client.clone(), &t.ns);
+    let adopted = target_olbs.get("cp-new").await.unwrap().status.unwrap();
+    assert_eq!(adopted.load_balancer_id.as_deref(), Some(new_id.as_str()));
+    let released = target_olbs.get("cp").await.unwrap();
+    assert!(released.finalizers().is_empty(), "{released:?}");
+    assert!(released.owner_references().is_empty(), "{released:?}");
+    let slices: Api<EndpointSlice> = Api::namespaced(target.client.clone(), &t.ns);
+    let slice = eventually("the -ext slice in the target", || async {
+        slices.get_opt("cp-ext-ipv4").await.unwrap()
+    })
+    .await;
+    assert_eq!(slice.endpoints[0].addresses, vec![address]);
+
+    target_lbs
+        .delete("cp", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the LoadBalancer deleted in the target", || async {
+        target_lbs
+            .get_opt("cp")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(h.lbs_tagged(&tag).is_empty(), "{:?}", h.lbs_tagged(&tag));
+    target_controller.stop().await;
+    target.finish().await;
+    delete_node(&t).await;
     t.finish().await;
 }

@@ -21,7 +21,8 @@ use super::{Access, Reconciliation};
 
 impl Reconciliation<'_> {
     /// The members a load balancer taking over should start with: the endpoints of the bound
-    /// Service that serve, or every target that wants in, with an address, past its gates.
+    /// Service that serve, or every target that wants in: serving when it has an address and is
+    /// past its gates, else kept if the load balancer has it already.
     /// [`Listing::Unavailable`] when the target kind cannot be listed.
     pub(super) async fn serving_members(
         &self,
@@ -47,10 +48,15 @@ impl Reconciliation<'_> {
         Ok(Listing::Listed(
             targets::observe(objects, selector, &keys, &self.lb.spec)
                 .into_iter()
-                .filter(|t| t.observed.wants_in() && t.observed.gates_pending.is_empty())
-                .filter_map(|t| {
-                    let address = t.observed.address.clone()?;
-                    Some(DesiredMember::serve(t.observed.name.clone(), address))
+                .filter(|t| t.observed.wants_in())
+                .map(|t| match &t.observed.address {
+                    Some(address) if t.observed.gates_pending.is_empty() => {
+                        DesiredMember::serve(t.observed.name.clone(), address.clone())
+                    }
+                    // No address right now (status not restored yet after clusterctl move), or
+                    // not admitted: a member the load balancer already has (one adopted) stays,
+                    // none is created.
+                    _ => DesiredMember::keep(t.observed.name.clone()),
                 })
                 .collect(),
         ))

@@ -6,7 +6,7 @@ use std::time::Duration;
 use capi_lb_api::conditions::DesiredCondition;
 use capi_lb_api::constants::{condition as c, event, reason as r};
 use capi_lb_api::loadbalancer::{InfrastructureMigration, InfrastructureRef};
-use capi_lb_providers::{MemberState, MembersRequest, Progress};
+use capi_lb_providers::{DesiredMember, MemberIntent, MemberState, MembersRequest, Progress};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::Selector;
 
@@ -318,25 +318,26 @@ impl Reconciliation<'_> {
             Ok(out) => {
                 self.note(false, event::MEMBERS_CHANGED, out.changes);
                 infra_status.extend(out.status);
-                let active = desired.iter().all(|d| {
-                    out.members
-                        .iter()
-                        .any(|m| m.name == d.name && m.state == MemberState::Active)
-                });
+                // Ready when every member to serve is active (kept ones are not waited for).
+                let serving: Vec<&DesiredMember> = desired
+                    .iter()
+                    .filter(|d| matches!(d.intent, MemberIntent::Serve(_)))
+                    .collect();
+                let active = serving
+                    .iter()
+                    .filter(|d| {
+                        out.members
+                            .iter()
+                            .any(|m| m.name == d.name && m.state == MemberState::Active)
+                    })
+                    .count();
                 if let Some(retry) = out.progress.retry_after() {
                     self.outcome = self.outcome.min(Some(retry));
                 }
-                if active {
+                if active == serving.len() {
                     BringUp::Ready
                 } else {
-                    BringUp::Waiting(format!(
-                        "{} of {} members active",
-                        out.members
-                            .iter()
-                            .filter(|m| m.state == MemberState::Active)
-                            .count(),
-                        desired.len()
-                    ))
+                    BringUp::Waiting(format!("{active} of {} members active", serving.len()))
                 }
             }
             Err(error) => match self.provider_problem(provider.name(), "member update", error) {
