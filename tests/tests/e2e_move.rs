@@ -426,7 +426,7 @@ async fn clusterctl_move_in_the_middle_of_a_provider_swap_finishes_it_in_the_tar
         "the new load balancer's"
     );
     assert_eq!(done.active_targets, ["cp-1"]);
-    assert_eq!(ids(h.lbs_tagged(&tag)), [new_id.clone()]);
+    assert_eq!(ids(h.lbs_tagged(&tag)), std::slice::from_ref(&new_id));
     let target_olbs: Api<OctaviaLoadBalancer> = Api::namespaced(target.client.clone(), &t.ns);
     let adopted = target_olbs.get("cp-new").await.unwrap().status.unwrap();
     assert_eq!(adopted.load_balancer_id.as_deref(), Some(new_id.as_str()));
