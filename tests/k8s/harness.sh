@@ -892,6 +892,7 @@ label_crds() {
   local provider="$1" labels="$2" f; shift 2
   for f in "$@"; do
     [ -s "$f" ] || die "$f: missing (set KAMAJI_CRDS_DIR / KUBEDC_CRDS_DIR, or run $0 install)"
+    ! grep -q '^  labels:$' "$f" || die "$f: has labels of its own, which label_crds would duplicate"
     awk -v provider="$provider" -v labels="$labels" '
       { print }
       /^metadata:$/ && !labelled {
