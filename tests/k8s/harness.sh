@@ -4,7 +4,8 @@
 # CoreDNS serving cluster.local from that apiserver, the MetalLB controller assigning
 # LoadBalancer addresses (only to Services of its own loadBalancerClass), a DNS publication chain:
 # ExternalDNS (--source=crd) writing DNSEndpoints into a BIND9 zone with RFC 2136 updates, and the
-# Cluster API core controller manager with its webhooks (clusterctl is built beside it).
+# Cluster API core controller manager with its webhooks (clusterctl is built beside it), and the CRDs
+# of the providers the cluster templates use (no controller of theirs).
 #
 #   tests/k8s/harness.sh install   # build/fetch the pinned binaries into $PREFIX (idempotent, cached)
 #   tests/k8s/harness.sh start     # start everything (idempotent), write $STATE/env, print it
@@ -21,7 +22,8 @@
 # at install time, so `start` needs no network), ExternalDNS in a wrapper module too (see
 # install_external_dns; its DNSEndpoint CRD is copied the same way), the Cluster API core manager and
 # clusterctl in a wrapper module too (see install_cluster_api; its CRDs, RBAC and webhook configurations
-# are copied the same way), etcd is Debian's etcd-server, BIND9
+# are copied the same way), the CRDs of the providers the templates use are copied from their Go modules
+# (see install_template_providers; nothing is built), etcd is Debian's etcd-server, BIND9
 # (named, tsig-keygen, dig) Debian's bind9 and bind9-dnsutils, installed with apt-get when missing. They
 # are cached in $PREFIX keyed by version, outside the checkout; the first install takes about 20 minutes
 # on 2 cores, later runs reuse the cache.
@@ -59,6 +61,15 @@
 #   Providers cluster-api (CoreProvider, $CAPI_VERSION, namespace capi-system) and infrastructure-capi-lb
 #   (InfrastructureProvider capi-lb, the workspace version, namespace capi-lb-system): `clusterctl move`
 #   refuses a target whose inventory lacks a provider of the source, or has an older one.
+#   The CRDs the cluster templates (templates/cluster-template-*.yaml) use, so that every template
+#   object is judged by its real schema (template_provider_crds): the kubeadm control plane and
+#   bootstrap ($CAPI_VERSION), CAPD's DockerCluster and friends (sigs.k8s.io/cluster-api/test
+#   $CAPI_VERSION), cluster-api-provider-openstack $CAPO_VERSION, cluster-api-provider-kubevirt
+#   $CAPK_VERSION (all from the Go module proxy, cached in $PREFIX/capi-providers), Kamaji's
+#   KamajiControlPlane and TenantControlPlane and kube-dc's EIp and FIp (from ../shared/crds), with the
+#   contract and clusterctl labels their releases and `clusterctl init` put on them. None of these
+#   providers runs. `start` on a running instance applies them again (an instance started before they
+#   were added gains them). Main instance only.
 #
 # The target instance (`target ACTION`) is a second management cluster for `clusterctl move` tests:
 # etcd, kube-apiserver, kube-controller-manager and the Cluster API manager with its webhooks, the
@@ -84,6 +95,14 @@ ETCD_DEB_VERSION="3.4.23-4+b4" # Debian bookworm's etcd-server
 # The proxy serves v1.8.4, v1.13.4-6 and v1.14.2; v1.14.2's core/config/crd/bases are byte for byte
 # the CRDs in ../shared/crds/cluster-api that the tests install (controller-gen v0.21.0).
 CAPI_VERSION="v1.14.2"
+# The providers the cluster templates (templates/cluster-template-*.yaml) use, for their CRDs only (no
+# controller of theirs runs). cluster-api-provider-openstack: the proxy serves v0.11.0 and v0.13.0, but
+# the checksum database does not know v0.13.0 (404), so `go mod download` refuses it; v0.11.0 has the
+# v1beta1 OpenStackCluster the kamaji-octavia flavor uses. cluster-api-provider-kubevirt: v0.1.10, the
+# newest the proxy serves. The kubeadm control plane and bootstrap CRDs come from the Cluster API
+# module and CAPD's (DockerCluster, ...) from sigs.k8s.io/cluster-api/test, both at $CAPI_VERSION.
+CAPO_VERSION="v0.11.0"
+CAPK_VERSION="v0.1.10"
 
 case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH="$PATH:/usr/sbin" ;; esac # named and tsig-keygen
 
@@ -142,6 +161,25 @@ ETCD_BIN="$PREFIX/etcd-${ETCD_DEB_VERSION%%-*}/bin"
 EXTERNAL_DNS_HOME="$PREFIX/external-dns-$EXTERNAL_DNS_VERSION" # bin/external-dns, crds/*.yaml
 CAPI_HOME="$PREFIX/cluster-api-$CAPI_VERSION" # bin/{cluster-api-manager,clusterctl}, crds/, rbac/, webhook/, clusterctl/
 CLUSTERCTL="$CAPI_HOME/bin/clusterctl"
+# One line per provider whose CRDs the templates need: the name clusterctl gives its components
+# (cluster.x-k8s.io/provider), the Go module and version, and the kustomize folder in the module whose
+# bases/ are the CRDs and whose kustomization.yaml has the contract labels (cluster.x-k8s.io/<contract>).
+# Each is cached in $PROVIDERS_HOME/<name>-<version>/ (crds/*.yaml, contract-labels).
+TEMPLATE_PROVIDERS="control-plane-kubeadm sigs.k8s.io/cluster-api $CAPI_VERSION controlplane/kubeadm/config/crd
+bootstrap-kubeadm sigs.k8s.io/cluster-api $CAPI_VERSION bootstrap/kubeadm/config/crd
+infrastructure-docker sigs.k8s.io/cluster-api/test $CAPI_VERSION infrastructure/docker/config/crd
+infrastructure-openstack sigs.k8s.io/cluster-api-provider-openstack $CAPO_VERSION config/crd
+infrastructure-kubevirt sigs.k8s.io/cluster-api-provider-kubevirt $CAPK_VERSION config/crd"
+PROVIDERS_HOME="$PREFIX/capi-providers"
+# Kamaji (its control-plane provider's KamajiControlPlane, Kamaji's TenantControlPlane) and kube-dc
+# (EIp, FIp): the Go module proxy serves neither the Kamaji provider nor a Kamaji newer than v1.0.0
+# (2024, no loadBalancerClass), and kube-dc has no Go module, so their CRDs come from ../shared/crds
+# (the commits are in its README), as for the tests that install them themselves.
+KAMAJI_CRDS="${KAMAJI_CRDS_DIR:-$REPO/../shared/crds/kamaji}"
+KUBEDC_CRDS="${KUBEDC_CRDS_DIR:-$REPO/../shared/crds/kube-dc}"
+# The contract label of KamajiControlPlane: config/crd/kustomization.yaml of
+# clastix/cluster-api-control-plane-provider-kamaji at the commit of ../shared/crds/kamaji.
+KAMAJI_CONTRACT_LABEL='cluster.x-k8s.io/v1beta2: v1alpha2'
 KUBECTL="$K8S_BIN/kubectl"
 SERVER="https://127.0.0.1:$APISERVER_PORT"
 
@@ -415,6 +453,41 @@ install_clusterctl_inventory() {
   mv "$CAPI_HOME/clusterctl/clusterctl-api.yaml.tmp" "$CAPI_HOME/clusterctl/clusterctl-api.yaml"
 }
 
+template_providers_installed() {
+  local name module version path
+  while read -r name module version path; do
+    [ -s "$PROVIDERS_HOME/$name-$version/contract-labels" ] || return 1
+  done <<<"$TEMPLATE_PROVIDERS"
+}
+
+# The CRDs of each of $TEMPLATE_PROVIDERS from its module (`go mod download`, checked against the
+# checksum database): every file of <path>/bases, as the provider's release installs them, and the
+# contract labels its <path>/kustomization.yaml adds to them (commonLabels or labels.pairs; not
+# cluster.x-k8s.io/provider, which clusterctl sets). Nothing is built.
+install_template_providers() {
+  local name module version path dir stage home tmp
+  tmp="$(mktemp -d)"
+  while read -r name module version path; do
+    home="$PROVIDERS_HOME/$name-$version"
+    [ -s "$home/contract-labels" ] && continue
+    log "fetching the CRDs of $name ($module@$version)"
+    dir="$(cd "$tmp" && GOTOOLCHAIN=local GOFLAGS='' go mod download -json "$module@$version" \
+      | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
+    [ -d "$dir/$path/bases" ] && [ -s "$dir/$path/kustomization.yaml" ] \
+      || die "$module@$version: no $path/bases or $path/kustomization.yaml in '$dir'"
+    stage="$home.tmp.$$"
+    rm -rf "$stage"
+    mkdir -p "$stage/crds"
+    install -m 0644 "$dir/$path"/bases/*.yaml "$stage/crds/"
+    grep -E '^[[:space:]]+cluster\.x-k8s\.io/v1(alpha|beta)[0-9]+: [a-z0-9_]+$' "$dir/$path/kustomization.yaml" \
+      | sed 's/^[[:space:]]*//' >"$stage/contract-labels" || true
+    [ -s "$stage/contract-labels" ] || die "$module@$version: no contract label in $path/kustomization.yaml"
+    rm -rf "$home"
+    mv "$stage" "$home"
+  done <<<"$TEMPLATE_PROVIDERS"
+  rm -rf "$tmp"
+}
+
 cmd_install() {
   install_packages
   install_etcd
@@ -424,13 +497,14 @@ cmd_install() {
   install_kubernetes
   install_cluster_api
   install_clusterctl_inventory
-  log "installed: $("$K8S_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION, MetalLB $METALLB_VERSION, ExternalDNS $EXTERNAL_DNS_VERSION, Cluster API $CAPI_VERSION, $(named -v)"
+  install_template_providers
+  log "installed: $("$K8S_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION, MetalLB $METALLB_VERSION, ExternalDNS $EXTERNAL_DNS_VERSION, Cluster API $CAPI_VERSION, the templates' provider CRDs (CAPO $CAPO_VERSION, CAPK $CAPK_VERSION, CAPD and kubeadm $CAPI_VERSION), $(named -v)"
 }
 
 installed() {
   [ -x "$ETCD_BIN/etcd" ] && [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] \
     && [ -x "$KUBECTL" ] && [ -x "$COREDNS_BIN/coredns" ] && metallb_installed && external_dns_installed \
-    && capi_installed && clusterctl_inventory_installed && command -v named >/dev/null && command -v tsig-keygen >/dev/null && command -v dig >/dev/null
+    && capi_installed && clusterctl_inventory_installed && template_providers_installed && command -v named >/dev/null && command -v tsig-keygen >/dev/null && command -v dig >/dev/null
 }
 
 # --- start -------------------------------------------------------------------------------------
@@ -811,6 +885,46 @@ capi_crds() {
   kubectl_admin wait --for=condition=Established --timeout=30s -f "$dir" >/dev/null
 }
 
+# label_crds PROVIDER LABELS FILE...: copy each CRD into $STATE/capi-providers with clusterctl's labels
+# for PROVIDER (clusterctl.cluster.x-k8s.io, cluster.x-k8s.io/provider) and the contract LABELS (one
+# `key: value` a line) added to its metadata.
+label_crds() {
+  local provider="$1" labels="$2" f; shift 2
+  for f in "$@"; do
+    [ -s "$f" ] || die "$f: missing (set KAMAJI_CRDS_DIR / KUBEDC_CRDS_DIR, or run $0 install)"
+    ! grep -q '^  labels:$' "$f" || die "$f: has labels of its own, which label_crds would duplicate"
+    awk -v provider="$provider" -v labels="$labels" '
+      { print }
+      /^metadata:$/ && !labelled {
+        print "  labels:\n    clusterctl.cluster.x-k8s.io: \"\"\n    cluster.x-k8s.io/provider: " provider
+        n = split(labels, l, "\n")
+        for (i = 1; i <= n; i++) if (l[i] != "") print "    " l[i]
+        labelled = 1
+      }' "$f" >"$STATE/capi-providers/$provider.$(basename "$f")"
+  done
+}
+
+# The CRDs the cluster templates (templates/) use, as `clusterctl init --bootstrap kubeadm
+# --control-plane kubeadm,kamaji --infrastructure docker,openstack,kubevirt` leaves them (each
+# provider's CRDs with its contract labels, which Cluster API needs to follow a reference to its kinds,
+# and clusterctl's labels), but without the conversion webhooks their releases add: no provider runs
+# here, so objects are written and read in the version the templates use. Plus Kamaji's
+# TenantControlPlane and kube-dc's EIp and FIp as they are (not Cluster API providers). No controller
+# of any of them runs: tests act for them where they need to. Main instance only.
+template_provider_crds() {
+  local dir="$STATE/capi-providers" name module version path
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  while read -r name module version path; do
+    label_crds "$name" "$(cat "$PROVIDERS_HOME/$name-$version/contract-labels")" "$PROVIDERS_HOME/$name-$version"/crds/*.yaml
+  done <<<"$TEMPLATE_PROVIDERS"
+  label_crds control-plane-kamaji "$KAMAJI_CONTRACT_LABEL" "$KAMAJI_CRDS/controlplane.cluster.x-k8s.io_kamajicontrolplanes.yaml"
+  cp "$KAMAJI_CRDS/kamaji.clastix.io_tenantcontrolplanes.yaml" "$KUBEDC_CRDS/kube-dc.com_eips.yaml" \
+    "$KUBEDC_CRDS/kube-dc.com_fips.yaml" "$dir/"
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f "$dir" >/dev/null
+  kubectl_admin wait --for=condition=Established --timeout=30s -f "$dir" >/dev/null
+}
+
 # CAPI's ClusterRole (joined to the aggregated one, as in a release) and the aggregated ClusterRole,
 # bound to the harness user capi-lb-harness:capi-manager. Providers add rules for their kinds with
 # ClusterRoles labelled cluster.x-k8s.io/aggregate-to-manager, as they would in a real cluster.
@@ -959,6 +1073,11 @@ running() {
 
 cmd_start() {
   if running; then
+    # An instance started by an older harness gains the templates' provider CRDs (idempotent).
+    if [ "$INSTANCE" = main ]; then
+      template_providers_installed || die "the templates' provider CRDs are not installed: run $0 install"
+      template_provider_crds
+    fi
     cat "$STATE/env"
     return
   fi
@@ -985,6 +1104,7 @@ cmd_start() {
   fi
   start_cluster_api
   clusterctl_inventory
+  if [ "$INSTANCE" = main ]; then template_provider_crds; fi
   write_env
   log "Kubernetes $K8S_VERSION ($INSTANCE instance) up at $SERVER in $((SECONDS - began)) s (state in $STATE)"
   cat "$STATE/env"

@@ -219,3 +219,37 @@ impl KubeDcSim {
         }
     }
 }
+
+/// A [`KubeDcSim`] running in the background against a real cluster ([`KubeDcSim::spawn`]).
+#[derive(Debug)]
+pub struct RunningSim {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl KubeDcSim {
+    /// Run a pass over `namespace` through `client` (with the admin's rights, as kube-dc's controller
+    /// has its own) every 300 ms, at the wall clock, until [`RunningSim::stop`].
+    pub fn spawn(mut self, client: kube::Client, namespace: String) -> RunningSim {
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            loop {
+                self.step_with(&client, &namespace, jiff::Timestamp::now())
+                    .await;
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    _ = tokio::time::sleep(Duration::from_millis(300)) => {}
+                }
+            }
+        });
+        RunningSim { stop, task }
+    }
+}
+
+impl RunningSim {
+    /// Stop after the pass under way (a pass that panicked fails here).
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap();
+    }
+}

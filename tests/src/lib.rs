@@ -28,6 +28,7 @@ pub mod k8s;
 pub mod kubedc_sim;
 pub mod octavia;
 pub mod servicelb_sim;
+pub mod templates;
 
 /// Namespace every fixture lives in.
 pub const NS: &str = "default";

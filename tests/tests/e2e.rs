@@ -412,19 +412,7 @@ async fn a_load_balancer_on_kube_dc_with_the_simulated_controller() {
     .await;
     t.start(t.options(&["kubedc"]));
     // kube-dc's controller, simulated, against the real apiserver (with the admin's rights).
-    let (sim_stop, mut sim_stopped) = tokio::sync::oneshot::channel::<()>();
-    let (sim_client, sim_ns) = (t.client.clone(), t.ns.clone());
-    let sim = tokio::spawn(async move {
-        let mut sim = KubeDcSim::new();
-        loop {
-            sim.step_with(&sim_client, &sim_ns, jiff::Timestamp::now())
-                .await;
-            tokio::select! {
-                _ = &mut sim_stopped => break,
-                _ = tokio::time::sleep(Duration::from_millis(300)) => {}
-            }
-        }
-    });
+    let sim = KubeDcSim::new().spawn(t.client.clone(), t.ns.clone());
     t.create(json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "KubeDCLoadBalancer",
                     "metadata": {"name": "cp"}, "spec": {"externalNetworkType": "cloud"}}))
         .await;
@@ -457,8 +445,7 @@ async fn a_load_balancer_on_kube_dc_with_the_simulated_controller() {
     wait_gone(&t.api::<EIp>(), "cp-eip").await;
     wait_gone(&t.api::<Service>(), "cp-lb").await;
     wait_gone(&t.api::<LoadBalancer>(), "cp").await;
-    let _ = sim_stop.send(());
-    sim.await.unwrap();
+    sim.stop().await;
     t.api::<Machine>()
         .delete("cp-m1", &DeleteParams::default())
         .await

@@ -6,12 +6,11 @@
 // Integration tests: helpers panic on broken fixtures, which is the failure we want.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
-
 use capi_lb::sim::simulate::{Options, Source, simulate};
 use capi_lb_api::validation::parse;
 use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer};
-use capi_lb_tests::{repo, substitute};
+use capi_lb_tests::repo;
+use capi_lb_tests::templates::{render, template_files};
 use serde_json::{Value, json};
 
 /// clusterctl's variables that templates may use without a default.
@@ -21,30 +20,11 @@ const REQUIRED_PROVIDER: &[&str] = &["CAPI_LB_OCTAVIA_SUBNET_ID", "CAPI_LB_OCTAV
 
 #[tokio::test]
 async fn every_template_substitutes_parses_and_simulates_to_a_ready_control_plane_endpoint() {
-    let values = BTreeMap::from([
-        ("CLUSTER_NAME", "demo"),
-        ("NAMESPACE", "default"),
-        ("KUBERNETES_VERSION", "v1.32.0"),
-        // Required provider variables (no sensible default): what a user passes.
-        (
-            "CAPI_LB_OCTAVIA_SUBNET_ID",
-            "8c1b7a84-6b36-4d1b-9f3f-0d5e8a4f2b11",
-        ),
-        (
-            "CAPI_LB_OCTAVIA_FIP_NETWORK",
-            "5e8a4f2b-0d5e-4d1b-9f3f-8c1b7a846b36",
-        ),
-    ]);
     let mut checked = 0;
-    for entry in std::fs::read_dir(repo("templates")).unwrap() {
-        let path = entry.unwrap().path();
+    for path in template_files() {
         let file = path.file_name().unwrap().to_string_lossy().to_string();
-        if !file.starts_with("cluster-template-") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).unwrap();
-        let (text, seen) = substitute(&text, &values);
-        for (name, default) in &seen {
+        let rendered = render(&path, "default");
+        for (name, default) in &rendered.variables {
             assert!(
                 STANDARD.contains(&name.as_str())
                     || REQUIRED_PROVIDER.contains(&name.as_str())
@@ -59,8 +39,7 @@ async fn every_template_substitutes_parses_and_simulates_to_a_ready_control_plan
                 "{file}: ${{{name}}} must be a clusterctl standard variable or CAPI_LB_-prefixed with a default"
             );
         }
-        let docs: Vec<Value> =
-            serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let docs = rendered.docs;
         let mut simulated = Vec::new();
         for doc in &docs {
             for field in ["/apiVersion", "/kind", "/metadata/name"] {
