@@ -15,6 +15,11 @@ use crate::{repo, substitute};
 pub const CLUSTER_NAME: &str = "demo";
 /// The Kubernetes version the tests ask for (`${KUBERNETES_VERSION}`).
 pub const KUBERNETES_VERSION: &str = "v1.32.5";
+/// `${CAPI_LB_KUBEDC_EIP}`: the pre-allocated EIp `kubevirt-kubedc` requires, no default.
+pub const KUBEDC_EIP: &str = "demo-api";
+/// `${CAPI_LB_KUBEDC_EIP_ADDRESS}`: its address, the first one the kube-dc simulator hands out in
+/// the `cloud` network.
+pub const KUBEDC_EIP_ADDRESS: &str = "100.65.0.1";
 /// `${CAPI_LB_OCTAVIA_SUBNET_ID}`: required by `kamaji-octavia`, no default.
 pub const OCTAVIA_SUBNET_ID: &str = "8c1b7a84-6b36-4d1b-9f3f-0d5e8a4f2b11";
 /// `${CAPI_LB_OCTAVIA_FIP_NETWORK}`: required by `kamaji-octavia`, no default.
@@ -50,6 +55,8 @@ pub fn template_values(namespace: &str) -> BTreeMap<&str, &str> {
         ("KUBERNETES_VERSION", KUBERNETES_VERSION),
         ("CAPI_LB_OCTAVIA_SUBNET_ID", OCTAVIA_SUBNET_ID),
         ("CAPI_LB_OCTAVIA_FIP_NETWORK", OCTAVIA_FIP_NETWORK),
+        ("CAPI_LB_KUBEDC_EIP", KUBEDC_EIP),
+        ("CAPI_LB_KUBEDC_EIP_ADDRESS", KUBEDC_EIP_ADDRESS),
     ])
 }
 

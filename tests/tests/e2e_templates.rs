@@ -43,7 +43,9 @@ use capi_lb_api::capi::Cluster;
 use capi_lb_api::constants::ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME;
 use capi_lb_tests::k8s::{TestNs, condition, dynamic_api, eventually, wait_for, wait_ready};
 use capi_lb_tests::kubedc_sim::KubeDcSim;
-use capi_lb_tests::templates::{CLUSTER_NAME, Rendered, render, template_file};
+use capi_lb_tests::templates::{
+    CLUSTER_NAME, KUBEDC_EIP, KUBEDC_EIP_ADDRESS, Rendered, render, template_file,
+};
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -60,11 +62,18 @@ const KAMAJI_POD_IPS: [&str; 2] = ["10.244.1.7", "10.244.2.9"];
 /// listing every refusal.
 async fn apply_template(flavor: &str) -> (TestNs, Rendered) {
     let t = TestNs::new(&format!("e2e-tpl-{flavor}")).await;
+    let rendered = apply_into(&t, flavor).await;
+    (t, rendered)
+}
+
+/// `flavor`'s template applied into `t`'s namespace (every document, strictly); panics listing every
+/// refusal.
+async fn apply_into(t: &TestNs, flavor: &str) -> Rendered {
     let rendered = render(&template_file(flavor), &t.ns);
     let mut refused = Vec::new();
     for doc in &rendered.docs {
         let what = format!("{} {}", doc["kind"], doc["metadata"]["name"]);
-        if let Err(e) = apply_strictly(&t, doc).await {
+        if let Err(e) = apply_strictly(t, doc).await {
             refused.push(format!("{what}: {e}"));
         }
     }
@@ -74,7 +83,7 @@ async fn apply_template(flavor: &str) -> (TestNs, Rendered) {
          provider CRDs are missing: tests/k8s/harness.sh start installs them):\n{}",
         refused.join("\n")
     );
-    (t, rendered)
+    rendered
 }
 
 /// Server-side apply `doc` into `t`'s namespace with strict field validation.
@@ -252,34 +261,64 @@ async fn kubeadm_inmemory_publishes_the_stable_name_as_the_cluster_endpoint() {
     t.finish().await;
 }
 
+/// The user allocates the EIp the flavor requires and passes its address; cluster-api-provider-kubevirt
+/// (played by the test: it does not run here) keeps the KubevirtCluster's given endpoint and marks it
+/// ready before capi-lb even starts, so Cluster API copies the EIp's address into the Cluster first;
+/// capi-lb, binding to the same EIp, agrees (`ClusterEndpointSet`), and never deletes the EIp.
 #[tokio::test]
 async fn kubevirt_kubedc_publishes_the_eip_address_as_the_cluster_endpoint() {
-    let (mut t, tpl) = apply_template("kubevirt-kubedc").await;
+    let mut t = TestNs::new("e2e-tpl-kubevirt-kubedc").await;
     let sim = KubeDcSim::new().spawn(t.client.clone(), t.ns.clone());
+    let eips = t.api::<capi_lb_api::kubedc::EIp>();
+    t.create(json!({"apiVersion": "kube-dc.com/v1", "kind": "EIp",
+                    "metadata": {"name": KUBEDC_EIP},
+                    "spec": {"externalNetworkType": "cloud"}}))
+        .await;
+    wait_for(
+        &eips,
+        KUBEDC_EIP,
+        "kube-dc gives the EIp its address",
+        |e| e.and_then(|e| e.status.as_ref()?.ip_address.as_deref()) == Some(KUBEDC_EIP_ADDRESS),
+    )
+    .await;
+    let tpl = apply_into(&t, "kubevirt-kubedc").await;
+    let infra = tpl.one("KubevirtCluster");
+    assert_eq!(
+        infra["spec"]["controlPlaneEndpoint"],
+        json!({"host": KUBEDC_EIP_ADDRESS, "port": 6443})
+    );
+    api_of(&t, infra)
+        .await
+        .patch_status(
+            CLUSTER_NAME,
+            &PatchParams::default().validation_strict(),
+            &Patch::Merge(json!({"status": {"ready": true}})),
+        )
+        .await
+        .unwrap();
+    let want = format!("{KUBEDC_EIP_ADDRESS}:6443");
+    assert_eq!(cluster_endpoint(&t).await, want, "copied by Cluster API");
+
     kubeadm_flavor(&mut t, &tpl, &["kubedc"], |lb| {
         format!("{}:6443", address(lb))
     })
     .await;
-    let lb = tpl.one("LoadBalancer")["metadata"]["name"]
+    let lb_name = tpl.one("LoadBalancer")["metadata"]["name"]
         .as_str()
         .unwrap();
-    let eip = t
-        .api::<capi_lb_api::kubedc::EIp>()
-        .get(&format!("{lb}-eip"))
-        .await
-        .unwrap();
-    let lb = t.api::<LoadBalancer>().get(lb).await.unwrap();
+    let lb = t.api::<LoadBalancer>().get(lb_name).await.unwrap();
+    assert_eq!(address(&lb), KUBEDC_EIP_ADDRESS);
     assert_eq!(
-        eip.status.unwrap().ip_address.as_deref(),
-        Some(address(&lb).as_str())
+        condition(&lb, "ClusterEndpoint"),
+        Some(("True".into(), "ClusterEndpointSet".into()))
     );
-    // Deleted while kube-dc's controller still runs (it lets go of the EIp).
-    let lb_name = lb.name_any();
+    // Deleted while kube-dc's controller still runs: the given EIp stays.
     t.api::<LoadBalancer>()
-        .delete(&lb_name, &Default::default())
+        .delete(lb_name, &Default::default())
         .await
         .unwrap();
-    capi_lb_tests::k8s::wait_gone(&t.api::<LoadBalancer>(), &lb_name).await;
+    capi_lb_tests::k8s::wait_gone(&t.api::<LoadBalancer>(), lb_name).await;
+    assert!(eips.get_opt(KUBEDC_EIP).await.unwrap().is_some());
     sim.stop().await;
     t.finish().await;
 }

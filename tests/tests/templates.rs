@@ -16,7 +16,12 @@ use serde_json::{Value, json};
 /// clusterctl's variables that templates may use without a default.
 const STANDARD: &[&str] = &["CLUSTER_NAME", "NAMESPACE", "KUBERNETES_VERSION"];
 /// Provider variables a template may require (documented in templates/README.md).
-const REQUIRED_PROVIDER: &[&str] = &["CAPI_LB_OCTAVIA_SUBNET_ID", "CAPI_LB_OCTAVIA_FIP_NETWORK"];
+const REQUIRED_PROVIDER: &[&str] = &[
+    "CAPI_LB_OCTAVIA_SUBNET_ID",
+    "CAPI_LB_OCTAVIA_FIP_NETWORK",
+    "CAPI_LB_KUBEDC_EIP",
+    "CAPI_LB_KUBEDC_EIP_ADDRESS",
+];
 
 #[tokio::test]
 async fn every_template_substitutes_parses_and_simulates_to_a_ready_control_plane_endpoint() {
