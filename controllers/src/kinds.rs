@@ -69,8 +69,7 @@ impl KindResolver {
         let api_group = kube::discovery::group(client, group)
             .await
             .map_err(|e| format!("API group {group} is not available: {e}"))?;
-        let (resource, _caps) = api_group
-            .recommended_kind(kind)
+        let resource = served_kind(&api_group, kind)
             .ok_or_else(|| format!("API group {group} has no kind {kind}"))?;
         self.insert(resource.clone());
         Ok(resource)
@@ -123,8 +122,8 @@ impl CapiKinds {
             }
             Err(e) => return Err(e),
         };
-        let found = |kind: &str, default: ApiResource| match group.recommended_kind(kind) {
-            Some((resource, _)) => (resource, true),
+        let found = |kind: &str, default: ApiResource| match served_kind(&group, kind) {
+            Some(resource) => (resource, true),
             None => (default, false),
         };
         let (machine, machine_served) = found(&defaults.machine.kind, defaults.machine.clone());
@@ -141,4 +140,19 @@ impl CapiKinds {
     pub fn version(&self) -> &str {
         &self.machine.version
     }
+}
+
+/// The resource of `kind` in `group` at the group's preferred version, or, when the kind is not
+/// served there, at its most stable version (a group's kinds may be served at different versions:
+/// KubeadmControlPlane at v1beta2 and KamajiControlPlane at v1alpha2 share
+/// `controlplane.cluster.x-k8s.io`, whose preferred version has no KamajiControlPlane).
+pub fn served_kind(group: &kube::discovery::ApiGroup, kind: &str) -> Option<ApiResource> {
+    if let Some((resource, _)) = group.recommended_kind(kind) {
+        return Some(resource);
+    }
+    group
+        .resources_by_stability()
+        .into_iter()
+        .map(|(resource, _)| resource)
+        .find(|resource| resource.kind == kind)
 }

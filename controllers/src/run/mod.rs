@@ -126,7 +126,7 @@ fn dynamic_api(
 /// is an error.
 async fn installed(client: &kube::Client, group: &str, kind: &str) -> Result<bool, kube::Error> {
     match kube::discovery::group(client, group).await {
-        Ok(g) => Ok(g.recommended_kind(kind).is_some()),
+        Ok(g) => Ok(crate::kinds::served_kind(&g, kind).is_some()),
         Err(kube::Error::Discovery(_)) => Ok(false),
         Err(e) => Err(e),
     }
