@@ -142,6 +142,8 @@ pub const DEFAULT_PORT: i32 = 6443;
 pub const DEFAULT_PORT_NAME: &str = "kube-apiserver";
 /// CAPI API group (default target kind).
 pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
+/// The API group of Cluster API control-plane providers' kinds (KubeadmControlPlane, KamajiControlPlane, ...).
+pub const CONTROL_PLANE_GROUP: &str = "controlplane.cluster.x-k8s.io";
 /// CAPI Machine kind (default target kind).
 pub const MACHINE_KIND: &str = "Machine";
 /// Longest DNS label (Service names, label values).
@@ -242,6 +244,9 @@ pub mod reason {
     pub const CLUSTER_ENDPOINT_MISMATCH: &str = "ClusterEndpointMismatch";
     /// `spec.clusterName` names a Cluster that does not exist.
     pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+    /// The Cluster's control-plane object (`spec.controlPlaneRef`) could not be read to see whether
+    /// its `loadBalancerRef` annotation names this LoadBalancer.
+    pub const CONTROL_PLANE_UNREADABLE: &str = "ControlPlaneUnreadable";
 
     // InfrastructureMigration
     /// The new provider's load balancer is being brought up; the old one serves.
@@ -299,6 +304,7 @@ pub mod reason {
                 | NAME_CONFLICT
                 | CLUSTER_ENDPOINT_MISMATCH
                 | CLUSTER_NOT_FOUND
+                | CONTROL_PLANE_UNREADABLE
                 | NOT_HONOURED
                 | DNS_ENDPOINT_CRD_MISSING
                 | HOSTNAME_CONFLICT

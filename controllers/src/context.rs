@@ -11,7 +11,7 @@ use capi_lb_providers::clock::SharedClock;
 
 use crate::cache::Caches;
 use crate::events::EventSink;
-use crate::kinds::KindResolver;
+use crate::kinds::{CapiKinds, KindResolver};
 use crate::telemetry::Metrics;
 
 /// Controller configuration.
@@ -53,6 +53,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Caches of watched kinds (`run` only), read instead of listing.
     pub caches: Caches,
+    /// The Cluster API kinds at the version the cluster serves.
+    pub capi: CapiKinds,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -88,6 +90,7 @@ impl Context {
             events,
             metrics: Arc::new(Metrics::new()),
             caches: Caches::default(),
+            capi: CapiKinds::default(),
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -101,6 +104,16 @@ impl Context {
     /// Read targets from `caches` (see [`crate::cache`]).
     pub fn with_caches(mut self, caches: Caches) -> Self {
         self.caches = caches;
+        self
+    }
+
+    /// Read and write Cluster API objects at the versions of `capi` (Machines are resolved as
+    /// targets through [`Self::kinds`] at the same version).
+    pub fn with_capi(mut self, capi: CapiKinds) -> Self {
+        if capi.machine_served {
+            self.kinds.insert(capi.machine.clone());
+        }
+        self.capi = capi;
         self
     }
 

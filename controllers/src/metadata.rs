@@ -77,7 +77,8 @@ pub struct Marks<'a> {
     pub finalizer: Option<&'a str>,
     /// One annotation and its value.
     pub annotation: Option<(&'a str, String)>,
-    /// Owner references (matched by UID).
+    /// Owner references (matched by UID; one whose apiVersion or kind differs is replaced, e.g. by
+    /// the version Cluster API serves after an upgrade from v1beta1).
     pub owners: Vec<OwnerReference>,
 }
 
@@ -91,10 +92,19 @@ where
     let missing: Vec<OwnerReference> = marks
         .owners
         .into_iter()
-        .filter(|o| !obj.owner_references().iter().any(|r| r.uid == o.uid))
+        .filter(|o| {
+            !obj.owner_references()
+                .iter()
+                .any(|r| r.uid == o.uid && r.api_version == o.api_version && r.kind == o.kind)
+        })
         .collect();
     if !missing.is_empty() {
-        let mut refs = obj.owner_references().to_vec();
+        let mut refs: Vec<OwnerReference> = obj
+            .owner_references()
+            .iter()
+            .filter(|r| !missing.iter().any(|o| o.uid == r.uid))
+            .cloned()
+            .collect();
         refs.extend(missing);
         sets.push(("/metadata/ownerReferences", json!(refs)));
     }

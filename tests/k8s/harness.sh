@@ -14,6 +14,8 @@
 #   tests/k8s/harness.sh clean     # stop and forget the cluster's data (the next start is a new cluster)
 #   tests/k8s/harness.sh target start|stop|clean|env
 #                                  # the same for a second, minimal instance: the target of `clusterctl move`
+#   tests/k8s/harness.sh legacy start|stop|clean|env
+#                                  # a third, minimal instance whose Cluster API CRDs serve v1beta1 only
 #
 # Binaries: kube-apiserver, kube-controller-manager and kubectl are built with Go from the
 # k8s.io/kubernetes module at $K8S_VERSION (through the Go module proxy, in a small wrapper module:
@@ -23,7 +25,8 @@
 # install_external_dns; its DNSEndpoint CRD is copied the same way), the Cluster API core manager and
 # clusterctl in a wrapper module too (see install_cluster_api; its CRDs, RBAC and webhook configurations
 # are copied the same way), the CRDs of the providers the templates use are copied from their Go modules
-# (see install_template_providers; nothing is built), etcd is Debian's etcd-server, BIND9
+# (see install_template_providers; nothing is built), the CRDs of the older Cluster API release
+# $LEGACY_CAPI_VERSION for the legacy instance the same way, etcd is Debian's etcd-server, BIND9
 # (named, tsig-keygen, dig) Debian's bind9 and bind9-dnsutils, installed with apt-get when missing. They
 # are cached in $PREFIX keyed by version, outside the checkout; the first install takes about 20 minutes
 # on 2 cores, later runs reuse the cache.
@@ -78,6 +81,19 @@
 # folder + "-target"), its ports are CAPI_LB_K8S_TARGET_{ETCD,APISERVER,KCM,CAPI_WEBHOOK,CAPI_HEALTH,
 # CAPI_DIAGNOSTICS}_PORT (defaults below, none shared with the first instance), and its env prints
 # CAPI_LB_E2E_TARGET_* keys only (no KUBECONFIG), so both envs can be read into one process.
+#
+# The legacy instance (`legacy ACTION`) is an older management cluster whose Cluster API serves only
+# the deprecated v1beta1 API, for the tests that capi-lb still reads it (tests/tests/e2e_v1beta1.rs):
+# etcd, kube-apiserver, kube-controller-manager (garbage collection of owner references, namespace
+# deletion) and capi-lb's ServiceAccount as above, plus the cluster.x-k8s.io and
+# controlplane.cluster.x-k8s.io CRDs of Cluster API $LEGACY_CAPI_VERSION unmodified (v1beta1 served
+# and stored, v1alpha3/v1alpha4 not served, no v1beta2, no conversion webhook), copied from the
+# module at install time into $LEGACY_CAPI_HOME. No Cluster API controller runs there (building
+# $LEGACY_CAPI_VERSION's manager is not worth it: the tests write the status a provider and Cluster
+# API would write); nor CoreDNS, MetalLB, BIND9, ExternalDNS. Its state is in
+# $CAPI_LB_K8S_LEGACY_STATE (default: the first instance's state folder + "-legacy"), its ports are
+# CAPI_LB_K8S_LEGACY_{ETCD,APISERVER,KCM}_PORT (defaults below, shared with neither other instance),
+# and its env prints CAPI_LB_E2E_LEGACY_* keys only.
 # Facts behind the flags: ../shared/FACTS.md section 8.
 set -euo pipefail
 
@@ -103,15 +119,18 @@ CAPI_VERSION="v1.14.2"
 # module and CAPD's (DockerCluster, ...) from sigs.k8s.io/cluster-api/test, both at $CAPI_VERSION.
 CAPO_VERSION="v0.11.0"
 CAPK_VERSION="v0.1.10"
+# The legacy instance's Cluster API: the only release before v1beta2 (v1.11) that the proxy serves.
+# Its CRDs serve v1beta1 as the storage version and no v1beta2, as an older management cluster does.
+LEGACY_CAPI_VERSION="v1.8.4"
 
 case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH="$PATH:/usr/sbin" ;; esac # named and tsig-keygen
 
-# `harness.sh target ACTION` acts on the second instance.
+# `harness.sh target ACTION` acts on the second instance, `harness.sh legacy ACTION` on the third.
 INSTANCE=main
 SELF="$0" # for messages
-if [ "${1:-}" = target ]; then
-  INSTANCE=target
-  SELF="$0 target"
+if [ "${1:-}" = target ] || [ "${1:-}" = legacy ]; then
+  INSTANCE="$1"
+  SELF="$0 $1"
   shift
 fi
 
@@ -145,6 +164,12 @@ if [ "$INSTANCE" = target ]; then
   CAPI_HEALTH_PORT="${CAPI_LB_K8S_TARGET_CAPI_HEALTH_PORT:-19540}"
   CAPI_DIAGNOSTICS_PORT="${CAPI_LB_K8S_TARGET_CAPI_DIAGNOSTICS_PORT:-18543}"
   COMPONENTS="etcd kube-apiserver kube-controller-manager cluster-api-manager"
+elif [ "$INSTANCE" = legacy ]; then
+  STATE="${CAPI_LB_K8S_LEGACY_STATE:-$STATE-legacy}"
+  ETCD_PORT="${CAPI_LB_K8S_LEGACY_ETCD_PORT:-23810}" # and +1 for its peer URL
+  APISERVER_PORT="${CAPI_LB_K8S_LEGACY_APISERVER_PORT:-36643}"
+  KCM_PORT="${CAPI_LB_K8S_LEGACY_KCM_PORT:-30457}"
+  COMPONENTS="etcd kube-apiserver kube-controller-manager"
 fi
 DNS_ZONE="capi-lb.test"
 TSIG_KEY="capi-lb-harness"
@@ -180,6 +205,7 @@ KUBEDC_CRDS="${KUBEDC_CRDS_DIR:-$REPO/../shared/crds/kube-dc}"
 # The contract label of KamajiControlPlane: config/crd/kustomization.yaml of
 # clastix/cluster-api-control-plane-provider-kamaji at the commit of ../shared/crds/kamaji.
 KAMAJI_CONTRACT_LABEL='cluster.x-k8s.io/v1beta2: v1alpha2'
+LEGACY_CAPI_HOME="$PREFIX/cluster-api-crds-$LEGACY_CAPI_VERSION" # crds/*.yaml
 KUBECTL="$K8S_BIN/kubectl"
 SERVER="https://127.0.0.1:$APISERVER_PORT"
 
@@ -488,6 +514,39 @@ install_template_providers() {
   rm -rf "$tmp"
 }
 
+legacy_capi_installed() { [ -s "$LEGACY_CAPI_HOME/crds/cluster.x-k8s.io_machines.yaml" ]; }
+
+# The legacy instance's CRDs: Cluster API $LEGACY_CAPI_VERSION's cluster.x-k8s.io kinds
+# (config/crd/bases) and its KubeadmControlPlane kinds (controlplane/kubeadm/config/crd/bases), from
+# the module as `go mod download` fetches it (no build), staged and then moved into place. Each must
+# serve and store v1beta1 and must not know v1beta2: that is what the legacy instance is for.
+install_legacy_capi() {
+  legacy_capi_installed && return
+  local tmp dir f stage="$LEGACY_CAPI_HOME.tmp.$$"
+  log "fetching the CRDs of Cluster API $LEGACY_CAPI_VERSION (legacy instance)"
+  rm -rf "$LEGACY_CAPI_HOME".tmp.* # left by an install that failed
+  mkdir -p "$stage/crds"
+  tmp="$(mktemp -d)"
+  dir="$(cd "$tmp" && GOTOOLCHAIN=local GOFLAGS='' go mod download -json "sigs.k8s.io/cluster-api@$LEGACY_CAPI_VERSION" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
+  rm -rf "$tmp"
+  for f in "$dir"/config/crd/bases/cluster.x-k8s.io_*.yaml "$dir"/controlplane/kubeadm/config/crd/bases/controlplane.cluster.x-k8s.io_*.yaml; do
+    [ -s "$f" ] || die "sigs.k8s.io/cluster-api@$LEGACY_CAPI_VERSION: no CRDs in '$dir' ($f)"
+    legacy_versions served "$f" | grep -qx v1beta2 && die "$f serves v1beta2: not a legacy release"
+    legacy_versions storage "$f" | grep -qx v1beta1 || die "$f does not store v1beta1"
+    install -m 0644 "$f" "$stage/crds/"
+  done
+  rm -rf "$LEGACY_CAPI_HOME"
+  mv "$stage" "$LEGACY_CAPI_HOME"
+}
+
+# legacy_versions served|storage CRD_FILE: the versions of a CRD (controller-gen's layout: each
+# entry of spec.versions has `name` before `served` and `storage`) that are served or stored.
+legacy_versions() {
+  awk -v field="$1" '/^  - / { v = "" } /^  - name: v|^    name: v/ { v = $NF }
+    $0 == "    " field ": true" && v { print v }' "$2"
+}
+
 cmd_install() {
   install_packages
   install_etcd
@@ -498,13 +557,15 @@ cmd_install() {
   install_cluster_api
   install_clusterctl_inventory
   install_template_providers
-  log "installed: $("$K8S_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION, MetalLB $METALLB_VERSION, ExternalDNS $EXTERNAL_DNS_VERSION, Cluster API $CAPI_VERSION, the templates' provider CRDs (CAPO $CAPO_VERSION, CAPK $CAPK_VERSION, CAPD and kubeadm $CAPI_VERSION), $(named -v)"
+  install_legacy_capi
+  log "installed: $("$K8S_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION, MetalLB $METALLB_VERSION, ExternalDNS $EXTERNAL_DNS_VERSION, Cluster API $CAPI_VERSION (and $LEGACY_CAPI_VERSION's CRDs), the templates' provider CRDs (CAPO $CAPO_VERSION, CAPK $CAPK_VERSION, CAPD and kubeadm $CAPI_VERSION), $(named -v)"
 }
 
 installed() {
   [ -x "$ETCD_BIN/etcd" ] && [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] \
     && [ -x "$KUBECTL" ] && [ -x "$COREDNS_BIN/coredns" ] && metallb_installed && external_dns_installed \
-    && capi_installed && clusterctl_inventory_installed && template_providers_installed && command -v named >/dev/null && command -v tsig-keygen >/dev/null && command -v dig >/dev/null
+    && capi_installed && clusterctl_inventory_installed && template_providers_installed && command -v named >/dev/null && command -v tsig-keygen >/dev/null && command -v dig >/dev/null \
+    && { [ "$INSTANCE" != legacy ] || legacy_capi_installed; }
 }
 
 # --- start -------------------------------------------------------------------------------------
@@ -1033,7 +1094,27 @@ version: $capi_lb_version
 EOF
 }
 
+# The legacy instance's Cluster API CRDs, as released (no conversion webhook to call: they serve one
+# version).
+legacy_capi_crds() {
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness \
+    -f "$LEGACY_CAPI_HOME/crds" >/dev/null
+  kubectl_admin wait --for=condition=Established --timeout=30s -f "$LEGACY_CAPI_HOME/crds" >/dev/null
+}
+
 write_env() {
+  if [ "$INSTANCE" = legacy ]; then
+    # Distinct keys, like the target's.
+    cat >"$STATE/env.tmp" <<EOF
+CAPI_LB_E2E_LEGACY_KUBECONFIG=$STATE/admin.kubeconfig
+CAPI_LB_E2E_LEGACY_CONTROLLER_KUBECONFIG=$STATE/controller.kubeconfig
+CAPI_LB_E2E_LEGACY_KUBECTL=$KUBECTL
+CAPI_LB_E2E_LEGACY_KUBERNETES_VERSION=$K8S_VERSION
+CAPI_LB_E2E_LEGACY_CAPI_VERSION=$LEGACY_CAPI_VERSION
+EOF
+    mv "$STATE/env.tmp" "$STATE/env"
+    return
+  fi
   if [ "$INSTANCE" = target ]; then
     # Distinct keys: a test reads this env beside the first instance's.
     cat >"$STATE/env.tmp" <<EOF
@@ -1102,8 +1183,12 @@ cmd_start() {
     start_bind
     start_external_dns
   fi
-  start_cluster_api
-  clusterctl_inventory
+  if [ "$INSTANCE" = legacy ]; then
+    legacy_capi_crds
+  else
+    start_cluster_api
+    clusterctl_inventory
+  fi
   if [ "$INSTANCE" = main ]; then template_provider_crds; fi
   write_env
   log "Kubernetes $K8S_VERSION ($INSTANCE instance) up at $SERVER in $((SECONDS - began)) s (state in $STATE)"
@@ -1144,5 +1229,5 @@ case "$INSTANCE:${1:-}" in
   *:stop) with_lock cmd_stop ;;
   *:clean) with_lock cmd_clean ;;
   *:env) if [ -s "$STATE/env" ] && running; then cat "$STATE/env"; else die "not running: run $SELF start"; fi ;;
-  *) echo "usage: $0 install|start|stop|clean|env, or $0 target start|stop|clean|env" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|stop|clean|env, or $0 target|legacy start|stop|clean|env" >&2; exit 2 ;;
 esac

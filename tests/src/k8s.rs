@@ -310,18 +310,28 @@ pub fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
 
 /// Run `kubectl` with the admin kubeconfig and return its whole output.
 fn kubectl_output(args: &[&str], stdin: Option<&str>) -> std::process::Output {
-    use std::io::Write;
     let c = cluster();
-    let mut child = Command::new(&c.kubectl)
+    kubectl_output_at(&c.kubectl, &c.kubeconfig, args, stdin)
+}
+
+/// Run `kubectl` (the binary) with `kubeconfig` and return its whole output.
+fn kubectl_output_at(
+    kubectl: &Path,
+    kubeconfig: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(kubectl)
         .arg("--kubeconfig")
-        .arg(&c.kubeconfig)
+        .arg(kubeconfig)
         .args(args)
         .current_dir(repo())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e}", c.kubectl.display()));
+        .unwrap_or_else(|e| panic!("{}: {e}", kubectl.display()));
     if let Some(input) = stdin {
         child
             .stdin
@@ -655,10 +665,33 @@ where
     }
 }
 
-/// The configuration the controller runs with: capi-lb's ServiceAccount.
-async fn controller_config(admin: &Client) -> kube::Config {
-    let c = cluster();
-    if let Some(path) = &c.controller_kubeconfig {
+/// How the tests reach one cluster: the cluster under test ([`cluster`]) or another instance of the
+/// harness (`crate::legacy`).
+#[derive(Clone, Copy, Debug)]
+pub struct Access<'a> {
+    /// Admin kubeconfig.
+    pub kubeconfig: &'a Path,
+    /// Kubeconfig of capi-lb's ServiceAccount there, if known (else a token is requested).
+    pub controller_kubeconfig: Option<&'a Path>,
+    /// kubectl for that cluster.
+    pub kubectl: &'a Path,
+}
+
+impl Cluster {
+    /// How to reach it.
+    pub fn access(&self) -> Access<'_> {
+        Access {
+            kubeconfig: &self.kubeconfig,
+            controller_kubeconfig: self.controller_kubeconfig.as_deref(),
+            kubectl: &self.kubectl,
+        }
+    }
+}
+
+/// The configuration the controller runs with on the cluster of `access`: capi-lb's
+/// ServiceAccount.
+async fn controller_config(access: Access<'_>, admin: &Client) -> kube::Config {
+    if let Some(path) = access.controller_kubeconfig {
         return config_of(path).await;
     }
     // Another cluster: a token for the ServiceAccount the generated RBAC binds.
@@ -671,7 +704,7 @@ async fn controller_config(admin: &Client) -> kube::Config {
         .await
         .unwrap();
     let token = answer.status.expect("a token").token;
-    let mut config = config_of(&c.kubeconfig).await;
+    let mut config = config_of(access.kubeconfig).await;
     config.auth_info = kube::config::AuthInfo {
         token: Some(token.into()),
         ..Default::default()
@@ -691,6 +724,8 @@ pub struct TestNs {
     pub ns: String,
     /// Requests refused to the controllers started here.
     pub refusals: Refusals,
+    /// kubectl and the admin kubeconfig, to delete the namespace of a failed test.
+    kubectl: (PathBuf, PathBuf),
     controller_config: kube::Config,
     controllers: Vec<ControllerHandle>,
     finished: bool,
@@ -734,9 +769,16 @@ impl ControllerHandle {
 }
 
 impl TestNs {
-    /// A fresh namespace `<prefix>-<random>` with capi-lb's CRDs and generated RBAC installed.
+    /// A fresh namespace `<prefix>-<random>` of the cluster under test with capi-lb's CRDs and
+    /// generated RBAC installed.
     pub async fn new(prefix: &str) -> Self {
-        let client = admin_client().await;
+        Self::on(cluster().access(), prefix).await
+    }
+
+    /// [`TestNs::new`] on the cluster of `access`.
+    pub async fn on(access: Access<'_>, prefix: &str) -> Self {
+        capi_lb::install_crypto_provider();
+        let client = Client::try_from(config_of(access.kubeconfig).await).unwrap();
         install_crds(&client).await;
         apply_generated_rbac(&client).await;
         let ns = unique_name(prefix);
@@ -747,11 +789,12 @@ impl TestNs {
             .create(&PostParams::default(), &namespace)
             .await
             .unwrap();
-        let controller_config = controller_config(&client).await;
+        let controller_config = controller_config(access, &client).await;
         Self {
             client,
             ns,
             refusals: Refusals::default(),
+            kubectl: (access.kubectl.into(), access.kubeconfig.into()),
             controller_config,
             controllers: Vec::new(),
             finished: false,
@@ -820,8 +863,9 @@ impl TestNs {
             }
         }
         // Without Cluster API's CRDs there are no Machines to let go.
-        let machines = self.api::<capi_lb_api::capi::Machine>();
-        if let Ok(list) = machines.list(&Default::default()).await {
+        if let Some(machines) = capi_api(&self.client, &self.ns, "Machine").await
+            && let Ok(list) = machines.list(&Default::default()).await
+        {
             for m in list.items.iter().filter(|m| !m.finalizers().is_empty()) {
                 release_machine(&self, &m.name_any()).await;
             }
@@ -855,46 +899,37 @@ impl TestNs {
 /// [`TestNs::finish`]).
 pub(crate) async fn let_capi_objects_go(client: &Client, ns: &str) {
     let finalizers = json!({"metadata": {"finalizers": null}});
-    let machines: Api<capi_lb_api::capi::Machine> = Api::namespaced(client.clone(), ns);
-    let clusters: Api<capi_lb_api::capi::Cluster> = Api::namespaced(client.clone(), ns);
-    let mut names = Vec::new();
-    if let Ok(list) = machines.list(&Default::default()).await {
-        names.extend(list.items.iter().map(|m| (true, m.name_any())));
-    }
-    if let Ok(list) = clusters.list(&Default::default()).await {
-        names.extend(list.items.iter().map(|c| (false, c.name_any())));
-    }
-    for (machine, name) in &names {
-        let (delete, patch) = if *machine {
-            (
-                machines
-                    .delete(name, &DeleteParams::background())
-                    .await
-                    .err(),
-                machines
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&finalizers))
-                    .await
-                    .err(),
-            )
-        } else {
-            (
-                clusters
-                    .delete(name, &DeleteParams::background())
-                    .await
-                    .err(),
-                clusters
-                    .patch(name, &PatchParams::default(), &Patch::Merge(&finalizers))
-                    .await
-                    .err(),
-            )
+    for kind in ["Machine", "Cluster"] {
+        let Some(api) = capi_api(client, ns, kind).await else {
+            continue;
         };
-        for e in [delete, patch].into_iter().flatten() {
-            assert!(
-                matches!(&e, kube::Error::Api(s) if s.code == 404),
-                "letting {name} go: {e}"
-            );
+        let Ok(list) = api.list(&Default::default()).await else {
+            continue;
+        };
+        for name in list.items.iter().map(|o| o.name_any()) {
+            let delete = api.delete(&name, &DeleteParams::background()).await.err();
+            let patch = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&finalizers))
+                .await
+                .err();
+            for e in [delete, patch].into_iter().flatten() {
+                assert!(
+                    matches!(&e, kube::Error::Api(s) if s.code == 404),
+                    "letting {kind} {name} go: {e}"
+                );
+            }
         }
     }
+}
+
+/// The API of Cluster API kind `kind` (`Machine`, `Cluster`) in `ns`, at the version the cluster
+/// prefers (v1beta2, or v1beta1 where Cluster API serves only that); `None` when it is not served.
+pub async fn capi_api(client: &Client, ns: &str, kind: &str) -> Option<Api<DynamicObject>> {
+    let group = kube::discovery::group(client, capi_lb_api::constants::CAPI_GROUP)
+        .await
+        .ok()?;
+    let (resource, _) = group.recommended_kind(kind)?;
+    Some(Api::namespaced_with(client.clone(), ns, &resource))
 }
 
 impl Drop for TestNs {
@@ -910,7 +945,13 @@ impl Drop for TestNs {
             }
             // A failed test: delete the namespace without waiting (objects with capi-lb's
             // finalizers may keep it terminating; `harness.sh clean` starts afresh).
-            let _ = kubectl_output(&["delete", "namespace", &self.ns, "--wait=false"], None);
+            let (kubectl, kubeconfig) = &self.kubectl;
+            let _ = kubectl_output_at(
+                kubectl,
+                kubeconfig,
+                &["delete", "namespace", &self.ns, "--wait=false"],
+                None,
+            );
         }
     }
 }
@@ -1178,8 +1219,10 @@ pub async fn set_machine_ip(t: &TestNs, name: &str, ip: &str) {
 /// API manager finishes the deletion of a Machine whose Cluster exists).
 pub async fn release_machine(t: &TestNs, name: &str) {
     let patch = json!({"metadata": {"finalizers": null}});
-    match t
-        .api::<capi_lb_api::capi::Machine>()
+    let machines = capi_api(&t.client, &t.ns, "Machine")
+        .await
+        .unwrap_or_else(|| panic!("releasing Machine {name}: Cluster API Machines are not served"));
+    match machines
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {

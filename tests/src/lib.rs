@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 pub mod capi_move;
 pub mod k8s;
 pub mod kubedc_sim;
+pub mod legacy;
 pub mod octavia;
 pub mod servicelb_sim;
 pub mod templates;

@@ -9,21 +9,26 @@ use capi_lb_api::constants::{
 use capi_lb_api::loadbalancer::{ControlPlane, EndpointHost};
 use kube::ResourceExt;
 use kube::api::{Api, Patch};
-use kube::core::{ApiResource, DynamicObject};
+use kube::core::DynamicObject;
 use serde_json::json;
 
 use crate::context::Context;
-use crate::error::{Result, is_conflict, kube_err};
+use crate::error::{Error, Result, is_conflict, kube_err};
 use crate::metadata::patch_params;
 
 use super::Reconciliation;
 
 impl Reconciliation<'_> {
     /// The control-plane settings of this LoadBalancer: `spec.controlPlane`, or the defaults when
-    /// the Cluster (or its control-plane object) names it in the `loadBalancerRef` annotation.
-    pub(super) async fn control_plane(&self, cluster: &Cluster) -> Option<ControlPlane> {
+    /// the Cluster (or its control-plane object) names it in the `loadBalancerRef` annotation. A
+    /// control-plane object that cannot be read (its kind not served, access refused) is an error
+    /// message: whether this is the control-plane load balancer cannot be told.
+    pub(super) async fn control_plane(
+        &self,
+        cluster: &Cluster,
+    ) -> Result<Option<ControlPlane>, String> {
         if let Some(settings) = &self.lb.spec.control_plane {
-            return Some(settings.clone());
+            return Ok(Some(settings.clone()));
         }
         let name = self.identity.name.as_str();
         let names_us = |annotations: &std::collections::BTreeMap<String, String>| {
@@ -33,14 +38,28 @@ impl Reconciliation<'_> {
                 == Some(name)
         };
         if names_us(cluster.annotations()) {
-            return Some(ControlPlane::default());
+            return Ok(Some(ControlPlane::default()));
         }
-        let (group, kind, cp_name) = cluster.control_plane_ref()?;
-        let resource = self.ctx.kinds.resolve(&group, &kind).await.ok()?;
+        let Some((group, kind, cp_name)) = cluster.control_plane_ref() else {
+            return Ok(None);
+        };
+        let describe = format!("{kind}.{group} {}/{cp_name}", self.namespace);
+        let resource = self
+            .ctx
+            .kinds
+            .resolve(&group, &kind)
+            .await
+            .map_err(|e| format!("control plane {describe}: {e}"))?;
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
-        let control_plane = api.get_opt(&cp_name).await.ok()??;
-        names_us(control_plane.annotations()).then(ControlPlane::default)
+        match api.get_opt(&cp_name).await {
+            // Not created yet (or gone): it names nobody.
+            Ok(None) => Ok(None),
+            Ok(Some(control_plane)) => {
+                Ok(names_us(control_plane.annotations()).then(ControlPlane::default))
+            }
+            Err(e) => Err(format!("reading control plane {describe}: {e}")),
+        }
     }
 
     /// Publish the endpoint to `Cluster.spec.controlPlaneEndpoint` while it is empty (never
@@ -59,8 +78,18 @@ impl Reconciliation<'_> {
                 )
             }));
         };
-        let Some(settings) = self.control_plane(&cluster).await else {
-            return Ok(None);
+        let settings = match self.control_plane(&cluster).await {
+            Ok(Some(settings)) => settings,
+            Ok(None) => return Ok(None),
+            Err(message) => {
+                return Ok(Some(DesiredCondition::false_(
+                    c::CLUSTER_ENDPOINT,
+                    r::CONTROL_PLANE_UNREADABLE,
+                    format!(
+                        "cannot tell whether Cluster {cluster_name}'s control plane names this LoadBalancer in {ANNOTATION_LOAD_BALANCER_REF}: {message}"
+                    ),
+                )));
+            }
         };
         if !settings.publish_endpoint {
             return Ok(None);
@@ -92,7 +121,7 @@ impl Reconciliation<'_> {
                 "the provider has no address to publish to the Cluster yet",
             )));
         };
-        let resource = ApiResource::erase::<Cluster>(&());
+        let resource = self.ctx.capi.cluster.clone();
         let clusters: Api<DynamicObject> =
             Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
         let describe = format!("Cluster {}/{cluster_name}", self.namespace);
@@ -126,10 +155,13 @@ impl Reconciliation<'_> {
                 // instead of failing the reconcile into the retry back-off.
                 Err(e) if is_conflict(&e) && attempts < 3 => {
                     attempts += 1;
-                    cluster = Api::<Cluster>::namespaced(self.ctx.client.clone(), &self.namespace)
-                        .get(&cluster_name)
-                        .await
-                        .map_err(kube_err("get", describe.clone()))?;
+                    cluster = parse_cluster(
+                        clusters
+                            .get(&cluster_name)
+                            .await
+                            .map_err(kube_err("get", describe.clone()))?,
+                        &describe,
+                    )?;
                 }
                 Err(e) => return Err(kube_err("set controlPlaneEndpoint of", describe)(e)),
             }
@@ -166,17 +198,33 @@ pub(super) async fn cluster_of(
     // From the Clusters' cache when it has it (a Cluster it does not have yet may just be new).
     if let Some(Some(cached)) = ctx
         .caches
-        .of(&ApiResource::erase::<Cluster>(&()))
+        .of(&ctx.capi.cluster)
         .and_then(|c| c.get(namespace, cluster))
         && let Ok(cluster) = cached.try_parse::<Cluster>()
     {
         return Ok(Some(cluster));
     }
-    let clusters: Api<Cluster> = Api::namespaced(ctx.client.clone(), namespace);
-    clusters
+    let describe = format!("Cluster {namespace}/{cluster}");
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &ctx.capi.cluster);
+    match clusters
         .get_opt(cluster)
         .await
-        .map_err(kube_err("get", format!("Cluster {namespace}/{cluster}")))
+        .map_err(kube_err("get", describe.clone()))?
+    {
+        Some(found) => parse_cluster(found, &describe).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// A Cluster read at whichever version the cluster serves, in capi-lb's view.
+fn parse_cluster(cluster: DynamicObject, describe: &str) -> Result<Cluster> {
+    serde_json::to_value(cluster)
+        .and_then(serde_json::from_value)
+        .map_err(|source| Error::Serialization {
+            object: describe.to_string(),
+            source,
+        })
 }
 
 /// Why reconciliation of `lb` is paused, if it is: the CAPI pause annotation on the LoadBalancer, or

@@ -111,7 +111,7 @@ pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outco
             owners: cluster
                 .as_ref()
                 .filter(|c| c.metadata.deletion_timestamp.is_none())
-                .and_then(cluster_owner)
+                .and_then(|c| cluster_owner(&ctx.capi.cluster, c))
                 .into_iter()
                 .collect(),
         },
@@ -142,11 +142,12 @@ fn describe(lb: &LoadBalancer) -> String {
 }
 
 /// A non-controller owner reference to `cluster` (the LoadBalancer hangs off its Cluster, as
-/// Cluster API's own objects do, without claiming to control it).
-fn cluster_owner(cluster: &Cluster) -> Option<OwnerReference> {
+/// Cluster API's own objects do, without claiming to control it), at the version the cluster serves
+/// Clusters (`resource`), which the garbage collector resolves it by.
+fn cluster_owner(resource: &ApiResource, cluster: &Cluster) -> Option<OwnerReference> {
     Some(OwnerReference {
-        api_version: Cluster::api_version(&()).into_owned(),
-        kind: Cluster::kind(&()).into_owned(),
+        api_version: resource.api_version.clone(),
+        kind: resource.kind.clone(),
         name: cluster.metadata.name.clone()?,
         uid: cluster.metadata.uid.clone()?,
         controller: None,

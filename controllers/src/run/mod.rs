@@ -43,7 +43,7 @@ use kube::{CustomResourceExt, Resource, ResourceExt};
 use crate::context::{Config, Context, Outcome};
 use crate::error::Error;
 use crate::events::EventSink;
-use crate::kinds::KindResolver;
+use crate::kinds::{CapiKinds, KindResolver};
 use crate::loadbalancer::reconcile_watched;
 use crate::loadbalancer::triggers::Watched;
 use crate::publication::services::{Reported, reconcile_service};
@@ -126,7 +126,7 @@ fn dynamic_api(
 /// is an error.
 async fn installed(client: &kube::Client, group: &str, kind: &str) -> Result<bool, kube::Error> {
     match kube::discovery::group(client, group).await {
-        Ok(g) => Ok(g.recommended_kind(kind).is_some()),
+        Ok(g) => Ok(crate::kinds::served_kind(&g, kind).is_some()),
         Err(kube::Error::Discovery(_)) => Ok(false),
         Err(e) => Err(e),
     }
@@ -229,9 +229,19 @@ pub async fn run_instrumented(
         "starting capi-lb controller"
     );
 
+    let capi = CapiKinds::discover(&client)
+        .await
+        .map_err(RunError::Connect)?;
+    if capi.machine_served || capi.cluster_served {
+        tracing::info!(
+            version = capi.version(),
+            "Cluster API is served; reading Machines and Clusters at {}",
+            capi.version()
+        );
+    }
     // Ready (`/readyz`) once the LoadBalancer cache is synced (standby replicas already are).
     let (controller, store, caches) =
-        loadbalancer_controller(&client, &options, &registry, health.clone()).await?;
+        loadbalancer_controller(&client, &options, &registry, &capi, health.clone()).await?;
     let ctx = Arc::new(
         Context::new(
             client.clone(),
@@ -246,7 +256,8 @@ pub async fn run_instrumented(
             EventSink::new(client.clone(), std::env::var("POD_NAME").ok(), clock),
         )
         .with_metrics(metrics.clone())
-        .with_caches(caches),
+        .with_caches(caches)
+        .with_capi(capi),
     );
     let observers = observe_cache(store, metrics.clone());
     let loadbalancers = controller

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use capi_lb_api::capi::{Cluster, Machine};
+use capi_lb_api::capi::Cluster;
 use capi_lb_api::constants::{
     ENDPOINTSLICE_MANAGED_BY_VALUE, LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_MANAGED_BY,
     LABEL_SERVICE_NAME, MANAGED_BY_VALUE, WATCH_FILTER_LABEL,
@@ -28,6 +28,7 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use super::{RunError, RunOptions, api, dynamic_api, installed};
 use crate::cache::{Caches, ObjectCache};
+use crate::kinds::CapiKinds;
 use crate::loadbalancer::triggers::{self, Triggers, Watched};
 use crate::telemetry::{Health, Metrics};
 
@@ -38,6 +39,7 @@ pub(super) async fn loadbalancer_controller(
     client: &kube::Client,
     options: &RunOptions,
     registry: &ProviderRegistry,
+    capi: &CapiKinds,
     health: Arc<Health>,
 ) -> Result<(Controller<Watched>, Store<Watched>, Caches), RunError> {
     let ns = options.namespace.as_deref();
@@ -77,7 +79,7 @@ pub(super) async fn loadbalancer_controller(
     let controller = watches.infrastructure(controller, registry);
     let controller = watches.class_services(controller);
     let controller = watches.provider_objects(controller, registry).await?;
-    let controller = watches.cluster_api(controller, options.resync).await?;
+    let controller = watches.cluster_api(controller, capi, options.resync);
     let controller = watches.dns_endpoints(controller, options.resync).await?;
     Ok((controller, store, watches.caches))
 }
@@ -242,40 +244,33 @@ impl Watches<'_> {
     /// Cluster API Machines (mapped to the LoadBalancers whose selector matches them or whose
     /// annotations they carry; the watch also fills the Machine cache targets are read from) and
     /// Clusters (by `spec.clusterName`), when installed.
-    async fn cluster_api(
+    fn cluster_api(
         &mut self,
         mut controller: Controller<Watched>,
+        capi: &CapiKinds,
         resync: Duration,
-    ) -> Result<Controller<Watched>, RunError> {
-        let machine = ApiResource::erase::<Machine>(&());
-        if installed(self.client, &machine.group, &machine.kind)
-            .await
-            .map_err(RunError::Connect)?
-        {
+    ) -> Controller<Watched> {
+        if capi.machine_served {
             let triggers = self.triggers.clone();
             let stream = self.cached_with(
-                &machine,
+                &capi.machine,
                 watcher::Config::default(),
                 Some(machine_projection),
             );
             controller = controller.watches_stream_with(
                 stream,
                 move |obj: DynamicObject| triggers.selecting(&obj),
-                machine.clone(),
+                capi.machine.clone(),
             );
         } else {
             tracing::warn!(
                 "Cluster API Machines are not installed: not watching them (resync every {resync:?})"
             );
         }
-        if installed(self.client, &Cluster::group(&()), &Cluster::kind(&()))
-            .await
-            .map_err(RunError::Connect)?
-        {
+        if capi.cluster_served {
             let triggers = self.triggers.clone();
-            let cluster = ApiResource::erase::<Cluster>(&());
             let stream = self.cached_with(
-                &cluster,
+                &capi.cluster,
                 watcher::Config::default(),
                 Some(cluster_projection),
             );
@@ -286,10 +281,10 @@ impl Watches<'_> {
                         .map(|c| triggers.of_cluster(&c))
                         .unwrap_or_default()
                 },
-                cluster,
+                capi.cluster.clone(),
             );
         }
-        Ok(controller)
+        controller
     }
 
     /// ExternalDNS's DNSEndpoints, when their CRD is served: ExternalDNS reporting what it
