@@ -144,6 +144,19 @@ pub const DEFAULT_PORT_NAME: &str = "kube-apiserver";
 pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
 /// The API group of Cluster API control-plane providers' kinds (KubeadmControlPlane, KamajiControlPlane, ...).
 pub const CONTROL_PLANE_GROUP: &str = "controlplane.cluster.x-k8s.io";
+/// The control-plane kinds (kind, plural) of the self-hosted control-plane providers, all in
+/// [`CONTROL_PLANE_GROUP`]: capi-lb reads a Cluster's control-plane object of these kinds for its
+/// `loadBalancerRef` annotation (its RBAC names them one by one).
+pub const CONTROL_PLANE_KINDS: &[(&str, &str)] = &[
+    ("KubeadmControlPlane", "kubeadmcontrolplanes"),
+    ("KamajiControlPlane", "kamajicontrolplanes"),
+    ("K0smotronControlPlane", "k0smotroncontrolplanes"),
+    ("K0sControlPlane", "k0scontrolplanes"),
+    ("RKE2ControlPlane", "rke2controlplanes"),
+    ("TalosControlPlane", "taloscontrolplanes"),
+    ("MicroK8sControlPlane", "microk8scontrolplanes"),
+    ("CK8sControlPlane", "ck8scontrolplanes"),
+];
 /// CAPI Machine kind (default target kind).
 pub const MACHINE_KIND: &str = "Machine";
 /// Longest DNS label (Service names, label values).

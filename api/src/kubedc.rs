@@ -57,6 +57,7 @@ impl ExternalNetworkType {
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.eipName) == has(oldSelf.eipName) && (!has(self.eipName) || self.eipName == oldSelf.eipName)").message("eipName is immutable: create another KubeDCLoadBalancer and point the LoadBalancer's infrastructureRef at it").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("has(self.cluster) == has(oldSelf.cluster)").message("cluster cannot be added or removed: what was made stays where it is; create another KubeDCLoadBalancer and point the LoadBalancer's infrastructureRef at it").reason(Reason::FieldValueForbidden))]
 pub struct KubeDCLoadBalancerSpec {
     /// Network of the EIp the provider creates: `cloud` (default) or `public` (counts against the
     /// project's public IP quota). Immutable, like the EIp's own field. Ignored when `eipName` names
@@ -74,6 +75,43 @@ pub struct KubeDCLoadBalancerSpec {
         regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
     )]
     pub eip_name: Option<String>,
+
+    /// The kube-dc cluster, when it is not the cluster capi-lb runs in: a bootstrap cluster (kind)
+    /// before `clusterctl move`, or a management cluster outside kube-dc. The EIp, Service and
+    /// endpoints are made there, in `cluster.namespace`, and carry ownership labels instead of an
+    /// owner reference, so that the controller of the cluster the objects are moved to adopts them.
+    /// Unset: this cluster, the LoadBalancer's namespace. Cannot be added or removed later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<KubeDcCluster>,
+}
+
+/// How to reach a kube-dc cluster other than the one capi-lb runs in.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeDcCluster {
+    /// A Secret in this namespace holding a kubeconfig for the kube-dc cluster (other namespaces are
+    /// never read). Label it `clusterctl.cluster.x-k8s.io/move` so that it moves with the cluster.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub kubeconfig_secret_name: String,
+    /// Key of the kubeconfig in the Secret. Defaults to `value`, the key of Cluster API's
+    /// `<cluster>-kubeconfig` Secrets.
+    #[serde(default = "default_kubeconfig_key")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+    /// The kube-dc project namespace there, where the EIp, Service and endpoints go. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("cluster.namespace is immutable: what was made stays where it is; create another KubeDCLoadBalancer and point the LoadBalancer's infrastructureRef at it").reason(Reason::FieldValueForbidden))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub namespace: String,
+}
+
+fn default_kubeconfig_key() -> String {
+    "value".into()
 }
 
 /// What the kube-dc provider created and observed. Rebuilt from the world after `clusterctl move`.

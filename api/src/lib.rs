@@ -16,7 +16,9 @@ pub mod target;
 pub mod validation;
 
 pub use inmemory::{InMemoryLoadBalancer, InMemoryLoadBalancerSpec, InMemoryLoadBalancerStatus};
-pub use kubedc::{KubeDCLoadBalancer, KubeDCLoadBalancerSpec, KubeDCLoadBalancerStatus};
+pub use kubedc::{
+    KubeDCLoadBalancer, KubeDCLoadBalancerSpec, KubeDCLoadBalancerStatus, KubeDcCluster,
+};
 pub use loadbalancer::{LoadBalancer, LoadBalancerSpec, LoadBalancerStatus};
 pub use octavia::{OctaviaLoadBalancer, OctaviaLoadBalancerSpec, OctaviaLoadBalancerStatus};
 pub use servicelb::{ServiceLoadBalancer, ServiceLoadBalancerSpec, ServiceLoadBalancerStatus};

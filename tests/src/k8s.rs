@@ -1291,3 +1291,25 @@ pub fn spawn_controller(client: Client, options: RunOptions) -> ControllerHandle
         task,
     }
 }
+
+/// The kubeconfig of capi-lb's ServiceAccount on the cluster under test with every file it names
+/// inlined (the CA bundle as `certificate-authority-data`), as a Secret must carry it: capi-lb
+/// refuses kubeconfigs from Secrets that name files. JSON, which is YAML.
+pub fn inline_controller_kubeconfig() -> String {
+    let c = cluster();
+    let path = c
+        .controller_kubeconfig
+        .as_ref()
+        .expect("the harness's controller kubeconfig");
+    let mut kubeconfig =
+        Kubeconfig::read_from(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for named in &mut kubeconfig.clusters {
+        let cluster = named.cluster.as_mut().expect("a cluster");
+        if let Some(file) = cluster.certificate_authority.take() {
+            let pem = std::fs::read(&file).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let encoded = serde_json::to_value(k8s_openapi::ByteString(pem)).unwrap();
+            cluster.certificate_authority_data = Some(encoded.as_str().unwrap().to_string());
+        }
+    }
+    serde_json::to_string(&kubeconfig).unwrap()
+}

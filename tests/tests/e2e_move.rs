@@ -459,3 +459,137 @@ async fn clusterctl_move_in_the_middle_of_a_provider_swap_finishes_it_in_the_tar
     delete_node(&t).await;
     t.finish().await;
 }
+
+/// kube-dc in another cluster than the management cluster: the bootstrap-and-pivot case, where the
+/// bootstrap cluster (kind) reaches the kube-dc cluster through a kubeconfig, and the management
+/// cluster the LoadBalancer moves to uses the same. The kube-dc cluster here is the source's
+/// apiserver, with kube-dc's controller simulated in a project namespace there; the
+/// KubeDCLoadBalancer names it through `spec.cluster` (a move-labelled Secret with a kubeconfig of
+/// capi-lb's ServiceAccount there, CA inlined). The EIp and Service made there carry ownership
+/// labels, no owner reference, so clusterctl's deletion of the source's objects leaves them; the
+/// target's controller reads the moved Secret and adopts them by their labels: the same EIp (same
+/// UID, same address), no second one; deleting the LoadBalancer in the target deletes them.
+#[tokio::test]
+async fn clusterctl_move_with_kube_dc_in_another_cluster_adopts_the_eip() {
+    use capi_lb_api::kubedc::EIp;
+    use capi_lb_tests::k8s::inline_controller_kubeconfig;
+    use capi_lb_tests::kubedc_sim::KubeDcSim;
+    use k8s_openapi::api::core::v1::Service;
+
+    let (mut t, target) = source_and_target("e2e-move-kdc").await;
+    // The kube-dc project namespace, with kube-dc's controller simulated there.
+    let project = TestNs::new("e2e-kdc-project").await;
+    let sim = KubeDcSim::new().spawn(project.client.clone(), project.ns.clone());
+    let eips: Api<EIp> = project.api();
+    let services: Api<Service> = project.api();
+
+    t.create(capi_cluster("demo")).await;
+    t.create(test_infra("TestCluster", "demo", json!({}))).await;
+    connect_workload_cluster(&t).await;
+    t.create(json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "kube-dc", "namespace": t.ns,
+                                 "labels": {"clusterctl.cluster.x-k8s.io/move": ""}},
+                    "stringData": {"value": inline_controller_kubeconfig()}}))
+        .await;
+    t.create(
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                    "kind": "KubeDCLoadBalancer", "metadata": {"name": "cp", "namespace": t.ns},
+                    "spec": {"cluster": {"kubeconfigSecretName": "kube-dc",
+                                         "namespace": project.ns}}}),
+    )
+    .await;
+    let mut lb = capi_lb_tests::k8s::load_balancer(
+        "cp",
+        "cp",
+        json!({"clusterName": "demo", "controlPlane": {}, "drainSeconds": 1}),
+    );
+    lb["metadata"]["namespace"] = json!(t.ns);
+    lb["spec"]["infrastructureRef"]["kind"] = json!("KubeDCLoadBalancer");
+    t.create(lb).await;
+    t.start(t.options(&["kubedc"]));
+    machine_with_node(&t, "cp-1", "10.0.0.11").await;
+    let lbs: Api<LoadBalancer> = t.api();
+    let lb = wait_for(&lbs, "cp", "Ready with cp-1 active", |l| {
+        l.and_then(|l| l.status.as_ref())
+            .is_some_and(|s| s.ready && s.active_targets == ["cp-1"])
+    })
+    .await
+    .unwrap();
+    let address = lb.status.as_ref().unwrap().addresses[0].address.clone();
+    let eip = eips.get("cp-eip").await.unwrap();
+    assert_eq!(
+        eip.status.as_ref().unwrap().ip_address.as_deref(),
+        Some(address.as_str())
+    );
+    assert!(eip.owner_references().is_empty(), "{:?}", eip.metadata);
+    let service_uid = services.get("cp-lb").await.unwrap().uid();
+    // Nothing of it is in the source's own namespace.
+    assert!(t.api::<EIp>().get_opt("cp-eip").await.unwrap().is_none());
+    wait_ready_to_move(&t.client, &t.ns, "demo").await;
+
+    let target_controller =
+        spawn_controller(target_controller_client().await, t.options(&["kubedc"]));
+    let out = clusterctl_move(&t.ns).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{out}");
+    eventually("the LoadBalancer gone from the source", || async {
+        lbs.get_opt("cp").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let target_lbs: Api<LoadBalancer> = Api::namespaced(target.client.clone(), &t.ns);
+    let moved = wait_for(&target_lbs, "cp", "Ready in the target", |l| {
+        l.and_then(|l| l.status.as_ref())
+            .is_some_and(|s| s.ready && s.active_targets == ["cp-1"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(moved.status.as_ref().unwrap().addresses[0].address, address);
+    let listed = eips.list(&Default::default()).await.unwrap().items;
+    assert_eq!(
+        listed
+            .iter()
+            .map(|e| (e.name_any(), e.uid()))
+            .collect::<Vec<_>>(),
+        [("cp-eip".to_string(), eip.uid())],
+        "the same EIp, no second one"
+    );
+    assert_eq!(services.get("cp-lb").await.unwrap().uid(), service_uid);
+    let slices: Api<EndpointSlice> = Api::namespaced(target.client.clone(), &t.ns);
+    let slice = eventually("the -ext slice in the target", || async {
+        slices.get_opt("cp-ext-ipv4").await.unwrap()
+    })
+    .await;
+    assert_eq!(slice.endpoints[0].addresses, vec![address.clone()]);
+
+    // Deleting it in the target deletes the EIp and the Service in the kube-dc cluster.
+    target_lbs
+        .delete("cp", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the EIp and Service deleted in kube-dc", || async {
+        let left = eips.list(&Default::default()).await.unwrap().items.len()
+            + services
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .len();
+        (left == 0).then_some(())
+    })
+    .await;
+    eventually("the LoadBalancer deleted in the target", || async {
+        target_lbs
+            .get_opt("cp")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    sim.stop().await;
+    target_controller.stop().await;
+    target.finish().await;
+    delete_node(&t).await;
+    t.finish().await;
+    project.finish().await;
+}

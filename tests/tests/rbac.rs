@@ -13,6 +13,7 @@ use std::time::Duration;
 use capi_lb::install::rbac::{self, Enabled, Permission, finalizers_of, verb_of};
 use capi_lb::sim::world::World;
 use capi_lb_api::capi::{Cluster, Machine};
+use capi_lb_api::constants::{CONTROL_PLANE_GROUP, CONTROL_PLANE_KINDS};
 use capi_lb_api::externaldns::DNSEndpoint;
 use capi_lb_api::kubedc::EIp;
 use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer};
@@ -21,6 +22,7 @@ use capi_lb_tests::servicelb_sim::ServiceLbSim;
 use capi_lb_tests::*;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 fn observed(world: &World) -> BTreeSet<Permission> {
@@ -70,6 +72,95 @@ async fn loadbalancer_scenario() -> BTreeSet<Permission> {
     world.run_until_stable(100).await.unwrap();
     delete::<LoadBalancer>(&world, "cp").await;
     world.run_until_stable(100).await.unwrap();
+    observed(&world)
+}
+
+/// The control-plane kinds, for the in-memory API (which registers typed kinds only).
+#[allow(missing_docs)]
+mod control_planes {
+    use kube::CustomResource;
+    use serde::{Deserialize, Serialize};
+
+    macro_rules! kind {
+        ($spec:ident, $kind:literal, $plural:literal) => {
+            #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default)]
+            #[kube(
+                            group = "controlplane.cluster.x-k8s.io",
+                            version = "v1beta2",
+                            kind = $kind,
+                            plural = $plural,
+                            namespaced,
+                            schema = "disabled"
+                        )]
+            pub struct $spec {}
+        };
+    }
+    kind!(KubeadmSpec, "KubeadmControlPlane", "kubeadmcontrolplanes");
+    kind!(KamajiSpec, "KamajiControlPlane", "kamajicontrolplanes");
+    kind!(
+        K0smotronSpec,
+        "K0smotronControlPlane",
+        "k0smotroncontrolplanes"
+    );
+    kind!(K0sSpec, "K0sControlPlane", "k0scontrolplanes");
+    kind!(Rke2Spec, "RKE2ControlPlane", "rke2controlplanes");
+    kind!(TalosSpec, "TalosControlPlane", "taloscontrolplanes");
+    kind!(
+        MicroK8sSpec,
+        "MicroK8sControlPlane",
+        "microk8scontrolplanes"
+    );
+    kind!(Ck8sSpec, "CK8sControlPlane", "ck8scontrolplanes");
+}
+
+/// LoadBalancers of Clusters whose `controlPlaneRef` names each of the control-plane kinds capi-lb
+/// reads for the `loadBalancerRef` annotation (one of them names its LoadBalancer).
+async fn control_plane_scenario() -> BTreeSet<Permission> {
+    let mut objects = Vec::new();
+    for (i, (kind, _)) in CONTROL_PLANE_KINDS.iter().enumerate() {
+        let name = format!("c{i}");
+        let mut c = cluster(&name, false);
+        c["spec"]["controlPlaneRef"] =
+            json!({"apiGroup": CONTROL_PLANE_GROUP, "kind": kind, "name": name});
+        objects.push(c);
+        objects.push(
+            json!({"apiVersion": format!("{CONTROL_PLANE_GROUP}/v1beta2"), "kind": kind,
+                            "metadata": {"name": name, "namespace": NS, "annotations":
+                                {"loadbalancer.cluster.x-k8s.io/loadBalancerRef": name}}}),
+        );
+        objects.push(lb(&name).spec("clusterName", json!(name)).build());
+        objects.push(infra(&name).build());
+    }
+    let world = World::with_builder(objects, |b| {
+        b.with_resource::<control_planes::KubeadmControlPlane>()
+            .with_resource::<control_planes::KamajiControlPlane>()
+            .with_resource::<control_planes::K0smotronControlPlane>()
+            .with_resource::<control_planes::K0sControlPlane>()
+            .with_resource::<control_planes::RKE2ControlPlane>()
+            .with_resource::<control_planes::TalosControlPlane>()
+            .with_resource::<control_planes::MicroK8sControlPlane>()
+            .with_resource::<control_planes::CK8sControlPlane>()
+    })
+    .await
+    .unwrap();
+    for (kind, plural) in CONTROL_PLANE_KINDS {
+        world.ctx.kinds.insert(ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(CONTROL_PLANE_GROUP, "v1beta2", kind),
+            plural,
+        ));
+    }
+    world.run_until_stable(100).await.unwrap();
+    // Each is the control-plane LoadBalancer of its Cluster.
+    for i in 0..CONTROL_PLANE_KINDS.len() {
+        let lb = capi_lb_tests::get_lb(&world, &format!("c{i}")).await;
+        assert!(
+            lb.status.as_ref().is_some_and(|s| s
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "ClusterEndpoint" && c.reason == "ClusterEndpointSet")),
+            "{lb:?}"
+        );
+    }
     observed(&world)
 }
 
@@ -381,6 +472,7 @@ async fn the_generated_cluster_role_allows_exactly_what_the_controllers_do() {
     used.extend(kubedc_scenario().await);
     used.extend(service_scenario().await);
     used.extend(octavia_scenario().await);
+    used.extend(control_plane_scenario().await);
     let enabled = Enabled::default();
     let granted = rbac::permissions(&enabled);
     let watches: BTreeSet<Permission> = rbac::components(&enabled)

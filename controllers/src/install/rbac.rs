@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use capi_lb_api::constants::{CAPI_GROUP, CONTROL_PLANE_GROUP, GROUP};
+use capi_lb_api::constants::{CAPI_GROUP, CONTROL_PLANE_GROUP, CONTROL_PLANE_KINDS, GROUP};
 use capi_lb_providers::catalog;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 
@@ -80,18 +80,6 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
             (CAPI_GROUP, "machines", &["list", "patch"]),
             // `spec.controlPlaneEndpoint` of the Cluster of a control-plane LoadBalancer.
             (CAPI_GROUP, "clusters", &["get", "patch"]),
-            // The Cluster's control-plane object (spec.controlPlaneRef), for its loadBalancerRef
-            // annotation: the kinds of the self-hosted control-plane providers (kubeadm, Kamaji,
-            // k0smotron, RKE2, Talos, MicroK8s, Canonical Kubernetes), named one by one (no
-            // wildcard). Another kind is reported as ControlPlaneUnreadable until a rule adds it.
-            (CONTROL_PLANE_GROUP, "kubeadmcontrolplanes", &["get"]),
-            (CONTROL_PLANE_GROUP, "kamajicontrolplanes", &["get"]),
-            (CONTROL_PLANE_GROUP, "k0smotroncontrolplanes", &["get"]),
-            (CONTROL_PLANE_GROUP, "k0scontrolplanes", &["get"]),
-            (CONTROL_PLANE_GROUP, "rke2controlplanes", &["get"]),
-            (CONTROL_PLANE_GROUP, "taloscontrolplanes", &["get"]),
-            (CONTROL_PLANE_GROUP, "microk8scontrolplanes", &["get"]),
-            (CONTROL_PLANE_GROUP, "ck8scontrolplanes", &["get"]),
             ("events.k8s.io", "events", &["create", "patch"]),
             // The ExternalDNS DNSEndpoint of spec.dns (server-side apply; the other LoadBalancers'
             // are listed for hostname conflicts).
@@ -110,6 +98,14 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
             ("externaldns.k8s.io", "dnsendpoints"),
         ]),
     }];
+    // The Cluster's control-plane object (spec.controlPlaneRef), for its loadBalancerRef
+    // annotation: the kinds of the self-hosted control-plane providers, named one by one (no
+    // wildcard). Another kind is reported as ControlPlaneUnreadable until a rule adds it.
+    out[0].calls.extend(
+        CONTROL_PLANE_KINDS
+            .iter()
+            .map(|(_, plural)| (CONTROL_PLANE_GROUP, *plural, &["get"][..])),
+    );
     for entry in enabled
         .providers
         .iter()

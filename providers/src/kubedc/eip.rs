@@ -21,19 +21,15 @@ use crate::provider::{LoadBalancerIdentity, Progress};
 /// After this long a not-ready EIp is reported as stuck.
 pub const STUCK_AFTER: Duration = Duration::from_secs(300);
 
-impl KubeDcProvider {
-    /// The EIps of `namespace`.
-    pub(super) fn eips(&self, namespace: &str) -> Api<EIp> {
-        Api::namespaced(self.client.clone(), namespace)
-    }
+/// The EIps of `infra`'s kube-dc namespace.
+pub(super) fn eips(infra: &Infra) -> Api<EIp> {
+    Api::namespaced(infra.client.clone(), &infra.namespace)
+}
 
+impl KubeDcProvider {
     /// Whether kube-dc's EIp kind is served: a list of a missing resource is a 404.
-    async fn kube_dc_installed(&self, namespace: &str) -> Result<bool, ProviderError> {
-        match self
-            .eips(namespace)
-            .list(&ListParams::default().limit(1))
-            .await
-        {
+    async fn kube_dc_installed(&self, eips: &Api<EIp>) -> Result<bool, ProviderError> {
+        match eips.list(&ListParams::default().limit(1)).await {
             Ok(_) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(api_error("list EIps", e)),
@@ -49,13 +45,13 @@ impl KubeDcProvider {
         changes: &mut Vec<String>,
     ) -> Result<Step<(EIp, bool)>, ProviderError> {
         let (name, owned) = infra.eip();
-        let api = self.eips(&infra.namespace);
+        let api = eips(infra);
         let found = match api.get_opt(&name).await {
             Ok(found) => found,
             Err(e) if is_not_found(&e) => return Ok(Step::Wait(not_installed())),
             Err(e) => return Err(api_error(&format!("get EIp {name}"), e)),
         };
-        if found.is_none() && !self.kube_dc_installed(&infra.namespace).await? {
+        if found.is_none() && !self.kube_dc_installed(&api).await? {
             return Ok(Step::Wait(not_installed()));
         }
         match (found, owned) {

@@ -8,38 +8,62 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::core::DynamicObject;
 use kube::{Resource, ResourceExt};
 
+use super::cluster::Remotes;
+use super::step::Step;
 use crate::error::{ProviderError, read_infrastructure};
 use crate::lbservice;
-use crate::provider::LoadBalancerIdentity;
+use crate::provider::{LoadBalancerIdentity, ownership_uid};
 
 pub use crate::lbservice::derived_name;
 
-/// What the provider needs from the infrastructure object.
+/// What the provider needs from the infrastructure object, and the kube-dc cluster it is in.
 pub(super) struct Infra {
     pub(super) name: String,
+    /// The UID that ownership is decided on ([`crate::provider::ownership_uid`]: recorded, so that
+    /// it survives `clusterctl move`).
     pub(super) uid: Option<String>,
+    /// The namespace of the kube-dc objects: the LoadBalancer's, or `spec.cluster.namespace`.
     pub(super) namespace: String,
     pub(super) spec: capi_lb_api::KubeDCLoadBalancerSpec,
+    /// The owner reference to the `KubeDCLoadBalancer` (none in another cluster: labels decide).
     pub(super) owner: Option<OwnerReference>,
+    /// The client of the kube-dc cluster.
+    pub(super) client: kube::Client,
 }
 
 impl Infra {
-    /// Parse the `KubeDCLoadBalancer`; an invalid one is a permanent `InvalidConfiguration`.
-    pub(super) fn read(
+    /// Parse the `KubeDCLoadBalancer` (an invalid one is a permanent `InvalidConfiguration`) and
+    /// reach its kube-dc cluster: `local`, or the cluster of `spec.cluster` through `remotes`
+    /// ([`Step::Wait`] while its kubeconfig Secret is missing).
+    pub(super) async fn read(
         infra: &DynamicObject,
         identity: &LoadBalancerIdentity,
-    ) -> Result<Self, ProviderError> {
+        local: &kube::Client,
+        remotes: &Remotes,
+    ) -> Result<Step<Self>, ProviderError> {
         let parsed: KubeDCLoadBalancer = read_infrastructure(infra)?;
-        Ok(Self {
+        let (client, namespace, owner) = match &parsed.spec.cluster {
+            None => (
+                local.clone(),
+                identity.namespace.clone(),
+                parsed.controller_owner_ref(&()).map(|mut o| {
+                    o.block_owner_deletion = Some(true);
+                    o
+                }),
+            ),
+            Some(cluster) => match remotes.client(local, &identity.namespace, cluster).await? {
+                Step::Ready(client) => (client, cluster.namespace.clone(), None),
+                Step::Wait(progress) => return Ok(Step::Wait(progress)),
+            },
+        };
+        Ok(Step::Ready(Self {
             name: infra.name_any(),
-            uid: infra.metadata.uid.clone(),
-            namespace: identity.namespace.clone(),
-            owner: parsed.controller_owner_ref(&()).map(|mut o| {
-                o.block_owner_deletion = Some(true);
-                o
-            }),
+            uid: ownership_uid(&infra.metadata).map(str::to_string),
+            namespace,
+            owner,
             spec: parsed.spec,
-        })
+            client,
+        }))
     }
 
     /// The LoadBalancer Service's name: `<infra>-lb`.

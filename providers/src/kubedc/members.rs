@@ -5,11 +5,11 @@
 
 use super::KubeDcProvider;
 use super::infra::Infra;
-use super::step::{POLL, SLOW_POLL};
+use super::step::{POLL, SLOW_POLL, Step};
 use crate::endpoints;
 use crate::error::ProviderError;
 use crate::lbservice::members::MemberPublication;
-use crate::provider::{MembersOutcome, MembersRequest};
+use crate::provider::{MembersOutcome, MembersRequest, Progress};
 
 impl KubeDcProvider {
     /// `converge_members`: the request's members as the endpoints of the LoadBalancer Service.
@@ -17,10 +17,21 @@ impl KubeDcProvider {
         &self,
         request: MembersRequest<'_>,
     ) -> Result<MembersOutcome, ProviderError> {
-        let infra = Infra::read(request.infra, request.identity)?;
+        let infra = match Infra::read(request.infra, request.identity, &self.client, &self.remotes)
+            .await?
+        {
+            Step::Ready(infra) => infra,
+            // The load balancer was ensured a moment ago: its kubeconfig Secret went since.
+            Step::Wait(progress) => {
+                return Err(ProviderError::transient(match progress {
+                    Progress::Pending { message, .. } => message,
+                    Progress::Done => String::new(),
+                }));
+            }
+        };
         let service_name = infra.service_name();
         MemberPublication {
-            client: &self.client,
+            client: &infra.client,
             namespace: &infra.namespace,
             waiting: format!("waiting for kube-dc to program Service {service_name}"),
             service_name,

@@ -27,6 +27,7 @@
 //! - `eip` (the EIp, and what to say while it is not ready) and `service` (the LoadBalancer Service);
 //! - `members` (the Service's endpoints, for `converge_members`), then `delete`.
 
+mod cluster;
 mod delete;
 mod eip;
 mod infra;
@@ -54,6 +55,7 @@ use crate::provider::{
     DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MembersOutcome, MembersRequest,
     Progress, Provider,
 };
+use cluster::Remotes;
 pub use eip::STUCK_AFTER;
 use infra::Infra;
 pub use infra::derived_name;
@@ -94,6 +96,8 @@ pub const ENTRY: Entry = Entry {
             &["update"],
         ),
         ("kube-dc.com", "eips", &["get", "list", "create", "delete"]),
+        // The kubeconfig of a kube-dc cluster other than this one (spec.cluster).
+        ("", "secrets", &["get"]),
         // The LoadBalancer Service and its Endpoints, created by server-side apply.
         ("", "services", &["create"]),
         (
@@ -121,6 +125,7 @@ fn build(dependencies: &Dependencies) -> Arc<dyn Provider> {
 pub struct KubeDcProvider {
     client: kube::Client,
     clock: SharedClock,
+    remotes: Arc<Remotes>,
 }
 
 impl std::fmt::Debug for KubeDcProvider {
@@ -132,7 +137,11 @@ impl std::fmt::Debug for KubeDcProvider {
 impl KubeDcProvider {
     /// A provider that talks to kube-dc through `client`.
     pub fn new(client: kube::Client, clock: SharedClock) -> Self {
-        Self { client, clock }
+        Self {
+            client,
+            clock,
+            remotes: Arc::new(Remotes::default()),
+        }
     }
 }
 
@@ -148,7 +157,6 @@ impl Provider for KubeDcProvider {
 
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
         let identity = request.identity;
-        let infra = Infra::read(request.infra, identity)?;
         let mut changes = Vec::new();
         let mut status = Map::new();
         // kube-dc's controller restricts no sources.
@@ -168,6 +176,16 @@ impl Provider for KubeDcProvider {
             changes,
             status,
             unsupported: unsupported.clone(),
+        };
+        let infra = match Infra::read(request.infra, identity, &self.client, &self.remotes).await? {
+            Step::Ready(infra) => infra,
+            Step::Wait(progress) => {
+                if let Progress::Pending { message, .. } = &progress {
+                    status.insert("ready".into(), json!(false));
+                    status.insert("waitingFor".into(), json!(message));
+                }
+                return Ok(outcome(progress, Vec::new(), false, changes, status));
+            }
         };
         let (eip, created) = match self.ensure_eip(&infra, identity, &mut changes).await? {
             Step::Ready(found) => found,

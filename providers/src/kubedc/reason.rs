@@ -13,6 +13,8 @@ pub const EIP_NOT_FOUND: Reason = Reason::problem("EIpNotFound");
 pub const SERVICE_WITHOUT_INGRESS: Reason = Reason::wait("ServiceWithoutIngress");
 /// kube-dc's CRDs are not installed in this cluster.
 pub const KUBEDC_NOT_INSTALLED: Reason = Reason::problem("KubeDCNotInstalled");
+/// The Secret (or its key) with the kubeconfig of `spec.cluster` does not exist.
+pub const KUBECONFIG_NOT_FOUND: Reason = Reason::problem("KubeconfigNotFound");
 /// An object the provider would create exists and is not capi-lb's.
 pub const NAME_CONFLICT: Reason = Reason::problem(capi_lb_api::constants::reason::NAME_CONFLICT);
 
@@ -23,5 +25,6 @@ pub const ALL: &[Reason] = &[
     EIP_NOT_FOUND,
     SERVICE_WITHOUT_INGRESS,
     KUBEDC_NOT_INSTALLED,
+    KUBECONFIG_NOT_FOUND,
     NAME_CONFLICT,
 ];

@@ -20,11 +20,6 @@ pub const BIND_ON_DEFAULT_GW: &str = "service.nlb.kube-dc.com/bind-on-default-gw
 pub const DEFAULT_GW: &str = "default-gw";
 
 impl KubeDcProvider {
-    /// The Services of `namespace`.
-    pub(super) fn services(&self, namespace: &str) -> Api<Service> {
-        Api::namespaced(self.client.clone(), namespace)
-    }
-
     /// Create or update the LoadBalancer Service bound to `eip`; [`Step::Wait`] on a conflict.
     pub(super) async fn ensure_service(
         &self,
@@ -35,7 +30,7 @@ impl KubeDcProvider {
         changes: &mut Vec<String>,
     ) -> Result<Step<Service>, ProviderError> {
         let name = infra.service_name();
-        let api = self.services(&infra.namespace);
+        let api: Api<Service> = Api::namespaced(infra.client.clone(), &infra.namespace);
         let mut metadata = meta(&name, infra, identity);
         let mut wanted_annotations = annotations(identity);
         if eip == DEFAULT_GW {

@@ -1,0 +1,200 @@
+//! Which cluster kube-dc is in: the one capi-lb runs in, or the one whose kubeconfig
+//! `spec.cluster.kubeconfigSecretName` names (a bootstrap cluster before `clusterctl move`, a
+//! management cluster outside kube-dc).
+//!
+//! A kubeconfig comes from a user's Secret, so it may only carry what it needs inline: a server, a
+//! CA bundle, a client certificate and key, a token, a username and password. A kubeconfig that
+//! would make capi-lb read its own files (`certificate-authority`, `client-certificate`,
+//! `client-key`, `tokenFile`: its ServiceAccount token, for example, sent to a server of the user's
+//! choice) or run a program (`exec`, `auth-provider`) is refused. Clients are kept per Secret and
+//! made again when its resourceVersion changes.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use capi_lb_api::kubedc::KubeDcCluster;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::reason;
+use super::step::{POLL, Step, api_error};
+use crate::error::{INVALID_CONFIGURATION, ProviderError};
+use crate::provider::Progress;
+
+/// Clients of kube-dc clusters reached through kubeconfig Secrets, by (namespace, Secret name,
+/// key), with the resourceVersion of the Secret each was made from.
+#[derive(Default)]
+pub(super) struct Remotes {
+    clients: Mutex<Clients>,
+}
+
+/// (namespace, Secret, key) to (the Secret's resourceVersion, the client made from it).
+type Clients = HashMap<(String, String, String), (String, kube::Client)>;
+
+impl Remotes {
+    /// The client for `cluster`, whose Secret is in `namespace` (read with `local`); waits while
+    /// the Secret or its key does not exist; an unusable kubeconfig is a permanent error.
+    pub(super) async fn client(
+        &self,
+        local: &kube::Client,
+        namespace: &str,
+        cluster: &KubeDcCluster,
+    ) -> Result<Step<kube::Client>, ProviderError> {
+        let name = &cluster.kubeconfig_secret_name;
+        let at = format!("Secret {namespace}/{name} key {}", cluster.key);
+        let secrets: Api<Secret> = Api::namespaced(local.clone(), namespace);
+        let secret = secrets
+            .get_opt(name)
+            .await
+            .map_err(|e| api_error(&format!("get Secret {name}"), e))?;
+        let Some(secret) = secret else {
+            return Ok(Step::Wait(missing(format!(
+                "Secret {namespace}/{name} with the kube-dc cluster's kubeconfig (spec.cluster.kubeconfigSecretName) does not exist"
+            ))));
+        };
+        let version = secret.metadata.resource_version.clone().unwrap_or_default();
+        let key = (namespace.to_string(), name.clone(), cluster.key.clone());
+        if let Some((seen, client)) = self.lock().get(&key)
+            && *seen == version
+        {
+            return Ok(Step::Ready(client.clone()));
+        }
+        let Some(bytes) = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&cluster.key))
+            .map(|b| b.0.clone())
+        else {
+            return Ok(Step::Wait(missing(format!("{at} does not exist"))));
+        };
+        let text = String::from_utf8(bytes).map_err(|_| invalid(&at, "not UTF-8 text"))?;
+        // Errors never quote the Secret's content.
+        let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|_| {
+            invalid(
+                &at,
+                "not a kubeconfig (YAML with clusters, users, contexts)",
+            )
+        })?;
+        check(&kubeconfig).map_err(|why| invalid(&at, &why))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| invalid(&at, &format!("unusable kubeconfig: {e}")))?;
+        let client =
+            kube::Client::try_from(config).map_err(|e| invalid(&at, &format!("no client: {e}")))?;
+        self.lock().insert(key, (version, client.clone()));
+        Ok(Step::Ready(client))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Clients> {
+        self.clients.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Pending on `KubeconfigNotFound`.
+fn missing(message: String) -> Progress {
+    Progress::pending_because(reason::KUBECONFIG_NOT_FOUND, message, POLL)
+}
+
+fn invalid(at: &str, why: &str) -> ProviderError {
+    ProviderError::permanent(INVALID_CONFIGURATION, format!("{at}: {why}"))
+}
+
+/// Refuse what a kubeconfig from a user's Secret must not make capi-lb do: read its own files or
+/// run programs.
+fn check(kubeconfig: &Kubeconfig) -> Result<(), String> {
+    for named in &kubeconfig.clusters {
+        if named
+            .cluster
+            .as_ref()
+            .is_some_and(|c| c.certificate_authority.is_some())
+        {
+            return Err(format!(
+                "cluster {} names a certificate-authority file; put the CA inline (certificate-authority-data)",
+                named.name
+            ));
+        }
+    }
+    for named in &kubeconfig.auth_infos {
+        let Some(auth) = &named.auth_info else {
+            continue;
+        };
+        let refused = [
+            (auth.exec.is_some(), "exec (runs a program)"),
+            (auth.auth_provider.is_some(), "auth-provider"),
+            (auth.token_file.is_some(), "tokenFile (a file)"),
+            (
+                auth.client_certificate.is_some(),
+                "client-certificate (a file)",
+            ),
+            (auth.client_key.is_some(), "client-key (a file)"),
+        ];
+        if let Some((_, what)) = refused.iter().find(|(set, _)| *set) {
+            return Err(format!(
+                "user {} uses {what}; only inline credentials are accepted (token, client-certificate-data and client-key-data, username and password)",
+                named.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(cluster: &str, user: &str) -> Kubeconfig {
+        Kubeconfig::from_yaml(&format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:6443\n{cluster}users:\n- name: u\n  user:\n{user}contexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn inline_credentials_are_accepted() {
+        let ok = kubeconfig("    certificate-authority-data: Zm9v\n", "    token: abc\n");
+        assert_eq!(check(&ok), Ok(()));
+        let certs = kubeconfig(
+            "",
+            "    client-certificate-data: Zm9v\n    client-key-data: YmFy\n",
+        );
+        assert_eq!(check(&certs), Ok(()));
+    }
+
+    #[test]
+    fn files_and_programs_are_refused() {
+        for (cluster, user, what) in [
+            (
+                "    certificate-authority: /etc/ca.crt\n",
+                "    token: abc\n",
+                "certificate-authority file",
+            ),
+            (
+                "",
+                "    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n",
+                "tokenFile",
+            ),
+            (
+                "",
+                "    client-certificate: /a\n    client-key-data: YmFy\n",
+                "client-certificate (a file)",
+            ),
+            (
+                "",
+                "    client-certificate-data: Zm9v\n    client-key: /b\n",
+                "client-key (a file)",
+            ),
+            (
+                "",
+                "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      interactiveMode: Never\n",
+                "exec",
+            ),
+            ("", "    auth-provider:\n      name: gcp\n", "auth-provider"),
+        ] {
+            let refused = check(&kubeconfig(cluster, user)).unwrap_err();
+            assert!(refused.contains(what), "{refused}");
+        }
+    }
+}
