@@ -81,17 +81,13 @@ mod control_planes {
     use kube::CustomResource;
     use serde::{Deserialize, Serialize};
 
+    // rustfmt re-indents attributes inside macro_rules on every run: not formatted.
+    #[rustfmt::skip]
     macro_rules! kind {
         ($spec:ident, $kind:literal, $plural:literal) => {
             #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default)]
-            #[kube(
-                            group = "controlplane.cluster.x-k8s.io",
-                            version = "v1beta2",
-                            kind = $kind,
-                            plural = $plural,
-                            namespaced,
-                            schema = "disabled"
-                        )]
+            #[kube(group = "controlplane.cluster.x-k8s.io", version = "v1beta2", kind = $kind,
+                   plural = $plural, namespaced, schema = "disabled")]
             pub struct $spec {}
         };
     }
