@@ -833,6 +833,30 @@ fn cel_cases() -> Vec<CelCase> {
         )
         .old(json!({"externalNetworkType": "cloud"}))
         .spec(json!({"externalNetworkType": "public"})),
+        case(
+            "KubeDCLoadBalancer",
+            "spec",
+            "cluster cannot be added or removed",
+            "spec",
+        )
+        .old(json!({}))
+        .spec(json!({"cluster": {"kubeconfigSecretName": "kube-dc", "namespace": "a"}})),
+        case(
+            "KubeDCLoadBalancer",
+            "spec",
+            "cluster cannot be added or removed",
+            "spec",
+        )
+        .old(json!({"cluster": {"kubeconfigSecretName": "kube-dc", "namespace": "a"}}))
+        .spec(json!({})),
+        case(
+            "KubeDCLoadBalancer",
+            "spec.cluster.namespace",
+            "cluster.namespace is immutable",
+            "spec.cluster.namespace",
+        )
+        .old(json!({"cluster": {"kubeconfigSecretName": "kube-dc", "namespace": "a"}}))
+        .spec(json!({"cluster": {"kubeconfigSecretName": "kube-dc", "namespace": "b"}})),
         // OctaviaLoadBalancer
         case(
             "OctaviaLoadBalancer",
