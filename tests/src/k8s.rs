@@ -1313,3 +1313,25 @@ pub fn inline_controller_kubeconfig() -> String {
     }
     serde_json::to_string(&kubeconfig).unwrap()
 }
+
+/// Wait until LoadBalancer `lb`'s `status.targets` are `targets`, of which `active` are active.
+pub async fn wait_targets(
+    t: &TestNs,
+    lb: &str,
+    targets: &[&str],
+    active: &[&str],
+) -> capi_lb_api::LoadBalancer {
+    let strings = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    let (targets, active) = (strings(targets), strings(active));
+    wait_for(
+        &t.api::<capi_lb_api::LoadBalancer>(),
+        lb,
+        &format!("{lb} with targets {targets:?}, active {active:?}"),
+        |l| {
+            l.and_then(|l| l.status.as_ref())
+                .is_some_and(|s| s.active_targets == active && s.targets == targets)
+        },
+    )
+    .await
+    .unwrap()
+}

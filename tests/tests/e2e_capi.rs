@@ -23,7 +23,7 @@ use capi_lb_tests::k8s::{
     TEST_INFRA_GROUP, TIMEOUT, TestNs, capi, capi_cluster, condition, connect_workload_cluster,
     eventually, in_memory, install_capi_crds, load_balancer, machine_with_node, merge,
     merge_status, node_name, provisioned_test_machine, test_infra, test_infra_api, wait_for,
-    wait_gone, wait_ready,
+    wait_gone, wait_ready, wait_targets,
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
@@ -68,18 +68,7 @@ async fn members(t: &TestNs, lb: &str) -> Vec<(String, String)> {
 }
 
 async fn wait_active(t: &TestNs, lb: &str, names: &[&str]) -> LoadBalancer {
-    let want: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    wait_for(
-        &t.api::<LoadBalancer>(),
-        lb,
-        &format!("{lb} with active targets {names:?}"),
-        |l| {
-            l.and_then(|l| l.status.as_ref())
-                .is_some_and(|s| s.active_targets == want && s.targets == want)
-        },
-    )
-    .await
-    .unwrap()
+    wait_targets(t, lb, names, names).await
 }
 
 /// The reason of Machine `m`'s v1beta2 condition `type_`, as Cluster API's Machine controller wrote

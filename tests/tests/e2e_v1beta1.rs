@@ -16,7 +16,8 @@ use std::time::Instant;
 use capi_lb_api::target::TargetKeys;
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
 use capi_lb_tests::k8s::{
-    TestNs, condition, eventually, in_memory, load_balancer, merge, wait_for, wait_gone, wait_ready,
+    TestNs, condition, eventually, in_memory, load_balancer, merge, wait_for, wait_gone,
+    wait_ready, wait_targets,
 };
 use capi_lb_tests::legacy::legacy_ns;
 use kube::ResourceExt;
@@ -116,23 +117,6 @@ async fn members(t: &TestNs, lb: &str) -> Vec<(String, String)> {
     got
 }
 
-/// Wait until `lb`'s targets are `targets`, of which `active` are active.
-async fn wait_active(t: &TestNs, lb: &str, targets: &[&str], active: &[&str]) -> LoadBalancer {
-    let strings = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
-    let (targets, active) = (strings(targets), strings(active));
-    wait_for(
-        &t.api::<LoadBalancer>(),
-        lb,
-        &format!("{lb} with targets {targets:?}, active {active:?}"),
-        |l| {
-            l.and_then(|l| l.status.as_ref())
-                .is_some_and(|s| s.active_targets == active && s.targets == targets)
-        },
-    )
-    .await
-    .unwrap()
-}
-
 /// Whether the v1beta1 object carries both of capi-lb's deletion hooks of `keys`.
 fn has_hooks(o: &DynamicObject, keys: &TargetKeys) -> bool {
     o.annotations().contains_key(&keys.pre_drain)
@@ -193,7 +177,7 @@ async fn a_control_plane_load_balancer_over_v1beta1_machines() {
     })
     .await;
     // cp-2's v1beta1 APIServerPodHealthy is False: not admitted.
-    let lb = wait_active(&t, "cp", &["cp-1", "cp-2"], &["cp-1"]).await;
+    let lb = wait_targets(&t, "cp", &["cp-1", "cp-2"], &["cp-1"]).await;
     assert_eq!(
         condition(&lb, "ClusterEndpoint"),
         Some(("True".into(), "ClusterEndpointSet".into()))
@@ -228,7 +212,7 @@ async fn a_control_plane_load_balancer_over_v1beta1_machines() {
         )
         .await
         .unwrap();
-    wait_active(&t, "cp", &["cp-1", "cp-2"], &["cp-1", "cp-2"]).await;
+    wait_targets(&t, "cp", &["cp-1", "cp-2"], &["cp-1", "cp-2"]).await;
     assert_eq!(
         members(&t, "cp").await,
         [
@@ -259,7 +243,7 @@ async fn a_control_plane_load_balancer_over_v1beta1_machines() {
     })
     .await;
     // Still a target (removed) while Cluster API holds it; gone once Cluster API lets it go.
-    wait_active(&t, "cp", &["cp-1", "cp-2"], &["cp-2"]).await;
+    wait_targets(&t, "cp", &["cp-1", "cp-2"], &["cp-2"]).await;
     merge(
         &v1beta1(&t, "Machine"),
         "cp-1",
@@ -275,7 +259,7 @@ async fn a_control_plane_load_balancer_over_v1beta1_machines() {
             .then_some(())
     })
     .await;
-    wait_active(&t, "cp", &["cp-2"], &["cp-2"]).await;
+    wait_targets(&t, "cp", &["cp-2"], &["cp-2"]).await;
     wait_machine(&t, "cp-2", "still hooked", |m| has_hooks(m, &keys)).await;
 
     // Deleting the LoadBalancer releases the hooks of the Machine left.
@@ -408,7 +392,7 @@ async fn a_paused_v1beta1_cluster_pauses_and_its_deletion_takes_the_load_balance
     )
     .await;
     wait_ready(&t, "cp").await;
-    wait_active(&t, "cp", &["cp-1"], &["cp-1"]).await;
+    wait_targets(&t, "cp", &["cp-1"], &["cp-1"]).await;
     let lb = t.api::<LoadBalancer>().get("cp").await.unwrap();
     assert_eq!(
         condition(&lb, "Paused"),

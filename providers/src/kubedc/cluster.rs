@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use capi_lb_api::kubedc::KubeDcCluster;
 use k8s_openapi::api::core::v1::Secret;
@@ -29,8 +30,18 @@ pub(super) struct Remotes {
     clients: Mutex<Clients>,
 }
 
-/// (namespace, Secret, key) to (the Secret's resourceVersion, the client made from it).
-type Clients = HashMap<(String, String, String), (String, kube::Client)>;
+/// (namespace, Secret, key) to the client made from that Secret.
+type Clients = HashMap<(String, String, String), Entry>;
+
+/// A client, the resourceVersion of the Secret it was made from, and when that was last checked.
+struct Entry {
+    version: String,
+    checked: Instant,
+    client: kube::Client,
+}
+
+/// How long a Secret read is trusted before it is read again (as the Octavia provider's).
+const SECRET_FRESH: Duration = Duration::from_secs(5);
 
 impl Remotes {
     /// The client for `cluster`, whose Secret is in `namespace` (read with `local`); waits while
@@ -42,6 +53,14 @@ impl Remotes {
         cluster: &KubeDcCluster,
     ) -> Result<Step<kube::Client>, ProviderError> {
         let name = &cluster.kubeconfig_secret_name;
+        let key = (namespace.to_string(), name.clone(), cluster.key.clone());
+        // One pass calls the provider more than once (ensure, members): the Secret read a moment
+        // ago is not read again.
+        if let Some(entry) = self.lock().get(&key)
+            && entry.checked.elapsed() < SECRET_FRESH
+        {
+            return Ok(Step::Ready(entry.client.clone()));
+        }
         let at = format!("Secret {namespace}/{name} key {}", cluster.key);
         let secrets: Api<Secret> = Api::namespaced(local.clone(), namespace);
         let secret = secrets
@@ -54,11 +73,11 @@ impl Remotes {
             ))));
         };
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
-        let key = (namespace.to_string(), name.clone(), cluster.key.clone());
-        if let Some((seen, client)) = self.lock().get(&key)
-            && *seen == version
+        if let Some(entry) = self.lock().get_mut(&key)
+            && entry.version == version
         {
-            return Ok(Step::Ready(client.clone()));
+            entry.checked = Instant::now();
+            return Ok(Step::Ready(entry.client.clone()));
         }
         let Some(bytes) = secret
             .data
@@ -83,7 +102,14 @@ impl Remotes {
                 .map_err(|e| invalid(&at, &format!("unusable kubeconfig: {e}")))?;
         let client =
             kube::Client::try_from(config).map_err(|e| invalid(&at, &format!("no client: {e}")))?;
-        self.lock().insert(key, (version, client.clone()));
+        self.lock().insert(
+            key,
+            Entry {
+                version,
+                checked: Instant::now(),
+                client: client.clone(),
+            },
+        );
         Ok(Step::Ready(client))
     }
 
