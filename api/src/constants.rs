@@ -235,6 +235,9 @@ pub mod reason {
     pub const NO_TARGETS: &str = "NoTargets";
     /// The target kind cannot be listed (not installed, or not known to capi-lb).
     pub const TARGET_KIND_UNAVAILABLE: &str = "TargetKindUnavailable";
+    /// The target kind is not one LoadBalancers may name (`capi-lb run --target-kinds`), or capi-lb
+    /// manages that kind for its own purposes: nothing of it is read or written.
+    pub const TARGET_KIND_NOT_ALLOWED: &str = "TargetKindNotAllowed";
     /// Some targets wait for their readiness gates before they are admitted.
     pub const TARGETS_NOT_ADMITTED: &str = "TargetsNotAdmitted";
     /// The member set could not be read or changed; target states are the last known ones.
@@ -314,6 +317,7 @@ pub mod reason {
                 | PROVIDER_FAILED
                 | TARGETS_WITHOUT_ADDRESS
                 | TARGET_KIND_UNAVAILABLE
+                | TARGET_KIND_NOT_ALLOWED
                 | NAME_CONFLICT
                 | CLUSTER_ENDPOINT_MISMATCH
                 | CLUSTER_NOT_FOUND

@@ -479,6 +479,7 @@ mod tests {
             "--lease-duration-seconds=20",
             "--lease-grace-seconds=4",
             "--watch-filter=w",
+            "--target-kinds=Machine.cluster.x-k8s.io,Appliance.example.com",
         ])
         .unwrap();
         assert_eq!(options.namespace.as_deref(), Some("capi"));
@@ -493,6 +494,8 @@ mod tests {
         assert_eq!(election.lease(), Ok(Some(("capi-lb-system", "lease"))));
         assert_eq!((election.duration_seconds, election.grace_seconds), (20, 4));
         assert_eq!(options.watch_filter.as_deref(), Some("w"));
+        let kinds: Vec<String> = options.target_kinds.iter().map(|k| k.to_string()).collect();
+        assert_eq!(kinds, ["Machine.cluster.x-k8s.io", "Appliance.example.com"]);
         assert!(options.check().is_ok());
     }
 
@@ -506,6 +509,11 @@ mod tests {
                 "not an address and port",
             ),
             ("--concurrency=0", "--concurrency"),
+            ("--target-kinds=Service", "core kinds"),
+            (
+                "--target-kinds=machine.cluster.x-k8s.io",
+                "is not Kind.group",
+            ),
         ] {
             let error = run(&[flag]).unwrap_err().to_string();
             assert!(error.contains(says), "{flag}: {error}");

@@ -806,6 +806,14 @@ async fn an_unknown_provider_kind_is_reported() {
 #[tokio::test]
 async fn an_unknown_target_kind_is_reported_and_members_are_left_alone() {
     let world = world(basic()).await;
+    // Allowed by the administrator (--target-kinds) but not installed.
+    world
+        .ctx
+        .kinds
+        .allow_target_kind(capi_lb_api::loadbalancer::TargetKind {
+            api_group: "example.com".into(),
+            kind: "Appliance".into(),
+        });
     settle(&world).await;
     merge_patch::<LoadBalancer>(
         &world,
@@ -846,6 +854,98 @@ async fn an_unknown_target_kind_is_reported_and_members_are_left_alone() {
             .await
             .unwrap()
             .is_none()
+    );
+}
+
+/// A target kind the administrator did not allow (`--target-kinds`), or one capi-lb manages for its
+/// own purposes, is refused with a condition and an Event: its objects are neither listed nor
+/// annotated, so a LoadBalancer's author cannot have capi-lb annotate Services (or anything else
+/// they may not write) for them.
+#[tokio::test]
+async fn a_target_kind_not_allowed_is_refused_and_its_objects_are_not_touched() {
+    let mut objects = basic();
+    objects.push(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "victim", "namespace": NS,
+                     "labels": {"cluster.x-k8s.io/cluster-name": "demo",
+                                "loadbalancer.cluster.x-k8s.io/name": "cp"}},
+        "spec": {"ports": [{"port": 443}]},
+    }));
+    let world = world(objects).await;
+    settle(&world).await;
+    let services = Api::<Service>::namespaced(world.client(), NS);
+    let before = services.get("victim").await.unwrap();
+    for (kind, why) in [
+        (
+            json!({"apiGroup": "", "kind": "Service"}),
+            "core kinds are never targets",
+        ),
+        (
+            json!({"apiGroup": "cluster.x-k8s.io", "kind": "Cluster"}),
+            "not allowed: this capi-lb takes targets of Machine.cluster.x-k8s.io only",
+        ),
+    ] {
+        merge_patch::<LoadBalancer>(&world, "cp", json!({"spec": {"targetKind": kind}})).await;
+        settle(&world).await;
+        let lb = get_lb(&world, "cp").await;
+        let c = condition(&lb, "TargetsReady");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "TargetKindNotAllowed")
+        );
+        assert!(c.message.contains(why), "{}", c.message);
+        assert_eq!(
+            world.cloud.load_balancers()[0].members.len(),
+            2,
+            "members are left alone"
+        );
+    }
+    // Even when an administrator lists a kind capi-lb manages itself, it is refused (the in-memory
+    // API has no discovery: the kind is made known as a real cluster's discovery would).
+    world
+        .ctx
+        .kinds
+        .insert(kube::core::ApiResource::erase::<capi_lb_api::capi::Cluster>(&()));
+    world
+        .ctx
+        .kinds
+        .allow_target_kind(capi_lb_api::loadbalancer::TargetKind {
+            api_group: "cluster.x-k8s.io".into(),
+            kind: "Cluster".into(),
+        });
+    merge_patch::<LoadBalancer>(
+        &world,
+        "cp",
+        json!({"spec": {"targetKind": {"apiGroup": "cluster.x-k8s.io", "kind": "Cluster"}}}),
+    )
+    .await;
+    settle(&world).await;
+    let lb = get_lb(&world, "cp").await;
+    let c = condition(&lb, "TargetsReady");
+    assert_eq!(c.reason, "TargetKindNotAllowed");
+    assert!(
+        c.message
+            .contains("capi-lb manages clusters for its own purposes"),
+        "{}",
+        c.message
+    );
+    let after = services.get("victim").await.unwrap();
+    assert_eq!(
+        before.annotations(),
+        after.annotations(),
+        "the Service was not annotated"
+    );
+    assert_eq!(
+        before.resource_version(),
+        after.resource_version(),
+        "the Service was not written"
+    );
+    assert!(
+        event_reasons(&world)
+            .iter()
+            .any(|r| r == "TargetKindNotAllowed"),
+        "an Event tells the LoadBalancer's author: {:?}",
+        event_reasons(&world)
     );
 }
 

@@ -20,6 +20,7 @@ fn options(providers: &[&str]) -> RunOptions {
         leader_election: Default::default(),
         watch_filter: None,
         inmemory_state: None,
+        target_kinds: vec![Default::default()],
     }
 }
 

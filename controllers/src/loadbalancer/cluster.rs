@@ -4,7 +4,8 @@ use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Cluster;
 use capi_lb_api::conditions::DesiredCondition;
 use capi_lb_api::constants::{
-    ANNOTATION_LOAD_BALANCER_REF, ANNOTATION_PAUSED, DEFAULT_PORT, condition as c, reason as r,
+    ANNOTATION_LOAD_BALANCER_REF, ANNOTATION_PAUSED, CONTROL_PLANE_GROUP, CONTROL_PLANE_KINDS,
+    DEFAULT_PORT, condition as c, reason as r,
 };
 use capi_lb_api::loadbalancer::{ControlPlane, EndpointHost};
 use kube::ResourceExt;
@@ -44,6 +45,17 @@ impl Reconciliation<'_> {
             return Ok(None);
         };
         let describe = format!("{kind}.{group} {}/{cp_name}", self.namespace);
+        // Only the control-plane kinds capi-lb knows are read: a Cluster's author must not be able
+        // to make capi-lb read another kind of object (a Secret, say) in the namespace.
+        if group != CONTROL_PLANE_GROUP || !CONTROL_PLANE_KINDS.iter().any(|(k, _)| *k == kind) {
+            let known: Vec<&str> = CONTROL_PLANE_KINDS.iter().map(|(k, _)| *k).collect();
+            return Err(format!(
+                "control plane {describe}: capi-lb reads the {ANNOTATION_LOAD_BALANCER_REF} \
+                 annotation only from the control-plane kinds of {CONTROL_PLANE_GROUP} it knows \
+                 ({}); put the annotation on the Cluster instead",
+                known.join(", ")
+            ));
+        }
         let resource = self
             .ctx
             .kinds

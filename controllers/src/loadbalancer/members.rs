@@ -16,6 +16,7 @@ use super::status::{InfraState, MembersState, TargetsState};
 use super::targets::{self, Listing};
 use crate::class;
 use crate::error::{Result, kube_err};
+use crate::kinds::Unlisted;
 
 use super::{Access, Reconciliation};
 
@@ -37,13 +38,13 @@ impl Reconciliation<'_> {
         }
         let kind = &self.lb.spec.target_kind;
         let keys = TargetKeys::new(&self.namespace, &self.identity.name);
-        let objects = match self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await {
+        let objects = match self.ctx.kinds.resolve_target(kind).await {
             Ok(resource) => targets::list(self.ctx, &resource, &self.namespace, |o| {
                 targets::concerns(o, selector, &keys)
             })
             .await
             .map_err(kube_err("list", format!("{kind}")))?,
-            Err(message) => return Ok(Listing::Unavailable(message)),
+            Err(why) => return Ok(Listing::Unavailable(why)),
         };
         Ok(Listing::Listed(
             targets::observe(objects, selector, &keys, &self.lb.spec)
@@ -157,7 +158,9 @@ impl Reconciliation<'_> {
         }
 
         let Some(selector) = self.selector.clone() else {
-            return Ok(TargetsState::Unavailable("the spec is invalid".into()));
+            return Ok(TargetsState::Unavailable(Unlisted::Unavailable(
+                "the spec is invalid".into(),
+            )));
         };
         let pass = targets::Pass {
             ctx: self.ctx,
@@ -172,7 +175,7 @@ impl Reconciliation<'_> {
         };
         let prepared = match pass.prepare().await? {
             Listing::Listed(prepared) => prepared,
-            Listing::Unavailable(message) => return Ok(TargetsState::Unavailable(message)),
+            Listing::Unavailable(why) => return Ok(TargetsState::Unavailable(why)),
         };
         let desired = prepared.desired_members();
         let (members_state, members) = self.converge(access, &desired, infra_status).await;

@@ -304,7 +304,7 @@ impl Reconciliation<'_> {
         }
         let desired = match self.serving_members(selector).await? {
             Listing::Listed(desired) => desired,
-            Listing::Unavailable(message) => return Ok(BringUp::Waiting(message)),
+            Listing::Unavailable(why) => return Ok(BringUp::Waiting(why.message().to_string())),
         };
         let converged = provider
             .converge_members(MembersRequest {

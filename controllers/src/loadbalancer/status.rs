@@ -8,6 +8,7 @@ use capi_lb_providers::Reason;
 
 use capi_lb_providers::{DesiredMember, MemberState, MemberStatus};
 
+use crate::kinds::Unlisted;
 use crate::publication::Published;
 
 /// State of the provider's load balancer.
@@ -69,8 +70,8 @@ pub struct TargetView {
 /// What a reconcile learned about the targets.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TargetsState {
-    /// The target kind could not be listed.
-    Unavailable(String),
+    /// The target kind may not be named, or could not be listed.
+    Unavailable(Unlisted),
     /// The targets (selected, and deselected ones still being removed) and the members.
     Listed {
         /// Targets, sorted by name.
@@ -147,12 +148,12 @@ pub fn targets_condition(
     address_types: &str,
 ) -> DesiredCondition {
     let (targets, members) = match targets {
-        TargetsState::Unavailable(message) => {
-            return DesiredCondition::false_(
-                c::TARGETS_READY,
-                r::TARGET_KIND_UNAVAILABLE,
-                message.clone(),
-            );
+        TargetsState::Unavailable(why) => {
+            let reason = match why {
+                Unlisted::NotAllowed(_) => r::TARGET_KIND_NOT_ALLOWED,
+                Unlisted::Unavailable(_) => r::TARGET_KIND_UNAVAILABLE,
+            };
+            return DesiredCondition::false_(c::TARGETS_READY, reason, why.message().to_string());
         }
         TargetsState::Listed { targets, members } => (targets, members),
     };
@@ -550,7 +551,7 @@ mod tests {
         assert_eq!((d.status, d.reason), (false, r::NO_TARGETS));
         assert!(d.message.contains("a=b"));
         let d = targets_condition(
-            &TargetsState::Unavailable("kind not installed".into()),
+            &TargetsState::Unavailable(Unlisted::Unavailable("kind not installed".into())),
             "Machine.cluster.x-k8s.io",
             "a=b",
             "",

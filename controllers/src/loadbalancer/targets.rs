@@ -31,6 +31,7 @@ use super::lifecycle::{
 use super::status::TargetView;
 use crate::context::Context;
 use crate::error::{Result, is_not_found, kube_err};
+use crate::kinds::Unlisted;
 use crate::metadata::patch_annotations;
 
 /// True for address types that must hold an IP.
@@ -238,7 +239,7 @@ pub enum Listing<T> {
     /// What the targets gave.
     Listed(T),
     /// Why there are none to work with.
-    Unavailable(String),
+    Unavailable(Unlisted),
 }
 
 impl Pass<'_> {
@@ -256,9 +257,9 @@ impl Pass<'_> {
     /// cannot be listed.
     pub async fn prepare(&self) -> Result<Listing<Prepared>> {
         let kind = &self.lb.spec.target_kind;
-        let resource = match self.ctx.kinds.resolve(&kind.api_group, &kind.kind).await {
+        let resource = match self.ctx.kinds.resolve_target(kind).await {
             Ok(resource) => resource,
-            Err(message) => return Ok(Listing::Unavailable(message)),
+            Err(why) => return Ok(Listing::Unavailable(why)),
         };
         let namespace = self.lb.namespace().unwrap_or_default();
         let objects = match list(self.ctx, &resource, &namespace, |o| {
@@ -267,7 +268,11 @@ impl Pass<'_> {
         .await
         {
             Ok(objects) => objects,
-            Err(e) => return Ok(Listing::Unavailable(format!("cannot list {kind}: {e}"))),
+            Err(e) => {
+                return Ok(Listing::Unavailable(Unlisted::Unavailable(format!(
+                    "cannot list {kind}: {e}"
+                ))));
+            }
         };
         let mut targets = observe(objects, self.selector, &self.keys, &self.lb.spec);
         let now = self.ctx.clock.now();
@@ -438,7 +443,8 @@ pub async fn release_all(
     lb: &LoadBalancer,
     kind: &TargetKind,
 ) -> Result<Vec<String>> {
-    let Ok(resource) = ctx.kinds.resolve(&kind.api_group, &kind.kind).await else {
+    // A kind LoadBalancers may not name was never written to.
+    let Ok(resource) = ctx.kinds.resolve_target(kind).await else {
         return Ok(Vec::new());
     };
     let namespace = lb.namespace().unwrap_or_default();

@@ -8,6 +8,8 @@ use capi_lb_providers::catalog;
 
 use super::RunError;
 use crate::context::ExternalEndpoints;
+use crate::kinds::TargetKinds;
+use capi_lb_api::loadbalancer::TargetKind;
 
 /// Options of `capi-lb run`: each field is its flag (clap reads this struct).
 #[derive(Clone, Debug, clap::Args)]
@@ -56,6 +58,18 @@ pub struct RunOptions {
     /// and the warm-restart benchmark. Without it the cloud lives and dies with the process.
     #[arg(long, env = "CAPI_LB_INMEMORY_STATE")]
     pub inmemory_state: Option<std::path::PathBuf>,
+    /// Kinds LoadBalancers may name in spec.targetKind, as Kind.group (comma-separated). capi-lb
+    /// lists and annotates targets with its own credentials, so only the kinds named here (and
+    /// granted to capi-lb by RBAC) can be targets; kinds capi-lb manages for its own purposes and
+    /// core kinds never can.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "Machine.cluster.x-k8s.io",
+        env = "CAPI_LB_TARGET_KINDS",
+        value_parser = TargetKinds::parse_one
+    )]
+    pub target_kinds: Vec<TargetKind>,
 }
 
 /// Where the metrics and health server listens, if anywhere. (An alias, so that clap parses
@@ -177,6 +191,7 @@ impl RunOptions {
             leader_election: LeaderElection::default(),
             watch_filter: None,
             inmemory_state: None,
+            target_kinds: vec![TargetKind::default()],
         }
     }
 

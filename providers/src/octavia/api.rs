@@ -258,14 +258,13 @@ fn cloud_config(secret: &Secret, credentials: &CredentialsRef) -> Result<CloudCo
         .ok()
         .flatten()
         .ok_or_else(|| {
-            let mut available = file.get_available_clouds();
-            available.sort();
+            // How many, not their names: the Secret may be one its author cannot read.
+            let available = file.get_available_clouds().len();
             wait(
                 reason::CREDENTIALS_INVALID,
                 format!(
-                    "{at} has no cloud named {:?} (it has: {})",
-                    credentials.cloud,
-                    available.join(", ")
+                    "{at} has no cloud named {:?} (it has {available} other clouds)",
+                    credentials.cloud
                 ),
             )
         })?;
