@@ -11,6 +11,7 @@
 //! kinds are watched only when installed; other target kinds are picked up by the periodic resync.
 //! A reconcile of an unchanged object writes nothing, so the resync only costs reads.
 
+mod backoff;
 mod leadership;
 mod options;
 mod watches;
@@ -43,7 +44,7 @@ use kube::{CustomResourceExt, Resource, ResourceExt};
 use crate::context::{Config, Context, Outcome};
 use crate::error::Error;
 use crate::events::EventSink;
-use crate::kinds::{CapiKinds, KindResolver};
+use crate::kinds::{CapiKinds, KindResolver, TargetKinds};
 use crate::loadbalancer::reconcile_watched;
 use crate::loadbalancer::triggers::Watched;
 use crate::publication::services::{Reported, reconcile_service};
@@ -246,7 +247,8 @@ pub async fn run_instrumented(
         Context::new(
             client.clone(),
             registry.clone(),
-            KindResolver::with_discovery(client.clone()),
+            KindResolver::with_discovery(client.clone())
+                .with_target_kinds(TargetKinds::new(options.target_kinds.clone())),
             Config {
                 cluster_domain: options.cluster_domain.clone(),
                 resync: options.resync,
@@ -400,26 +402,35 @@ async fn external_endpoints(
     let services = reflector::reflector(
         writer,
         watcher(api::<Service>(client, ns), watcher::Config::default())
+            .backoff(backoff::for_watch())
             .modify(|svc: &mut Service| svc.metadata.managed_fields = None),
     )
     .applied_objects();
+    // Each watch backs off on its own (see `backoff`).
     let mut controller = Controller::for_stream(services, store)
-        .watches(
-            api::<Service>(client, ns),
-            watcher::Config::default().labels(&ours),
+        .trigger_backoff(backoff::NoBackoff)
+        .watches_stream(
+            watches::watch(
+                api::<Service>(client, ns),
+                watcher::Config::default().labels(&ours),
+            ),
             move |svc: Service| to_source(svc.labels(), svc.namespace()),
         )
-        .watches(
-            api::<EndpointSlice>(client, ns),
-            watcher::Config::default().labels(&ours),
+        .watches_stream(
+            watches::watch(
+                api::<EndpointSlice>(client, ns),
+                watcher::Config::default().labels(&ours),
+            ),
             move |slice: EndpointSlice| to_source(slice.labels(), slice.namespace()),
         );
     // The DNSEndpoints of Services' DNS names: ExternalDNS reporting what it processed.
     match installed(client, capi_lb_api::externaldns::GROUP, "DNSEndpoint").await {
         Ok(true) => {
-            controller = controller.watches(
-                api::<DNSEndpoint>(client, ns),
-                watcher::Config::default().labels(&ours),
+            controller = controller.watches_stream(
+                watches::watch(
+                    api::<DNSEndpoint>(client, ns),
+                    watcher::Config::default().labels(&ours),
+                ),
                 move |endpoint: DNSEndpoint| to_source(endpoint.labels(), endpoint.namespace()),
             );
         }

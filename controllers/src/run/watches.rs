@@ -26,7 +26,7 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-use super::{RunError, RunOptions, api, dynamic_api, installed};
+use super::{RunError, RunOptions, api, backoff, dynamic_api, installed};
 use crate::cache::{Caches, ObjectCache};
 use crate::kinds::CapiKinds;
 use crate::loadbalancer::triggers::{self, Triggers, Watched};
@@ -55,6 +55,7 @@ pub(super) async fn loadbalancer_controller(
             writer,
             // No reconcile reads managedFields: not kept in the cache.
             watcher(api::<Watched>(client, ns), lb_watch)
+                .backoff(backoff::for_watch())
                 .modify(|lb: &mut Watched| lb.meta_mut().managed_fields = None),
         )
         .inspect_ok(move |event| {
@@ -74,7 +75,9 @@ pub(super) async fn loadbalancer_controller(
         triggers,
         caches: Caches::default(),
     };
-    let controller = Controller::for_stream(lb_events, store.clone());
+    // Each watch backs off on its own (see `backoff`).
+    let controller =
+        Controller::for_stream(lb_events, store.clone()).trigger_backoff(backoff::NoBackoff);
     let controller = watches.published(controller);
     let controller = watches.infrastructure(controller, registry);
     let controller = watches.class_services(controller);
@@ -82,6 +85,20 @@ pub(super) async fn loadbalancer_controller(
     let controller = watches.cluster_api(controller, capi, options.resync);
     let controller = watches.dns_endpoints(controller, options.resync).await?;
     Ok((controller, store, watches.caches))
+}
+
+/// A watch of `api` that backs off on its own after errors ([`backoff::for_watch`]): its changed
+/// and deleted objects, for a trigger.
+pub(super) fn watch<K>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    watcher(api, config)
+        .backoff(backoff::for_watch())
+        .touched_objects()
 }
 
 /// Adds the watches that trigger the LoadBalancer controller, by what they watch.
@@ -122,6 +139,7 @@ impl Watches<'_> {
         reflector::reflector(
             writer,
             watcher(dynamic_api(self.client, self.ns, ar), config)
+                .backoff(backoff::for_watch())
                 .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None),
         )
         .inspect_ok(move |event| {
@@ -192,14 +210,18 @@ impl Watches<'_> {
     fn class_services(&self, controller: Controller<Watched>) -> Controller<Watched> {
         let (services, slices) = (self.triggers.clone(), self.triggers.clone());
         controller
-            .watches(
-                api::<Service>(self.client, self.ns),
-                watcher::Config::default(),
+            .watches_stream(
+                watch(
+                    api::<Service>(self.client, self.ns),
+                    watcher::Config::default(),
+                ),
                 move |svc: Service| services.bound_to_service(&svc),
             )
-            .watches(
-                api::<EndpointSlice>(self.client, self.ns),
-                watcher::Config::default().labels(LABEL_SERVICE_NAME),
+            .watches_stream(
+                watch(
+                    api::<EndpointSlice>(self.client, self.ns),
+                    watcher::Config::default().labels(LABEL_SERVICE_NAME),
+                ),
                 move |slice: EndpointSlice| slices.bound_to_slice(&slice),
             )
     }
@@ -212,9 +234,11 @@ impl Watches<'_> {
         mut controller: Controller<Watched>,
         registry: &ProviderRegistry,
     ) -> Result<Controller<Watched>, RunError> {
-        controller = controller.watches(
-            api::<Service>(self.client, self.ns),
-            watcher::Config::default().labels(tags::UID),
+        controller = controller.watches_stream(
+            watch(
+                api::<Service>(self.client, self.ns),
+                watcher::Config::default().labels(tags::UID),
+            ),
             move |svc: Service| triggers::by_tags(&svc.metadata),
         );
         for entry in catalog::CATALOG
@@ -227,11 +251,13 @@ impl Watches<'_> {
                     .await
                     .map_err(RunError::Connect)?
                 {
-                    controller = controller.watches_with(
-                        dynamic_api(self.client, self.ns, &ar),
-                        ar.clone(),
-                        watcher::Config::default().labels(tags::UID),
+                    controller = controller.watches_stream_with(
+                        watch(
+                            dynamic_api(self.client, self.ns, &ar),
+                            watcher::Config::default().labels(tags::UID),
+                        ),
                         move |obj: DynamicObject| triggers::by_tags(&obj.metadata),
+                        ar.clone(),
                     );
                 } else {
                     tracing::warn!("{}", owned.missing);
@@ -304,9 +330,11 @@ impl Watches<'_> {
         .map_err(RunError::Connect)?
         {
             let triggers = self.triggers.clone();
-            controller = controller.watches(
-                api::<DNSEndpoint>(self.client, self.ns),
-                watcher::Config::default(),
+            controller = controller.watches_stream(
+                watch(
+                    api::<DNSEndpoint>(self.client, self.ns),
+                    watcher::Config::default(),
+                ),
                 move |endpoint: DNSEndpoint| triggers.of_dns_endpoint(&endpoint),
             );
         } else {

@@ -1,11 +1,14 @@
 //! Counting the controller's Kubernetes API requests: a tower layer on the client that records each
 //! request by verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
 //! `deletecollection`), resource (plural, with `/subresource`; `discovery` for discovery paths) and
-//! HTTP status class, into `capi_lb_kube_requests_total`.
+//! HTTP status class, into `capi_lb_kube_requests_total`; and whether the API answers at all
+//! ([`Reach`], for `/readyz`).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -59,10 +62,41 @@ pub fn is_write(verb: &str) -> bool {
     )
 }
 
-/// The layer that counts requests into a metric family.
+/// Whether the Kubernetes API answers: since when every request has gone unanswered (no
+/// connection, a timeout, or 503/504 from an apiserver that cannot reach etcd), if they have.
+/// Any other answer, an error status included, is an answer.
+#[derive(Debug, Default)]
+pub struct Reach {
+    failing_since: Mutex<Option<Instant>>,
+}
+
+impl Reach {
+    fn record(&self, answered: bool, now: Instant) {
+        let mut since = self
+            .failing_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if answered {
+            *since = None;
+        } else if since.is_none() {
+            *since = Some(now);
+        }
+    }
+
+    /// How long the API has gone unanswered, if it has.
+    pub fn unanswered_for(&self, now: Instant) -> Option<Duration> {
+        self.failing_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .map(|since| now.saturating_duration_since(since))
+    }
+}
+
+/// The layer that counts requests into a metric family and records whether they were answered.
 #[derive(Clone, Debug)]
 pub struct CountRequests {
     pub(super) requests: Family<Labels, Counter>,
+    pub(super) reach: Arc<Reach>,
 }
 
 impl<S> tower::Layer<S> for CountRequests {
@@ -71,6 +105,7 @@ impl<S> tower::Layer<S> for CountRequests {
         Counted {
             inner,
             requests: self.requests.clone(),
+            reach: self.reach.clone(),
         }
     }
 }
@@ -80,6 +115,7 @@ impl<S> tower::Layer<S> for CountRequests {
 pub struct Counted<S> {
     inner: S,
     requests: Family<Labels, Counter>,
+    reach: Arc<Reach>,
 }
 
 impl<S, B> tower::Service<http::Request<kube::client::Body>> for Counted<S>
@@ -98,6 +134,7 @@ where
     fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
         let (verb, resource) = classify(request.method(), request.uri());
         let requests = self.requests.clone();
+        let reach = self.reach.clone();
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await;
@@ -105,6 +142,13 @@ where
                 Ok(r) => format!("{}xx", r.status().as_u16() / 100),
                 Err(_) => "none".to_string(),
             };
+            let answered = response.as_ref().is_ok_and(|r| {
+                !matches!(
+                    r.status(),
+                    http::StatusCode::SERVICE_UNAVAILABLE | http::StatusCode::GATEWAY_TIMEOUT
+                )
+            });
+            reach.record(answered, Instant::now());
             requests
                 .get_or_create(&vec![
                     ("verb", verb.to_string()),
@@ -121,6 +165,22 @@ where
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_api_is_unanswered_from_the_first_failure_until_an_answer() {
+        let reach = Reach::default();
+        let t0 = Instant::now();
+        assert_eq!(reach.unanswered_for(t0), None);
+        reach.record(false, t0);
+        reach.record(false, t0 + Duration::from_secs(5));
+        assert_eq!(
+            reach.unanswered_for(t0 + Duration::from_secs(12)),
+            Some(Duration::from_secs(12)),
+            "counted from the first failure"
+        );
+        reach.record(true, t0 + Duration::from_secs(13));
+        assert_eq!(reach.unanswered_for(t0 + Duration::from_secs(14)), None);
+    }
 
     fn of(method: &str, uri: &str) -> (&'static str, String) {
         classify(&method.parse().unwrap(), &uri.parse().unwrap())

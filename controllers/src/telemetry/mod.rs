@@ -28,7 +28,7 @@ pub mod process;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use axum::Router;
@@ -70,6 +70,7 @@ pub struct Metrics {
     openstack_requests: Family<Labels, Counter>,
     openstack_duration: Family<Labels, Histogram>,
     kube_requests: Family<Labels, Counter>,
+    kube_reach: Arc<kube_requests::Reach>,
     rss: Gauge,
     peak_rss: Gauge,
     cpu: Gauge<f64, AtomicU64>,
@@ -182,6 +183,7 @@ impl Metrics {
             openstack_requests,
             openstack_duration,
             kube_requests,
+            kube_reach: Arc::default(),
             rss,
             peak_rss,
             cpu,
@@ -192,7 +194,13 @@ impl Metrics {
     pub fn kube_layer(&self) -> kube_requests::CountRequests {
         kube_requests::CountRequests {
             requests: self.kube_requests.clone(),
+            reach: self.kube_reach.clone(),
         }
+    }
+
+    /// How long the Kubernetes API has not answered the controller's requests, if it has not.
+    pub fn kube_unanswered_for(&self) -> Option<Duration> {
+        self.kube_reach.unanswered_for(Instant::now())
     }
 
     /// The metrics in the Prometheus text format.
@@ -437,11 +445,23 @@ async fn livez(State(state): State<ServerState>) -> impl IntoResponse {
     }
 }
 
+/// How long the Kubernetes API may go unanswered before `/readyz` fails (watches re-connect with
+/// back-off: a blip of a few seconds is not an outage).
+pub const UNREACHABLE_AFTER: Duration = Duration::from_secs(10);
+
 async fn readyz(State(state): State<ServerState>) -> impl IntoResponse {
-    if state.health.is_ready() {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced yet")
+    if !state.health.is_ready() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "caches not synced yet".to_string(),
+        );
+    }
+    match state.metrics.kube_unanswered_for() {
+        Some(d) if d >= UNREACHABLE_AFTER => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the Kubernetes API has not answered for {} s", d.as_secs()),
+        ),
+        _ => (StatusCode::OK, "ok".to_string()),
     }
 }
 
