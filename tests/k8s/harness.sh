@@ -16,6 +16,11 @@
 #                                  # the same for a second, minimal instance: the target of `clusterctl move`
 #   tests/k8s/harness.sh legacy start|stop|clean|env
 #                                  # a third, minimal instance whose Cluster API CRDs serve v1beta1 only
+#   tests/k8s/harness.sh [target|legacy] apiserver-stop|apiserver-start [--compact]
+#                                  # an outage: stop kube-apiserver and etcd (the other components keep
+#                                  # running and reconnect), start them again with the same data; with
+#                                  # --compact, etcd's history is compacted first, so that every watch
+#                                  # resuming from before the outage is answered 410 Gone and re-lists
 #
 # Binaries: kube-apiserver, kube-controller-manager and kubectl are built with Go from the
 # k8s.io/kubernetes module at $K8S_VERSION (through the Go module proxy, in a small wrapper module:
@@ -1218,6 +1223,33 @@ cmd_stop() {
   log "stopped"
 }
 
+# An outage of the control plane: the apiserver and its etcd go, everything else stays.
+cmd_apiserver_stop() {
+  stop_one kube-apiserver
+  stop_one etcd
+  log "kube-apiserver and etcd stopped ($INSTANCE instance)"
+}
+
+# A write (so that the revision moves past every watcher's) and a compaction of everything before it,
+# through etcd's JSON gateway.
+etcd_compact() {
+  local url="http://127.0.0.1:$ETCD_PORT" revision
+  # The key is /capi-lb-harness/compact, base64.
+  revision="$(curl -fsS -X POST "$url/v3/kv/put" -d '{"key": "L2NhcGktbGItaGFybmVzcy9jb21wYWN0", "value": "eA=="}' |
+    sed -n 's/.*"revision":"\([0-9]*\)".*/\1/p')"
+  [ -n "$revision" ] || die "etcd gave no revision"
+  curl -fsS -X POST "$url/v3/kv/compaction" -d "{\"revision\": \"$revision\", \"physical\": true}" >/dev/null
+  log "etcd compacted at revision $revision"
+}
+
+cmd_apiserver_start() {
+  installed || die "not installed: run $0 install first"
+  start_etcd
+  if [ "${1:-}" = --compact ]; then etcd_compact; fi
+  start_apiserver
+  log "kube-apiserver and etcd started again ($INSTANCE instance)"
+}
+
 cmd_clean() {
   cmd_stop
   rm -rf "$STATE"
@@ -1228,6 +1260,8 @@ case "$INSTANCE:${1:-}" in
   *:start) with_lock cmd_start ;;
   *:stop) with_lock cmd_stop ;;
   *:clean) with_lock cmd_clean ;;
+  *:apiserver-stop) with_lock cmd_apiserver_stop ;;
+  *:apiserver-start) with_lock cmd_apiserver_start "${2:-}" ;;
   *:env) if [ -s "$STATE/env" ] && running; then cat "$STATE/env"; else die "not running: run $SELF start"; fi ;;
-  *) echo "usage: $0 install|start|stop|clean|env, or $0 target|legacy start|stop|clean|env" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|stop|clean|env|apiserver-stop|apiserver-start, or $0 target|legacy ACTION" >&2; exit 2 ;;
 esac

@@ -665,6 +665,57 @@ where
     }
 }
 
+/// Every request sent, as `METHOD path?query`, in order: what the controller asked the apiserver
+/// for, for tests that assert what it never reads or writes.
+#[derive(Clone, Debug, Default)]
+pub struct Requests(Arc<Mutex<Vec<String>>>);
+
+impl Requests {
+    /// What was sent so far.
+    pub fn list(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl<S> tower::Layer<S> for Requests {
+    type Service = RecordRequests<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        RecordRequests {
+            inner,
+            requests: self.clone(),
+        }
+    }
+}
+
+/// A client service that records every request.
+#[derive(Clone, Debug)]
+pub struct RecordRequests<S> {
+    inner: S,
+    requests: Requests,
+}
+
+impl<S> tower::Service<http::Request<kube::client::Body>> for RecordRequests<S>
+where
+    S: tower::Service<http::Request<kube::client::Body>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
+        self.requests
+            .0
+            .lock()
+            .unwrap()
+            .push(format!("{} {}", request.method(), request.uri()));
+        self.inner.call(request)
+    }
+}
+
 /// How the tests reach one cluster: the cluster under test ([`cluster`]) or another instance of the
 /// harness (`crate::legacy`).
 #[derive(Clone, Copy, Debug)]
@@ -724,6 +775,8 @@ pub struct TestNs {
     pub ns: String,
     /// Requests refused to the controllers started here.
     pub refusals: Refusals,
+    /// Every request of the controllers started here.
+    pub requests: Requests,
     /// kubectl and the admin kubeconfig, to delete the namespace of a failed test.
     kubectl: (PathBuf, PathBuf),
     controller_config: kube::Config,
@@ -794,6 +847,7 @@ impl TestNs {
             client,
             ns,
             refusals: Refusals::default(),
+            requests: Requests::default(),
             kubectl: (access.kubectl.into(), access.kubeconfig.into()),
             controller_config,
             controllers: Vec::new(),
@@ -811,11 +865,12 @@ impl TestNs {
         options
     }
 
-    /// A client with capi-lb's ServiceAccount credentials whose refused requests are recorded.
+    /// A client with capi-lb's ServiceAccount credentials whose requests and refusals are recorded.
     fn controller_client(&self) -> Client {
         kube::client::ClientBuilder::try_from(self.controller_config.clone())
             .unwrap()
             .with_layer(&self.refusals)
+            .with_layer(&self.requests)
             .build()
     }
 

@@ -50,6 +50,20 @@ fn script(action: &str) -> Result<(), String> {
     }
 }
 
+fn keystone_up() -> bool {
+    Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-m",
+            "3",
+            "http://127.0.0.1:5000/v3",
+        ])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 fn api_up() -> bool {
     Command::new("curl")
         .args(["-s", "-o", "/dev/null", "-m", "3", "http://127.0.0.1:9876/"])
@@ -329,7 +343,18 @@ impl Harness {
         }
     }
 
-    /// Start it again (and wait until it answers).
+    /// Stop Keystone (the Octavia API keeps running, and fails to validate tokens meanwhile).
+    pub fn stop_keystone(&self) {
+        let pid = std::fs::read_to_string(self.state.join("keystone.pid")).unwrap();
+        Command::new("kill").arg(pid.trim()).status().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while keystone_up() {
+            assert!(Instant::now() < deadline, "Keystone did not stop");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Start what is stopped again (the Octavia API, Keystone) and wait until the API answers.
     pub fn start_api(&self) {
         script("start").unwrap();
         assert!(api_up());

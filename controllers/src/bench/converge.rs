@@ -588,13 +588,30 @@ async fn cleanup(
 async fn release_capi_objects(apis: &Apis) -> Result<(), BenchError> {
     let release = json!({"metadata": {"finalizers": null}});
     for (api, what) in [(&apis.machines, "Machines"), (&apis.clusters, "Clusters")] {
-        api.delete_collection(&DeleteParams::background(), &ListParams::default())
+        // One request for all of them, which a busy apiserver may time out (600 Machines, each
+        // through Cluster API's webhooks, took over its 60 s once); then each one it did not get to.
+        if let Err(e) = api
+            .delete_collection(&DeleteParams::background(), &ListParams::default())
             .await
-            .map_err(api_err(format!("delete the {what}")))?;
+        {
+            eprintln!("deleting the {what} in one request failed ({e}); deleting them one by one");
+        }
         let left = api
             .list_metadata(&ListParams::default())
             .await
             .map_err(api_err(format!("list the {what}")))?;
+        for object in left
+            .items
+            .iter()
+            .filter(|o| o.metadata.deletion_timestamp.is_none())
+        {
+            let name = object.name_any();
+            match api.delete(&name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(api_err(format!("delete {name}"))(e)),
+            }
+        }
         for object in left.items.iter().filter(|o| !o.finalizers().is_empty()) {
             let name = object.name_any();
             match api
