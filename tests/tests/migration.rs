@@ -192,3 +192,54 @@ async fn deleting_the_load_balancer_mid_migration_deletes_both() {
             .is_none()
     );
 }
+
+/// A migration to an infrastructure object that does not exist is blocked before it begins:
+/// nothing of it was claimed or provisioned, so deleting the LoadBalancer deletes the serving load
+/// balancer and does not ask the new provider to delete anything (the Octavia provider cannot
+/// without the object's credentials). Found by the property test on the real apiserver
+/// (`e2e_fuzz.rs`), where a migration to a provider that is not enabled kept the LoadBalancer
+/// `Deleting` with `ProviderNotEnabled`.
+#[tokio::test]
+async fn deleting_after_a_blocked_migration_does_not_wait_for_its_target() {
+    let world = world(objects(new_infra())).await;
+    world.run_until_stable(50).await.unwrap();
+    merge_patch::<LoadBalancer>(
+        &world,
+        "cp",
+        json!({"spec": {"infrastructureRef": {"kind": "OctaviaLoadBalancer", "name": "cp-new"}}}),
+    )
+    .await;
+    world.run_until_stable(50).await.unwrap();
+    let lb = get_lb(&world, "cp").await;
+    let c = condition(&lb, "InfrastructureMigration");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "MigrationBlocked"),
+        "{}",
+        c.message
+    );
+    assert_eq!(cloud(&world).len(), 1);
+    Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .delete("cp", &DeleteParams::default())
+        .await
+        .unwrap();
+    world.run_until_stable(100).await.unwrap();
+    let left = Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .get_opt("cp")
+        .await
+        .unwrap();
+    assert!(
+        cloud(&world).is_empty(),
+        "{:?} {:#?}",
+        cloud(&world),
+        left.and_then(|l| l.status).map(|s| s.conditions)
+    );
+    assert!(
+        Api::<LoadBalancer>::namespaced(world.client(), NS)
+            .get_opt("cp")
+            .await
+            .unwrap()
+            .is_none(),
+        "the LoadBalancer waits for a provider that never provisioned anything"
+    );
+}

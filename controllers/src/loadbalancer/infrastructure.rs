@@ -258,6 +258,34 @@ impl Reconciliation<'_> {
     }
 }
 
+/// Whether the infrastructure object `infra_ref`, of a kind no enabled provider handles, is
+/// controlled by `lb`: claimed once, so possibly provisioned. A kind no provider of capi-lb's
+/// handles was never provisioned by capi-lb, and is not read. Where capi-lb may not read the
+/// object (an installation without that provider's RBAC), the answer is yes: it cannot tell.
+async fn claimed_by(
+    ctx: &Context,
+    lb: &LoadBalancer,
+    identity: &LoadBalancerIdentity,
+    infra_ref: &InfrastructureRef,
+) -> Result<bool> {
+    let Some(resource) = capi_lb_providers::catalog::CATALOG
+        .iter()
+        .map(|entry| (entry.infrastructure)())
+        .find(|r| r.group == infra_ref.api_group && r.kind == infra_ref.kind)
+    else {
+        return Ok(false);
+    };
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &identity.namespace, &resource);
+    let infra = match api.get_opt(&infra_ref.name).await {
+        Ok(infra) => infra,
+        Err(kube::Error::Api(e)) if e.code == 403 => return Ok(true),
+        Err(e) => return Err(kube_err("get", format!("{infra_ref}"))(e)),
+    };
+    let lb_uid = lb.metadata.uid.clone().unwrap_or_default();
+    Ok(infra.is_some_and(|i| is_controlled_by(&i, &lb_uid)))
+}
+
 /// Release one infrastructure object of `lb`: provider delete (when anything may have been
 /// provisioned with it), then drop our finalizer (and owner reference).
 pub(super) async fn release(
@@ -267,15 +295,24 @@ pub(super) async fn release(
     infra_ref: &InfrastructureRef,
     keep_owner_reference: bool,
 ) -> Result<Release> {
-    // Provisioned by us when it is (or was) serving, or a migration brought it up.
-    let recorded = lb.status.as_ref().is_some_and(|s| {
+    // Provisioned by us when it is (or was) serving, or a migration brought it up (below).
+    let served = lb.status.as_ref().is_some_and(|s| {
         s.infrastructure_ref.as_ref() == Some(infra_ref)
-            || s.migration
-                .as_ref()
-                .is_some_and(|m| &m.from == infra_ref || &m.to == infra_ref)
+            || s.migration.as_ref().is_some_and(|m| &m.from == infra_ref)
     });
+    let migrated_to = lb
+        .status
+        .as_ref()
+        .and_then(|s| s.migration.as_ref())
+        .is_some_and(|m| &m.to == infra_ref);
     let Some(provider) = ctx.providers.get(&infra_ref.api_group, &infra_ref.kind) else {
-        return Ok(if recorded {
+        // A migration's target is brought up only after it is claimed: one that is not ours (a
+        // migration to a provider that is not enabled, or to an object that does not exist,
+        // blocked before it began) has nothing to release, and must not hold the LoadBalancer's
+        // deletion.
+        let brought_up =
+            served || (migrated_to && claimed_by(ctx, lb, identity, infra_ref).await?);
+        return Ok(if brought_up {
             Release::Blocked(
                 r::PROVIDER_NOT_ENABLED,
                 format!(
@@ -303,7 +340,9 @@ pub(super) async fn release(
     // resources are tagged with, which differs after clusterctl move).
     let lb_uid = lb.metadata.uid.clone().unwrap_or_default();
     let ours = infra.as_ref().is_some_and(|i| is_controlled_by(i, &lb_uid));
-    if !ours && !recorded {
+    // What served may have cloud resources whose object is gone (the provider finds them by
+    // their tags); a migration's target was provisioned only if it was claimed first.
+    if !ours && !served {
         return Ok(Release::Done(Vec::new()));
     }
     let outcome = provider
