@@ -140,6 +140,16 @@ fn published_name_that_is_not_a_dns_label_is_rejected_by_cel() {
         "spec.publication.suffix",
         "must be a DNS label",
     );
+    // Longer than a label value: refused with or without publication.
+    let dotted = format!("{}.{}", "a".repeat(40), "b".repeat(30));
+    assert_rejected(
+        lb(
+            &dotted,
+            json!({"infrastructureRef": infra_ref(), "publication": {"enabled": false}}),
+        ),
+        "",
+        "is longer than 63 characters",
+    );
     // Without publication the same names are fine.
     parse::<LoadBalancer>(&lb(
         &long,

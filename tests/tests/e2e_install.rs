@@ -629,6 +629,7 @@ fn cel_cases() -> Vec<CelCase> {
         )
     };
     let long = "a".repeat(60);
+    let dotted = format!("{}.{}", "a".repeat(40), "b".repeat(30));
     vec![
         // LoadBalancer
         case(
@@ -657,6 +658,14 @@ fn cel_cases() -> Vec<CelCase> {
         )
         .spec(lb_spec(json!({"publication": {"suffix": "-Ext"}})))
         .evaluated(published("cp").replace("cp-ext", "cp-Ext")),
+        case("LoadBalancer", "", "is longer than 63 characters", "")
+            .name(&dotted)
+            .spec(lb_spec(json!({"publication": {"enabled": false}})))
+            .evaluated(format!(
+                "the LoadBalancer name {dotted} is longer than 63 characters: it is the value of \
+                 the label loadbalancer.cluster.x-k8s.io/name on what capi-lb publishes and \
+                 selects, so it must be a valid label value"
+            )),
         case(
             "LoadBalancer",
             "spec",
@@ -953,7 +962,16 @@ fn apiserver_causes(error: &kube::Error, what: &str) -> (String, Vec<(String, St
         .unwrap_or_default()
         .into_iter()
         .filter(|c| !c.message.contains("some validation rules were not checked"))
-        .map(|c| (c.field, c.message))
+        // The object itself: the apiserver spells it `<nil>` (a rule on the root without a
+        // fieldPath), client-side validation the empty path.
+        .map(|c| {
+            let field = if c.field == "<nil>" {
+                String::new()
+            } else {
+                c.field
+            };
+            (field, c.message)
+        })
         .collect();
     (status.message.clone(), causes)
 }
