@@ -258,6 +258,26 @@ impl Reconciliation<'_> {
     }
 }
 
+/// The infrastructure object `infra_ref` names, of kind `resource`, if it exists.
+async fn infrastructure_object(
+    ctx: &Context,
+    identity: &LoadBalancerIdentity,
+    resource: &ApiResource,
+    infra_ref: &InfrastructureRef,
+) -> kube::Result<Option<DynamicObject>> {
+    Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &identity.namespace, resource)
+        .get_opt(&infra_ref.name)
+        .await
+}
+
+/// Whether `infra` is controlled by `lb`. Owner references name the LoadBalancer's own UID (the
+/// identity's is the one its cloud resources are tagged with, which differs after clusterctl
+/// move).
+fn controlled_by_lb(infra: Option<&DynamicObject>, lb: &LoadBalancer) -> bool {
+    let lb_uid = lb.metadata.uid.as_deref().unwrap_or_default();
+    infra.is_some_and(|i| is_controlled_by(i, lb_uid))
+}
+
 /// Whether the infrastructure object `infra_ref`, of a kind no enabled provider handles, is
 /// controlled by `lb`: claimed once, so possibly provisioned. A kind no provider of capi-lb's
 /// handles was never provisioned by capi-lb, and is not read. Where capi-lb may not read the
@@ -268,22 +288,17 @@ async fn claimed_by(
     identity: &LoadBalancerIdentity,
     infra_ref: &InfrastructureRef,
 ) -> Result<bool> {
-    let Some(resource) = capi_lb_providers::catalog::CATALOG
-        .iter()
+    let Some(resource) = capi_lb_providers::catalog::for_kind(&infra_ref.kind)
         .map(|entry| (entry.infrastructure)())
-        .find(|r| r.group == infra_ref.api_group && r.kind == infra_ref.kind)
+        .filter(|r| r.group == infra_ref.api_group)
     else {
         return Ok(false);
     };
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &identity.namespace, &resource);
-    let infra = match api.get_opt(&infra_ref.name).await {
-        Ok(infra) => infra,
-        Err(kube::Error::Api(e)) if e.code == 403 => return Ok(true),
-        Err(e) => return Err(kube_err("get", format!("{infra_ref}"))(e)),
-    };
-    let lb_uid = lb.metadata.uid.clone().unwrap_or_default();
-    Ok(infra.is_some_and(|i| is_controlled_by(&i, &lb_uid)))
+    match infrastructure_object(ctx, identity, &resource, infra_ref).await {
+        Ok(infra) => Ok(controlled_by_lb(infra.as_ref(), lb)),
+        Err(kube::Error::Api(e)) if e.code == 403 => Ok(true),
+        Err(e) => Err(kube_err("get", format!("{infra_ref}"))(e)),
+    }
 }
 
 /// Release one infrastructure object of `lb`: provider delete (when anything may have been
@@ -327,19 +342,11 @@ pub(super) async fn release(
             Release::Done(Vec::new())
         });
     };
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        ctx.client.clone(),
-        &identity.namespace,
-        &provider.infrastructure_resource(),
-    );
-    let infra = api
-        .get_opt(&infra_ref.name)
+    let resource = provider.infrastructure_resource();
+    let infra = infrastructure_object(ctx, identity, &resource, infra_ref)
         .await
         .map_err(kube_err("get", format!("{infra_ref}")))?;
-    // Owner references name the LoadBalancer's own UID (the identity's is the one its cloud
-    // resources are tagged with, which differs after clusterctl move).
-    let lb_uid = lb.metadata.uid.clone().unwrap_or_default();
-    let ours = infra.as_ref().is_some_and(|i| is_controlled_by(i, &lb_uid));
+    let ours = controlled_by_lb(infra.as_ref(), lb);
     // What served may have cloud resources whose object is gone (the provider finds them by
     // their tags); a migration's target was provisioned only if it was claimed first.
     if !ours && !served {
@@ -385,10 +392,12 @@ pub(super) async fn release(
         Progress::Done => {
             let mut changes = outcome.changes;
             if let Some(infra) = infra.as_ref().filter(|_| ours) {
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(ctx.client.clone(), &identity.namespace, &resource);
                 metadata::release(
                     &api,
                     infra,
-                    &lb_uid,
+                    lb.metadata.uid.as_deref().unwrap_or_default(),
                     INFRASTRUCTURE_FINALIZER,
                     keep_owner_reference,
                 )
