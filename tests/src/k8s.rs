@@ -431,6 +431,18 @@ pub async fn install_crds(client: &Client) {
     }
 }
 
+/// kube-dc's EIp CRD (the real one, from `$KUBEDC_CRDS_DIR`), for the kube-dc provider and its
+/// simulated controller.
+pub async fn install_kube_dc_crds(client: &Client) {
+    install_third_party_crds(
+        client,
+        "KUBEDC_CRDS_DIR",
+        "kube-dc",
+        &["kube-dc.com_eips.yaml"],
+    )
+    .await;
+}
+
 /// Third-party CRDs (unmodified upstream files) from `$env_var`, default `../shared/crds/<folder>`
 /// next to the repository. Conversion webhooks are switched off (no webhook runs here).
 pub async fn install_third_party_crds(
@@ -1258,6 +1270,18 @@ pub async fn provisioned_test_machine(t: &TestNs, name: &str, ip: &str, provider
         .await
         .unwrap();
     t.create(control_plane_machine(name)).await;
+}
+
+/// Let every Machine of `t`'s namespace go (see [`release_machine`]).
+pub async fn release_all_machines(t: &TestNs) {
+    let machines = t
+        .api::<capi_lb_api::capi::Machine>()
+        .list(&Default::default())
+        .await
+        .unwrap();
+    for m in machines {
+        release_machine(t, &m.name_any()).await;
+    }
 }
 
 /// Give Machine `name` an InternalIP, as Cluster API's machine controller would.

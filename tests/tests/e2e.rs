@@ -14,8 +14,8 @@ use capi_lb_api::target::TargetKeys;
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
 use capi_lb_tests::k8s::{
     TestNs, capi_cluster, condition, eventually, in_memory, install_capi_crds,
-    install_third_party_crds, load_balancer, machine, release_machine, set_machine_ip, unique_name,
-    wait_for, wait_gone, wait_ready,
+    install_kube_dc_crds, install_third_party_crds, load_balancer, machine, release_machine,
+    set_machine_ip, unique_name, wait_for, wait_gone, wait_ready,
 };
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -403,13 +403,7 @@ async fn a_load_balancer_on_kube_dc_with_the_simulated_controller() {
 
     let mut t = TestNs::new("e2e-kubedc").await;
     install_capi_crds(&t.client).await;
-    install_third_party_crds(
-        &t.client,
-        "KUBEDC_CRDS_DIR",
-        "kube-dc",
-        &["kube-dc.com_eips.yaml"],
-    )
-    .await;
+    install_kube_dc_crds(&t.client).await;
     t.start(t.options(&["kubedc"]));
     // kube-dc's controller, simulated, against the real apiserver (with the admin's rights).
     let sim = KubeDcSim::new().spawn(t.client.clone(), t.ns.clone());

@@ -63,8 +63,7 @@ use capi_lb_api::constants::{
 };
 use capi_lb_api::target::TargetKeys;
 use capi_lb_tests::k8s::{
-    TEST_INFRA_GROUP, TestNs, capi_api, capi_cluster, install_capi_crds, merge_status,
-    release_machine,
+    TestNs, capi_api, capi_cluster, install_capi_crds, machine, merge_status, release_machine,
 };
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -534,15 +533,13 @@ fn generate(g: &mut Gen, count: usize, ns: &str) -> Vec<Case> {
     cases
 }
 
+/// Machine `m` of Cluster [`CLUSTER`] (the `machine` helper's) with its generated labels and
+/// annotations.
 fn machine_doc(m: &Machine) -> Value {
-    let mut labels = m.labels.clone();
-    labels.insert("cluster.x-k8s.io/cluster-name".into(), json!(CLUSTER));
-    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-           "metadata": {"name": m.name, "finalizers": ["machine.cluster.x-k8s.io"],
-                        "labels": labels, "annotations": m.annotations},
-           "spec": {"clusterName": CLUSTER, "bootstrap": {"dataSecretName": "none"},
-               "infrastructureRef": {"apiGroup": TEST_INFRA_GROUP,
-                                     "kind": "TestMachine", "name": m.name}}})
+    let mut doc = machine(&m.name, Value::Object(m.labels.clone()));
+    assert_eq!(doc["spec"]["clusterName"], CLUSTER);
+    doc["metadata"]["annotations"] = Value::Object(m.annotations.clone());
+    doc
 }
 
 // --- the rounds --------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ use capi_lb_api::{
 };
 use capi_lb_tests::k8s::{
     TestNs, admin_client, apply_value, dynamic_api, install_capi_crds, install_crds,
-    install_third_party_crds, kubectl, wait_for,
+    install_kube_dc_crds, install_third_party_crds, kubectl, wait_for,
 };
 use capi_lb_tests::substitute;
 use capi_lb_tests::templates::{render, template_files};
@@ -329,13 +329,7 @@ async fn every_example_and_every_template_flavor_is_accepted_by_the_apiserver() 
         &["controlplane.cluster.x-k8s.io_kamajicontrolplanes.yaml"],
     )
     .await;
-    install_third_party_crds(
-        &client,
-        "KUBEDC_CRDS_DIR",
-        "kube-dc",
-        &["kube-dc.com_eips.yaml"],
-    )
-    .await;
+    install_kube_dc_crds(&client).await;
 
     let (examples, templates) = manifest_files();
     assert!(

@@ -39,7 +39,7 @@ use capi_lb_api::loadbalancer::TargetKind;
 use capi_lb_api::target::TargetKeys;
 use capi_lb_tests::k8s::{
     TestNs, capi, capi_api, capi_cluster, cluster, condition, dynamic_api, eventually, in_memory,
-    install_capi_crds, install_third_party_crds, load_balancer, machine, set_machine_ip, wait_for,
+    install_capi_crds, install_kube_dc_crds, load_balancer, machine, set_machine_ip, wait_for,
     wait_gone,
 };
 use k8s_openapi::api::events::v1::Event;
@@ -348,13 +348,7 @@ async fn a_tenant_cannot_make_capi_lb_read_or_change_what_it_may_not_touch() {
     let mut t = TestNs::new("e2e-tenancy").await;
     let other = TestNs::new("e2e-tenancy-other").await;
     install_capi_crds(&t.client).await;
-    install_third_party_crds(
-        &t.client,
-        "KUBEDC_CRDS_DIR",
-        "kube-dc",
-        &["kube-dc.com_eips.yaml"],
-    )
-    .await;
+    install_kube_dc_crds(&t.client).await;
     let tenant = tenant_client().await;
     grant_tenant(&t, &tenant).await;
 

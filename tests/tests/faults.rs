@@ -30,8 +30,8 @@ use capi_lb_api::constants::{
 };
 use capi_lb_api::kubedc::EIp;
 use capi_lb_tests::k8s::{
-    TestNs, cluster, install_capi_crds, install_third_party_crds, load_balancer, machine, metallb,
-    release_machine, set_machine_ip,
+    TestNs, cluster, install_capi_crds, install_kube_dc_crds, load_balancer, machine, metallb,
+    release_all_machines, set_machine_ip,
 };
 use capi_lb_tests::kubedc_sim::KubeDcSim;
 use capi_lb_tests::octavia;
@@ -582,13 +582,7 @@ async fn kube_dc_under_sigkill() {
     let mut rng = Rng::seeded(scenario);
     let t = TestNs::new("faults-kdc").await;
     install_capi_crds(&t.client).await;
-    install_third_party_crds(
-        &t.client,
-        "KUBEDC_CRDS_DIR",
-        "kube-dc",
-        &["kube-dc.com_eips.yaml"],
-    )
-    .await;
+    install_kube_dc_crds(&t.client).await;
     let sim = KubeDcSim::new().spawn(t.client.clone(), t.ns.clone());
     let names: Vec<String> = (0..8).map(|i| format!("lb{i}")).collect();
     let controller = Controller::new(controller_args(&t, "kubedc,service"), log_path(scenario));
@@ -755,14 +749,7 @@ async fn kube_dc_under_sigkill() {
     .await;
     controller.kill().await;
     sim.stop().await;
-    for m in t
-        .api::<Machine>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-    {
-        release_machine(&t, &m.name_any()).await;
-    }
+    release_all_machines(&t).await;
     println!(
         "{scenario}: {kills} SIGKILLs in {killed_for:.1?} over 8 LoadBalancers; converged {recovered_in:.1?} \
          after the last; leaked: 0 EIps, 0 Services, 0 hooks"
@@ -913,14 +900,7 @@ async fn octavia_under_sigkill() {
     })
     .await;
     controller.kill().await;
-    for m in t
-        .api::<Machine>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-    {
-        release_machine(&t, &m.name_any()).await;
-    }
+    release_all_machines(&t).await;
     println!(
         "{scenario}: {kills} SIGKILLs in {killed_for:.1?} over 3 LoadBalancers; converged {recovered_in:.1?} \
          after the last; leaked: 0 Octavia load balancers, 0 hooks"
@@ -1198,13 +1178,7 @@ async fn leader_failover_under_load() {
     // 60 in `cargo test` (CI time), the issue's 200 in a soak run.
     let n: usize = if soak() { 200 } else { 60 };
     let t = TestNs::new("faults-failover").await;
-    install_third_party_crds(
-        &t.client,
-        "KUBEDC_CRDS_DIR",
-        "kube-dc",
-        &["kube-dc.com_eips.yaml"],
-    )
-    .await;
+    install_kube_dc_crds(&t.client).await;
     let sim = KubeDcSim::new().spawn(t.client.clone(), t.ns.clone());
     let lease_name = capi_lb_tests::k8s::unique_name("capi-lb-faults-leader");
     let leases: Api<Lease> = Api::namespaced(t.client.clone(), "capi-lb-system");
@@ -1565,13 +1539,6 @@ async fn octavia_outage_and_revoked_credential() {
     })
     .await;
     controller.kill().await;
-    for m in t
-        .api::<Machine>()
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-    {
-        release_machine(&t, &m.name_any()).await;
-    }
+    release_all_machines(&t).await;
     t.finish().await;
 }
