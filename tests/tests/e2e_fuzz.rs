@@ -129,13 +129,11 @@ impl Gen {
         values: &[T],
         max: usize,
     ) -> Vec<T> {
-        let mut picked = self.pick(proptest::sample::subsequence(
+        let picked = self.pick(proptest::sample::subsequence(
             values.to_vec(),
             0..=max.min(values.len()),
         ));
-        let order = self.pick(Just(picked.clone()).prop_shuffle());
-        picked = order;
-        picked
+        self.pick(Just(picked).prop_shuffle())
     }
 }
 
@@ -814,15 +812,13 @@ async fn change_some(t: &TestNs, g: &mut Gen, cases: &mut [Case]) {
                 labels.insert(key, json!(g.one_of(&values)));
             }
             let disabled = if g.chance(2) {
+                m.annotations.remove(ANNOTATION_TARGET_DISABLED);
                 Value::Null
             } else {
+                m.annotations
+                    .insert(ANNOTATION_TARGET_DISABLED.into(), json!("true"));
                 json!("true")
             };
-            m.annotations
-                .insert(ANNOTATION_TARGET_DISABLED.into(), disabled.clone());
-            if disabled.is_null() {
-                m.annotations.remove(ANNOTATION_TARGET_DISABLED);
-            }
             patch.insert(
                 "metadata".into(),
                 json!({"labels": labels, "annotations": {ANNOTATION_TARGET_DISABLED: disabled}}),
