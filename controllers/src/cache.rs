@@ -10,9 +10,15 @@
 //! read back older than it wrote it and written again on a stale resourceVersion (refused with a
 //! conflict, then retried). The cache therefore keeps what capi-lb wrote (read-your-writes) until the
 //! watch delivers that version or a newer one.
+//!
+//! Reconciles wait for the caches' first lists ([`Caches::synced`]) as controller-runtime's workers
+//! do: the LoadBalancers' own watch delivers them at once, and a reconcile that ran before the
+//! Machine cache was filled listed every Machine of the namespace through the API, several at a
+//! time (at a warm restart with 3,000 Machines that was most of the controller's peak memory). A
+//! cache whose list fails (not installed, not allowed) is not waited for: its readers fall back to
+//! the API, as before.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -23,11 +29,26 @@ use kube::runtime::reflector::{ObjectRef, Store};
 /// How long a deletion capi-lb made hides the object from listings when the watch has not said so.
 const TOMBSTONE: Duration = Duration::from_secs(60);
 
+/// How long after the caches were made reconciles wait at most for their first lists; after that
+/// they never wait (a watch that neither lists nor fails is a problem `/readyz` and the logs show).
+const SYNC_WAIT: Duration = Duration::from_secs(60);
+
+/// Where a cache is with its first list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sync {
+    /// Not listed yet.
+    Pending,
+    /// Listed: reads are served from the cache.
+    Synced,
+    /// The list failed (and is retried with back-off): readers use the API until it succeeds.
+    Failing,
+}
+
 /// A watched kind's objects, as the watch delivered them plus capi-lb's own newer writes.
 pub struct ObjectCache {
     resource: ApiResource,
     store: Store<DynamicObject>,
-    synced: Arc<AtomicBool>,
+    sync: tokio::sync::watch::Sender<Sync>,
     /// What capi-lb wrote, by UID, until the watch catches up.
     written: Mutex<HashMap<String, DynamicObject>>,
     /// What capi-lb deleted, by UID, until the watch delivers the deletion (or a minute passed:
@@ -39,7 +60,7 @@ impl std::fmt::Debug for ObjectCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ObjectCache")
             .field("kind", &self.resource.kind)
-            .field("synced", &self.synced.load(Ordering::Relaxed))
+            .field("sync", &*self.sync.borrow())
             .finish_non_exhaustive()
     }
 }
@@ -51,19 +72,32 @@ fn revision(object: &DynamicObject) -> Option<u64> {
 }
 
 impl ObjectCache {
-    /// A cache of `resource` over `store`, usable once `synced` is set (after the first list).
-    pub fn new(
-        resource: ApiResource,
-        store: Store<DynamicObject>,
-        synced: Arc<AtomicBool>,
-    ) -> Self {
+    /// A cache of `resource` over `store`, usable once [`Self::seen`] was told the first list is
+    /// complete.
+    pub fn new(resource: ApiResource, store: Store<DynamicObject>) -> Self {
         Self {
             resource,
             store,
-            synced,
+            sync: tokio::sync::watch::Sender::new(Sync::Pending),
             written: Mutex::new(HashMap::new()),
             deleted: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn is_synced(&self) -> bool {
+        *self.sync.borrow() == Sync::Synced
+    }
+
+    /// Its watch failed to list: readers go to the API meanwhile, and [`Caches::synced`] does not
+    /// wait for it. A later successful list (`InitDone`) makes it synced.
+    pub fn failing(&self) {
+        self.sync.send_if_modified(|s| {
+            let pending = *s == Sync::Pending;
+            if pending {
+                *s = Sync::Failing;
+            }
+            pending
+        });
     }
 
     fn is(&self, resource: &ApiResource) -> bool {
@@ -77,7 +111,7 @@ impl ObjectCache {
         namespace: &str,
         keep: impl Fn(&DynamicObject) -> bool,
     ) -> Option<Vec<DynamicObject>> {
-        if !self.synced.load(Ordering::Acquire) {
+        if !self.is_synced() {
             return None;
         }
         let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
@@ -133,7 +167,7 @@ impl ObjectCache {
     /// not completed, `Some(None)` when the cache does not have it (the caller may still get it
     /// through the API: the watch may not have delivered a new object yet).
     pub fn get(&self, namespace: &str, name: &str) -> Option<Option<DynamicObject>> {
-        if !self.synced.load(Ordering::Acquire) {
+        if !self.is_synced() {
             return None;
         }
         let key = ObjectRef::new_with(name, self.resource.clone()).within(namespace);
@@ -160,14 +194,23 @@ impl ObjectCache {
         }))
     }
 
-    /// What the watch delivered: a copy of ours is dropped once the watch has that version or a
-    /// newer one, or the object is gone.
+    /// What the watch delivered (after the store has it): a copy of ours is dropped once the watch
+    /// has that version or a newer one, or the object is gone; the end of a list makes the cache
+    /// synced.
     pub fn seen(&self, event: &kube::runtime::watcher::Event<DynamicObject>) {
         use kube::runtime::watcher::Event;
         let (object, deleted) = match event {
             Event::Apply(o) | Event::InitApply(o) => (o, false),
             Event::Delete(o) => (o, true),
-            Event::Init | Event::InitDone => return,
+            Event::InitDone => {
+                self.sync.send_if_modified(|s| {
+                    let changed = *s != Sync::Synced;
+                    *s = Sync::Synced;
+                    changed
+                });
+                return;
+            }
+            Event::Init => return,
         };
         let Some(uid) = object.metadata.uid.as_deref() else {
             return;
@@ -246,13 +289,38 @@ pub fn strip(mut object: DynamicObject) -> DynamicObject {
 }
 
 /// The caches a controller has, by kind.
-#[derive(Debug, Default)]
-pub struct Caches(Vec<Arc<ObjectCache>>);
+#[derive(Debug)]
+pub struct Caches {
+    caches: Vec<Arc<ObjectCache>>,
+    /// Reconciles wait for the first lists until then at most.
+    wait_until: Instant,
+}
+
+impl Default for Caches {
+    fn default() -> Self {
+        Self {
+            caches: Vec::new(),
+            wait_until: Instant::now() + SYNC_WAIT,
+        }
+    }
+}
 
 impl Caches {
     /// Add the cache of a kind.
     pub fn add(&mut self, cache: Arc<ObjectCache>) {
-        self.0.push(cache);
+        self.caches.push(cache);
+    }
+
+    /// Until every cache has completed its first list or failed it (at most [`SYNC_WAIT`] after
+    /// the caches were made): what a reconcile does first, so that it reads the caches instead of
+    /// listing through the API. Immediate once they have.
+    pub async fn synced(&self) {
+        for cache in &self.caches {
+            let mut sync = cache.sync.subscribe();
+            let deadline = tokio::time::Instant::from_std(self.wait_until);
+            // A cache still pending at the deadline is left to the API fallback.
+            let _ = tokio::time::timeout_at(deadline, sync.wait_for(|s| *s != Sync::Pending)).await;
+        }
     }
 
     /// Tell the cache of `resource`'s kind (if any) what capi-lb just wrote.
@@ -264,7 +332,7 @@ impl Caches {
 
     /// The cache of `resource`'s kind, if it is cached.
     pub fn of(&self, resource: &ApiResource) -> Option<&ObjectCache> {
-        self.0.iter().find(|c| c.is(resource)).map(Arc::as_ref)
+        self.caches.iter().find(|c| c.is(resource)).map(Arc::as_ref)
     }
 }
 
@@ -294,11 +362,51 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn reconciles_wait_for_the_first_lists_but_not_for_a_failing_one() {
+        let machines = Writer::new(resource());
+        let mut other = resource();
+        other.kind = "Cluster".into();
+        let clusters = Writer::new(other.clone());
+        let mut caches = Caches::default();
+        caches.add(Arc::new(ObjectCache::new(resource(), machines.as_reader())));
+        caches.add(Arc::new(ObjectCache::new(
+            other.clone(),
+            clusters.as_reader(),
+        )));
+        let caches = Arc::new(caches);
+        let waiting = {
+            let caches = caches.clone();
+            tokio::spawn(async move { caches.synced().await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "returned before any list");
+        caches.of(&resource()).unwrap().seen(&Event::InitDone);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !waiting.is_finished(),
+            "returned with the Clusters not listed"
+        );
+        // The Clusters' list fails: their readers use the API, reconciles go on.
+        caches.of(&other).unwrap().failing();
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("still waiting once every cache synced or failed")
+            .unwrap();
+        assert!(caches.of(&other).unwrap().list("a", |_| true).is_none());
+        // A later list that succeeds serves reads; a failure after that does not undo it.
+        caches.of(&other).unwrap().seen(&Event::InitDone);
+        caches.of(&other).unwrap().failing();
+        assert!(caches.of(&other).unwrap().list("a", |_| true).is_some());
+        tokio::time::timeout(Duration::from_millis(100), caches.synced())
+            .await
+            .unwrap();
+    }
+
     #[test]
     fn lists_by_namespace_and_filter_and_reads_its_own_writes_until_the_watch_catches_up() {
         let mut writer = Writer::new(resource());
-        let synced = Arc::new(AtomicBool::new(false));
-        let cache = ObjectCache::new(resource(), writer.as_reader(), synced.clone());
+        let cache = ObjectCache::new(resource(), writer.as_reader());
         let caches = {
             let mut c = Caches::default();
             c.add(Arc::new(cache));
@@ -318,7 +426,7 @@ mod tests {
             writer.apply_watcher_event(&Event::InitApply(m));
         }
         writer.apply_watcher_event(&Event::InitDone);
-        synced.store(true, Ordering::Release);
+        cache.seen(&Event::InitDone);
         let cp = |o: &DynamicObject| o.labels().get("role").map(String::as_str) == Some("cp");
         let names = |v: Vec<DynamicObject>| v.iter().map(|o| o.name_any()).collect::<Vec<_>>();
         assert_eq!(names(cache.list("a", cp).unwrap()), ["m1"]);

@@ -82,6 +82,7 @@ pub async fn reconcile_watched(watched: Arc<Watched>, ctx: Arc<Context>) -> Resu
 
 /// Reconcile one LoadBalancer.
 pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outcome> {
+    ctx.caches.synced().await;
     let namespace = lb
         .namespace()
         .ok_or_else(|| Error::MissingField(describe(&lb), "namespace"))?;

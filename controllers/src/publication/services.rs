@@ -276,6 +276,7 @@ pub async fn reconcile_service(
     ctx: Arc<Context>,
     reported: &Reported,
 ) -> Result<Outcome> {
+    ctx.caches.synced().await;
     let namespace = service.namespace().unwrap_or_default();
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
     if let Some(source) = source_of(&service) {

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use capi_lb_api::capi::Cluster;
@@ -129,25 +128,17 @@ impl Watches<'_> {
         relevant: Option<Projection>,
     ) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
         let writer = reflector::store::Writer::new(ar.clone());
-        let synced = Arc::new(AtomicBool::new(false));
-        let cache = Arc::new(ObjectCache::new(
-            ar.clone(),
-            writer.as_reader(),
-            synced.clone(),
-        ));
+        let cache = Arc::new(ObjectCache::new(ar.clone(), writer.as_reader()));
         self.caches.add(cache.clone());
+        let failing = cache.clone();
         reflector::reflector(
             writer,
             watcher(dynamic_api(self.client, self.ns, ar), config)
                 .backoff(backoff::for_watch())
                 .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None),
         )
-        .inspect_ok(move |event| {
-            cache.seen(event);
-            if matches!(event, watcher::Event::InitDone) {
-                synced.store(true, Ordering::Release);
-            }
-        })
+        .inspect_ok(move |event| cache.seen(event))
+        .inspect_err(move |_| failing.failing())
         .try_filter(changed(relevant))
         .touched_objects()
     }
