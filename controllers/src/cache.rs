@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{ObjectRef, Store};
+use serde_json::{Value, json};
 
 /// How long a deletion capi-lb made hides the object from listings when the watch has not said so.
 const TOMBSTONE: Duration = Duration::from_secs(60);
@@ -48,6 +49,8 @@ enum Sync {
 pub struct ObjectCache {
     resource: ApiResource,
     store: Store<DynamicObject>,
+    /// What is kept of each object.
+    prune: Prune,
     sync: tokio::sync::watch::Sender<Sync>,
     /// What capi-lb wrote, by UID, until the watch catches up.
     written: Mutex<HashMap<String, DynamicObject>>,
@@ -72,12 +75,13 @@ fn revision(object: &DynamicObject) -> Option<u64> {
 }
 
 impl ObjectCache {
-    /// A cache of `resource` over `store`, usable once [`Self::seen`] was told the first list is
-    /// complete.
-    pub fn new(resource: ApiResource, store: Store<DynamicObject>) -> Self {
+    /// A cache of `resource` over `store` (whose writer's objects went through `prune`), usable
+    /// once [`Self::seen`] was told the first list is complete.
+    pub fn new(resource: ApiResource, store: Store<DynamicObject>, prune: Prune) -> Self {
         Self {
             resource,
             store,
+            prune,
             sync: tokio::sync::watch::Sender::new(Sync::Pending),
             written: Mutex::new(HashMap::new()),
             deleted: Mutex::new(HashMap::new()),
@@ -276,16 +280,65 @@ impl ObjectCache {
             self.written
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(uid, strip(object.clone()));
+                .insert(uid, {
+                    let mut kept = object.clone();
+                    (self.prune)(&mut kept);
+                    kept
+                });
         }
     }
 }
 
-/// `object` without its `managedFields`, which no reconcile reads and which are often the largest
+/// What a cache keeps of each object of its kind (see [`full`], [`target_view`], [`cluster_view`]):
+/// applied to what the watch delivers and to what capi-lb wrote.
+pub type Prune = fn(&mut DynamicObject);
+
+/// The object without its `managedFields`, which no reconcile reads and which are often the largest
 /// part of it.
-pub fn strip(mut object: DynamicObject) -> DynamicObject {
+pub fn full(object: &mut DynamicObject) {
     object.metadata.managed_fields = None;
-    object
+}
+
+/// A target (a Cluster API Machine) as reconciles read it: its metadata, `status.addresses`, and
+/// the type and status of its conditions (`status.conditions`, `status.v1beta2.conditions`; the
+/// readiness gates). Its spec and the rest of its status (with Cluster API running, most of a
+/// Machine: phase, node info, condition reasons, messages and times) are not kept.
+pub fn target_view(object: &mut DynamicObject) {
+    full(object);
+    let Some(data) = object.data.as_object_mut() else {
+        return;
+    };
+    data.remove("spec");
+    let Some(status) = data.get_mut("status").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let conditions = |list: Option<&Value>| -> Option<Value> {
+        let kept = list?
+            .as_array()?
+            .iter()
+            .map(|c| json!({"type": c.get("type"), "status": c.get("status")}))
+            .collect();
+        Some(Value::Array(kept))
+    };
+    let mut view = serde_json::Map::new();
+    if let Some(addresses) = status.remove("addresses") {
+        view.insert("addresses".into(), addresses);
+    }
+    if let Some(kept) = conditions(status.get("conditions")) {
+        view.insert("conditions".into(), kept);
+    }
+    if let Some(kept) = conditions(status.get("v1beta2").and_then(|v| v.get("conditions"))) {
+        view.insert("v1beta2".into(), json!({"conditions": kept}));
+    }
+    *status = view;
+}
+
+/// A Cluster as a LoadBalancer reads it: metadata and spec, not its status.
+pub fn cluster_view(object: &mut DynamicObject) {
+    full(object);
+    if let Some(data) = object.data.as_object_mut() {
+        data.remove("status");
+    }
 }
 
 /// The caches a controller has, by kind.
@@ -362,6 +415,72 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_target_keeps_what_reconciles_read_and_a_cluster_its_spec() {
+        use crate::loadbalancer::targets::{pending_gates, pick_address};
+        use capi_lb_api::loadbalancer::{MachineAddressType, ReadinessGate};
+        let mut machine: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+            "metadata": {"name": "m", "namespace": "a", "uid": "u", "resourceVersion": "7",
+                         "labels": {"role": "cp"}, "annotations": {"k": "v"},
+                         "managedFields": [{"manager": "x"}]},
+            "spec": {"clusterName": "c", "bootstrap": {"dataSecretName": "s"}},
+            "status": {
+                "phase": "Running", "nodeRef": {"name": "n"},
+                "addresses": [{"type": "ExternalIP", "address": "192.0.2.1"},
+                              {"type": "InternalIP", "address": "10.0.0.1"}],
+                "conditions": [{"type": "Ready", "status": "True", "reason": "R",
+                                "message": "long", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "v1beta2": {"conditions": [{"type": "NodeHealthy", "status": "False",
+                                            "message": "m", "reason": "r"}]}}
+        }))
+        .unwrap();
+        let full_value = serde_json::to_value(&machine).unwrap();
+        target_view(&mut machine);
+        let view = serde_json::to_value(&machine).unwrap();
+        assert_eq!(
+            view,
+            json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+                "metadata": {"name": "m", "namespace": "a", "uid": "u", "resourceVersion": "7",
+                             "labels": {"role": "cp"}, "annotations": {"k": "v"}},
+                "status": {
+                    "addresses": [{"type": "ExternalIP", "address": "192.0.2.1"},
+                                  {"type": "InternalIP", "address": "10.0.0.1"}],
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "v1beta2": {"conditions": [{"type": "NodeHealthy", "status": "False"}]}}
+            })
+        );
+        // What a reconcile reads is the same on the view.
+        let order = [
+            MachineAddressType::InternalIp,
+            MachineAddressType::ExternalIp,
+        ];
+        assert_eq!(
+            pick_address(&view, &order),
+            pick_address(&full_value, &order)
+        );
+        assert_eq!(pick_address(&view, &order).as_deref(), Some("10.0.0.1"));
+        let gates: Vec<ReadinessGate> = serde_json::from_value(json!([
+            {"conditionType": "Ready"}, {"conditionType": "NodeHealthy"}
+        ]))
+        .unwrap();
+        assert_eq!(
+            pending_gates(&view, &gates),
+            pending_gates(&full_value, &gates)
+        );
+        assert_eq!(pending_gates(&view, &gates), ["NodeHealthy"]);
+
+        let mut cluster: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "c", "namespace": "a"},
+            "spec": {"paused": true}, "status": {"phase": "Provisioned"}
+        }))
+        .unwrap();
+        cluster_view(&mut cluster);
+        assert_eq!(cluster.data, json!({"spec": {"paused": true}}));
+    }
+
     #[tokio::test]
     async fn reconciles_wait_for_the_first_lists_but_not_for_a_failing_one() {
         let machines = Writer::new(resource());
@@ -369,10 +488,15 @@ mod tests {
         other.kind = "Cluster".into();
         let clusters = Writer::new(other.clone());
         let mut caches = Caches::default();
-        caches.add(Arc::new(ObjectCache::new(resource(), machines.as_reader())));
+        caches.add(Arc::new(ObjectCache::new(
+            resource(),
+            machines.as_reader(),
+            full,
+        )));
         caches.add(Arc::new(ObjectCache::new(
             other.clone(),
             clusters.as_reader(),
+            full,
         )));
         let caches = Arc::new(caches);
         let waiting = {
@@ -406,7 +530,7 @@ mod tests {
     #[test]
     fn lists_by_namespace_and_filter_and_reads_its_own_writes_until_the_watch_catches_up() {
         let mut writer = Writer::new(resource());
-        let cache = ObjectCache::new(resource(), writer.as_reader());
+        let cache = ObjectCache::new(resource(), writer.as_reader(), full);
         let caches = {
             let mut c = Caches::default();
             c.add(Arc::new(cache));

@@ -26,7 +26,7 @@ use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use super::{RunError, RunOptions, api, backoff, dynamic_api, installed};
-use crate::cache::{Caches, ObjectCache};
+use crate::cache::{self, Caches, ObjectCache};
 use crate::kinds::CapiKinds;
 use crate::loadbalancer::triggers::{self, Triggers, Watched};
 use crate::telemetry::{Health, Metrics};
@@ -116,26 +116,28 @@ impl Watches<'_> {
         &mut self,
         ar: &ApiResource,
     ) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
-        self.cached_with(ar, watcher::Config::default(), None)
+        self.cached_with(ar, watcher::Config::default(), None, cache::full)
     }
 
-    /// [`Self::cached`] for the objects `config` selects; with `relevant`, an object's change
-    /// reaches the trigger only when its projection changed (the cache gets every change).
+    /// [`Self::cached`] for the objects `config` selects, keeping of each what `prune` leaves; with
+    /// `relevant`, an object's change reaches the trigger only when its projection changed (the
+    /// cache gets every change).
     fn cached_with(
         &mut self,
         ar: &ApiResource,
         config: watcher::Config,
         relevant: Option<Projection>,
+        prune: cache::Prune,
     ) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
         let writer = reflector::store::Writer::new(ar.clone());
-        let cache = Arc::new(ObjectCache::new(ar.clone(), writer.as_reader()));
+        let cache = Arc::new(ObjectCache::new(ar.clone(), writer.as_reader(), prune));
         self.caches.add(cache.clone());
         let failing = cache.clone();
         reflector::reflector(
             writer,
             watcher(dynamic_api(self.client, self.ns, ar), config)
                 .backoff(backoff::for_watch())
-                .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None),
+                .modify(prune),
         )
         .inspect_ok(move |event| cache.seen(event))
         .inspect_err(move |_| failing.failing())
@@ -153,6 +155,7 @@ impl Watches<'_> {
             &service,
             watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")),
             None,
+            cache::full,
         );
         let slices = self.cached_with(
             &slice,
@@ -160,6 +163,7 @@ impl Watches<'_> {
                 "{LABEL_ENDPOINTSLICE_MANAGED_BY}={ENDPOINTSLICE_MANAGED_BY_VALUE}"
             )),
             None,
+            cache::full,
         );
         controller
             .watches_stream_with(
@@ -273,6 +277,7 @@ impl Watches<'_> {
                 &capi.machine,
                 watcher::Config::default(),
                 Some(machine_projection),
+                cache::target_view,
             );
             controller = controller.watches_stream_with(
                 stream,
@@ -290,6 +295,7 @@ impl Watches<'_> {
                 &capi.cluster,
                 watcher::Config::default(),
                 Some(cluster_projection),
+                cache::cluster_view,
             );
             controller = controller.watches_stream_with(
                 stream,
