@@ -31,12 +31,12 @@ use serde_json::{Value, json};
 const TOMBSTONE: Duration = Duration::from_secs(60);
 
 /// How long after the caches were made reconciles wait at most for their first lists; after that
-/// they never wait (a watch that neither lists nor fails is a problem `/readyz` and the logs show).
+/// they never wait, and a cache still not listed is read through the API.
 const SYNC_WAIT: Duration = Duration::from_secs(60);
 
 /// Where a cache is with its first list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Sync {
+enum FirstList {
     /// Not listed yet.
     Pending,
     /// Listed: reads are served from the cache.
@@ -51,7 +51,7 @@ pub struct ObjectCache {
     store: Store<DynamicObject>,
     /// What is kept of each object.
     prune: Prune,
-    sync: tokio::sync::watch::Sender<Sync>,
+    sync: tokio::sync::watch::Sender<FirstList>,
     /// What capi-lb wrote, by UID, until the watch catches up.
     written: Mutex<HashMap<String, DynamicObject>>,
     /// What capi-lb deleted, by UID, until the watch delivers the deletion (or a minute passed:
@@ -82,23 +82,23 @@ impl ObjectCache {
             resource,
             store,
             prune,
-            sync: tokio::sync::watch::Sender::new(Sync::Pending),
+            sync: tokio::sync::watch::Sender::new(FirstList::Pending),
             written: Mutex::new(HashMap::new()),
             deleted: Mutex::new(HashMap::new()),
         }
     }
 
     fn is_synced(&self) -> bool {
-        *self.sync.borrow() == Sync::Synced
+        *self.sync.borrow() == FirstList::Synced
     }
 
     /// Its watch failed to list: readers go to the API meanwhile, and [`Caches::synced`] does not
     /// wait for it. A later successful list (`InitDone`) makes it synced.
     pub fn failing(&self) {
         self.sync.send_if_modified(|s| {
-            let pending = *s == Sync::Pending;
+            let pending = *s == FirstList::Pending;
             if pending {
-                *s = Sync::Failing;
+                *s = FirstList::Failing;
             }
             pending
         });
@@ -208,8 +208,8 @@ impl ObjectCache {
             Event::Delete(o) => (o, true),
             Event::InitDone => {
                 self.sync.send_if_modified(|s| {
-                    let changed = *s != Sync::Synced;
-                    *s = Sync::Synced;
+                    let changed = *s != FirstList::Synced;
+                    *s = FirstList::Synced;
                     changed
                 });
                 return;
@@ -372,7 +372,8 @@ impl Caches {
             let mut sync = cache.sync.subscribe();
             let deadline = tokio::time::Instant::from_std(self.wait_until);
             // A cache still pending at the deadline is left to the API fallback.
-            let _ = tokio::time::timeout_at(deadline, sync.wait_for(|s| *s != Sync::Pending)).await;
+            let _ = tokio::time::timeout_at(deadline, sync.wait_for(|s| *s != FirstList::Pending))
+                .await;
         }
     }
 
