@@ -52,6 +52,8 @@ pub struct ObjectCache {
     /// What is kept of each object.
     prune: Prune,
     sync: tokio::sync::watch::Sender<FirstList>,
+    /// Reconciles stopped waiting for its first list (said once).
+    gave_up: std::sync::atomic::AtomicBool,
     /// What capi-lb wrote, by UID, until the watch catches up.
     written: Mutex<HashMap<String, DynamicObject>>,
     /// What capi-lb deleted, by UID, until the watch delivers the deletion (or a minute passed:
@@ -83,6 +85,7 @@ impl ObjectCache {
             store,
             prune,
             sync: tokio::sync::watch::Sender::new(FirstList::Pending),
+            gave_up: std::sync::atomic::AtomicBool::new(false),
             written: Mutex::new(HashMap::new()),
             deleted: Mutex::new(HashMap::new()),
         }
@@ -207,11 +210,18 @@ impl ObjectCache {
             Event::Apply(o) | Event::InitApply(o) => (o, false),
             Event::Delete(o) => (o, true),
             Event::InitDone => {
-                self.sync.send_if_modified(|s| {
+                let first = self.sync.send_if_modified(|s| {
                     let changed = *s != FirstList::Synced;
                     *s = FirstList::Synced;
                     changed
                 });
+                if first {
+                    tracing::info!(
+                        kind = %self.resource.kind,
+                        objects = self.store.len(),
+                        "cache filled"
+                    );
+                }
                 return;
             }
             Event::Init => return,
@@ -372,8 +382,18 @@ impl Caches {
             let mut sync = cache.sync.subscribe();
             let deadline = tokio::time::Instant::from_std(self.wait_until);
             // A cache still pending at the deadline is left to the API fallback.
-            let _ = tokio::time::timeout_at(deadline, sync.wait_for(|s| *s != FirstList::Pending))
-                .await;
+            if tokio::time::timeout_at(deadline, sync.wait_for(|s| *s != FirstList::Pending))
+                .await
+                .is_err()
+                && !cache
+                    .gave_up
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    kind = %cache.resource.kind,
+                    "reconciling without this kind's cache: its first list did not complete within {SYNC_WAIT:?}, it is read through the API meanwhile"
+                );
+            }
         }
     }
 
