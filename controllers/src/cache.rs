@@ -299,13 +299,13 @@ impl ObjectCache {
     }
 }
 
-/// What a cache keeps of each object of its kind (see [`full`], [`target_view`], [`cluster_view`]):
+/// What a cache keeps of each object of its kind (see [`without_managed_fields`], [`target_view`], [`cluster_view`]):
 /// applied to what the watch delivers and to what capi-lb wrote.
 pub type Prune = fn(&mut DynamicObject);
 
 /// The object without its `managedFields`, which no reconcile reads and which are often the largest
 /// part of it.
-pub fn full(object: &mut DynamicObject) {
+pub fn without_managed_fields(object: &mut DynamicObject) {
     object.metadata.managed_fields = None;
 }
 
@@ -314,7 +314,7 @@ pub fn full(object: &mut DynamicObject) {
 /// readiness gates). Its spec and the rest of its status (with Cluster API running, most of a
 /// Machine: phase, node info, condition reasons, messages and times) are not kept.
 pub fn target_view(object: &mut DynamicObject) {
-    full(object);
+    without_managed_fields(object);
     let Some(data) = object.data.as_object_mut() else {
         return;
     };
@@ -345,7 +345,7 @@ pub fn target_view(object: &mut DynamicObject) {
 
 /// A Cluster as a LoadBalancer reads it: metadata and spec, not its status.
 pub fn cluster_view(object: &mut DynamicObject) {
-    full(object);
+    without_managed_fields(object);
     if let Some(data) = object.data.as_object_mut() {
         data.remove("status");
     }
@@ -512,12 +512,12 @@ mod tests {
         caches.add(Arc::new(ObjectCache::new(
             resource(),
             machines.as_reader(),
-            full,
+            without_managed_fields,
         )));
         caches.add(Arc::new(ObjectCache::new(
             other.clone(),
             clusters.as_reader(),
-            full,
+            without_managed_fields,
         )));
         let caches = Arc::new(caches);
         let waiting = {
@@ -551,7 +551,7 @@ mod tests {
     #[test]
     fn lists_by_namespace_and_filter_and_reads_its_own_writes_until_the_watch_catches_up() {
         let mut writer = Writer::new(resource());
-        let cache = ObjectCache::new(resource(), writer.as_reader(), full);
+        let cache = ObjectCache::new(resource(), writer.as_reader(), without_managed_fields);
         let caches = {
             let mut c = Caches::default();
             c.add(Arc::new(cache));

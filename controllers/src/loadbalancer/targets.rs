@@ -60,11 +60,15 @@ pub fn pick_address(object: &Value, preference: &[MachineAddressType]) -> Option
     })
 }
 
+/// Where an object of the target kind lists its conditions: `status.conditions`, and
+/// `status.v1beta2.conditions` where Cluster API v1beta1 objects keep the new ones.
+pub const CONDITION_LISTS: [&str; 2] = ["/status/conditions", "/status/v1beta2/conditions"];
+
 /// The readiness gates `object` does not report as `True`, looking at `status.conditions` (and
 /// `status.v1beta2.conditions`, where Cluster API v1beta1 objects keep the new conditions).
 pub fn pending_gates(object: &Value, gates: &[ReadinessGate]) -> Vec<String> {
     let is_true = |gate: &str| {
-        ["/status/conditions", "/status/v1beta2/conditions"]
+        CONDITION_LISTS
             .iter()
             .filter_map(|p| object.pointer(p)?.as_array())
             .flatten()

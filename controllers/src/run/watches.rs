@@ -116,7 +116,12 @@ impl Watches<'_> {
         &mut self,
         ar: &ApiResource,
     ) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
-        self.cached_with(ar, watcher::Config::default(), None, cache::full)
+        self.cached_with(
+            ar,
+            watcher::Config::default(),
+            None,
+            cache::without_managed_fields,
+        )
     }
 
     /// [`Self::cached`] for the objects `config` selects, keeping of each what `prune` leaves; with
@@ -155,7 +160,7 @@ impl Watches<'_> {
             &service,
             watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")),
             None,
-            cache::full,
+            cache::without_managed_fields,
         );
         let slices = self.cached_with(
             &slice,
@@ -163,7 +168,7 @@ impl Watches<'_> {
                 "{LABEL_ENDPOINTSLICE_MANAGED_BY}={ENDPOINTSLICE_MANAGED_BY_VALUE}"
             )),
             None,
-            cache::full,
+            cache::without_managed_fields,
         );
         controller
             .watches_stream_with(
@@ -412,7 +417,7 @@ fn machine_projection(o: &DynamicObject) -> u64 {
         .pointer("/status/addresses")
         .map(ToString::to_string)
         .hash(&mut h);
-    for path in ["/status/conditions", "/status/v1beta2/conditions"] {
+    for path in crate::loadbalancer::targets::CONDITION_LISTS {
         for c in o
             .data
             .pointer(path)
