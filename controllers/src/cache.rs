@@ -17,6 +17,11 @@
 //! time (at a warm restart with 3,000 Machines that was most of the controller's peak memory). A
 //! cache whose list fails (not installed, not allowed) is not waited for: its readers fall back to
 //! the API, as before.
+//!
+//! The target kind's cache is indexed ([`index`]): a LoadBalancer's listing looks only at the
+//! objects its selector's labels or its annotations can match.
+
+mod index;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,6 +31,9 @@ use kube::ResourceExt;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
+
+use index::{Indexing, Named};
+pub use index::{Lookup, Selected};
 
 /// How long a deletion capi-lb made hides the object from listings when the watch has not said so.
 const TOMBSTONE: Duration = Duration::from_secs(60);
@@ -59,6 +67,8 @@ pub struct ObjectCache {
     /// What capi-lb deleted, by UID, until the watch delivers the deletion (or a minute passed:
     /// the watch may have delivered it before capi-lb said so).
     deleted: Mutex<HashMap<String, Instant>>,
+    /// When indexed: listings look only at the objects a [`Lookup`] can match.
+    index: Option<Mutex<Indexing>>,
 }
 
 impl std::fmt::Debug for ObjectCache {
@@ -88,6 +98,26 @@ impl ObjectCache {
             gave_up: std::sync::atomic::AtomicBool::new(false),
             written: Mutex::new(HashMap::new()),
             deleted: Mutex::new(HashMap::new()),
+            index: None,
+        }
+    }
+
+    /// This cache with an index: [`Self::arriving`] and [`Self::seen`] must be told every event,
+    /// before and after the store applies it.
+    pub fn indexed(self) -> Self {
+        Self {
+            index: Some(Mutex::default()),
+            ..self
+        }
+    }
+
+    /// What the watch delivers, before the store has it (for the index).
+    pub fn arriving(&self, event: &kube::runtime::watcher::Event<DynamicObject>) {
+        if let Some(index) = &self.index {
+            index
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .arriving(event);
         }
     }
 
@@ -112,20 +142,35 @@ impl ObjectCache {
     }
 
     /// The objects of `namespace` that `keep` accepts, each in its newest version known, or `None`
-    /// while the first list has not completed.
+    /// while the first list has not completed. An indexed cache looks only at the objects `lookup`
+    /// can match (`keep` must not accept any other); another looks at every object.
     pub fn list(
         &self,
         namespace: &str,
+        lookup: &Lookup,
         keep: impl Fn(&DynamicObject) -> bool,
     ) -> Option<Vec<DynamicObject>> {
         if !self.is_synced() {
             return None;
         }
+        let candidates: Vec<Arc<DynamicObject>> = match &self.index {
+            Some(index) => {
+                let named = index
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .candidates(namespace, lookup);
+                named
+                    .iter()
+                    .filter_map(|n| self.store.get(&self.key(n)))
+                    .collect()
+            }
+            None => self.store.state(),
+        };
         let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
         let deleted = self.deleted.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = Vec::new();
         let mut in_store = HashSet::new();
-        for cached in self.store.state() {
+        for cached in candidates {
             if cached.metadata.namespace.as_deref() != Some(namespace) {
                 continue;
             }
@@ -158,16 +203,27 @@ impl ObjectCache {
                 None => {}
             }
         }
-        // What capi-lb created that the watch has not delivered yet.
+        // What capi-lb wrote that the watch has not delivered yet: created, or (with an index)
+        // changed so that the lookup matches it now and not the version in the store.
         for (uid, ours) in written.iter() {
             if ours.metadata.namespace.as_deref() == Some(namespace)
                 && !in_store.contains(uid)
+                && !deleted.contains_key(uid)
                 && keep(ours)
             {
-                out.push(ours.clone());
+                match self.store.get(&self.key(&Named::from(ours))) {
+                    Some(cached) if revision(&cached) >= revision(ours) => {
+                        keep(&cached).then(|| out.push(cached.as_ref().clone()));
+                    }
+                    _ => out.push(ours.clone()),
+                }
             }
         }
         Some(out)
+    }
+
+    fn key(&self, named: &Named) -> ObjectRef<DynamicObject> {
+        ObjectRef::new_with(&named.name, self.resource.clone()).within(&named.namespace)
     }
 
     /// Object `name` of `namespace` in its newest version known: `None` while the first list has
@@ -206,6 +262,12 @@ impl ObjectCache {
     /// synced.
     pub fn seen(&self, event: &kube::runtime::watcher::Event<DynamicObject>) {
         use kube::runtime::watcher::Event;
+        if let Some(index) = &self.index {
+            index
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .seen(event);
+        }
         let (object, deleted) = match event {
             Event::Apply(o) | Event::InitApply(o) => (o, false),
             Event::Delete(o) => (o, true),
@@ -262,7 +324,7 @@ impl ObjectCache {
         namespace: &str,
         keep: impl Fn(&DynamicObject) -> bool,
     ) -> Option<Vec<K>> {
-        let listed = self.list(namespace, keep)?;
+        let listed = self.list(namespace, &Lookup::everything(), keep)?;
         Some(
             listed
                 .into_iter()
@@ -538,11 +600,23 @@ mod tests {
             .await
             .expect("still waiting once every cache synced or failed")
             .unwrap();
-        assert!(caches.of(&other).unwrap().list("a", |_| true).is_none());
+        assert!(
+            caches
+                .of(&other)
+                .unwrap()
+                .list("a", &Lookup::everything(), |_| true)
+                .is_none()
+        );
         // A later list that succeeds serves reads; a failure after that does not undo it.
         caches.of(&other).unwrap().seen(&Event::InitDone);
         caches.of(&other).unwrap().failing();
-        assert!(caches.of(&other).unwrap().list("a", |_| true).is_some());
+        assert!(
+            caches
+                .of(&other)
+                .unwrap()
+                .list("a", &Lookup::everything(), |_| true)
+                .is_some()
+        );
         tokio::time::timeout(Duration::from_millis(100), caches.synced())
             .await
             .unwrap();
@@ -559,7 +633,7 @@ mod tests {
         };
         let cache = caches.of(&resource()).unwrap();
         // Not synced yet: the caller lists through the API.
-        assert!(cache.list("a", |_| true).is_none());
+        assert!(cache.list("a", &Lookup::everything(), |_| true).is_none());
         assert!(cache.get("a", "m1").is_none());
 
         writer.apply_watcher_event(&Event::Init);
@@ -574,19 +648,28 @@ mod tests {
         cache.seen(&Event::InitDone);
         let cp = |o: &DynamicObject| o.labels().get("role").map(String::as_str) == Some("cp");
         let names = |v: Vec<DynamicObject>| v.iter().map(|o| o.name_any()).collect::<Vec<_>>();
-        assert_eq!(names(cache.list("a", cp).unwrap()), ["m1"]);
-        assert_eq!(cache.list("a", |_| true).unwrap().len(), 2);
+        assert_eq!(
+            names(cache.list("a", &Lookup::everything(), cp).unwrap()),
+            ["m1"]
+        );
+        assert_eq!(
+            cache
+                .list("a", &Lookup::everything(), |_| true)
+                .unwrap()
+                .len(),
+            2
+        );
 
         // Our write is read back before the watch delivers it...
         let mut ours = machine("m1", "a", "20", "cp");
         ours.annotations_mut().insert("hook".into(), "x".into());
         cache.wrote(&ours);
-        let listed = cache.list("a", cp).unwrap();
+        let listed = cache.list("a", &Lookup::everything(), cp).unwrap();
         assert_eq!(listed[0].resource_version().as_deref(), Some("20"));
         assert!(listed[0].annotations().contains_key("hook"));
         // ...and the watch's version once it is as new or newer.
         writer.apply_watcher_event(&Event::Apply(machine("m1", "a", "21", "cp")));
-        let listed = cache.list("a", cp).unwrap();
+        let listed = cache.list("a", &Lookup::everything(), cp).unwrap();
         assert_eq!(listed[0].resource_version().as_deref(), Some("21"));
         assert!(cache.written.lock().unwrap().is_empty());
 
@@ -601,13 +684,27 @@ mod tests {
         // deleted it.
         let created = machine("m5", "a", "50", "cp");
         cache.wrote(&created);
-        assert_eq!(names(cache.list("a", cp).unwrap()), ["m1", "m5"]);
-        assert_eq!(names(cache.list("b", cp).unwrap()), ["m3"]);
+        assert_eq!(
+            names(cache.list("a", &Lookup::everything(), cp).unwrap()),
+            ["m1", "m5"]
+        );
+        assert_eq!(
+            names(cache.list("b", &Lookup::everything(), cp).unwrap()),
+            ["m3"]
+        );
         cache.gone("uid-m5");
-        assert_eq!(names(cache.list("a", cp).unwrap()), ["m1"]);
+        assert_eq!(
+            names(cache.list("a", &Lookup::everything(), cp).unwrap()),
+            ["m1"]
+        );
         // One deleted that the watch still has is not listed either.
         cache.gone("uid-m1");
-        assert!(cache.list("a", cp).unwrap().is_empty());
+        assert!(
+            cache
+                .list("a", &Lookup::everything(), cp)
+                .unwrap()
+                .is_empty()
+        );
         writer.apply_watcher_event(&Event::Delete(machine("m1", "a", "60", "cp")));
         cache.seen(&Event::Delete(machine("m1", "a", "60", "cp")));
         // The watch's deletion clears its tombstone (m5's, never delivered, expires).

@@ -39,11 +39,9 @@ impl Reconciliation<'_> {
         let kind = &self.lb.spec.target_kind;
         let keys = TargetKeys::new(&self.namespace, &self.identity.name);
         let objects = match self.ctx.kinds.resolve_target(kind).await {
-            Ok(resource) => targets::list(self.ctx, &resource, &self.namespace, |o| {
-                targets::concerns(o, selector, &keys)
-            })
-            .await
-            .map_err(kube_err("list", format!("{kind}")))?,
+            Ok(resource) => targets::list(self.ctx, &resource, &self.namespace, selector, &keys)
+                .await
+                .map_err(kube_err("list", format!("{kind}")))?,
             Err(why) => return Ok(Listing::Unavailable(why)),
         };
         Ok(Listing::Listed(

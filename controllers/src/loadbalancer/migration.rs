@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::Selector;
 
 use super::status::InfraState;
+use crate::cache::Lookup;
 use crate::error::{Result, kube_err};
 use crate::metadata::is_controlled_by;
 use kube::api::{Api, ListParams};
@@ -40,7 +41,7 @@ impl Reconciliation<'_> {
                 .ctx
                 .caches
                 .of(&resource)
-                .and_then(|c| c.list(&self.namespace, controlled))
+                .and_then(|c| c.list(&self.namespace, &Lookup::owned_by(uid), controlled))
             {
                 Some(objects) => objects,
                 None => {

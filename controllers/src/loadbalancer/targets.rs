@@ -21,7 +21,7 @@ use capi_lb_api::{LoadBalancer, LoadBalancerSpec};
 use capi_lb_providers::{DesiredMember, MemberIntent};
 use jiff::Timestamp;
 use kube::api::{Api, ListParams};
-use kube::core::{ApiResource, DynamicObject, Selector, SelectorExt};
+use kube::core::{ApiResource, DynamicObject, Expression, Selector, SelectorExt};
 use kube::{Resource, ResourceExt};
 use serde_json::Value;
 
@@ -29,6 +29,7 @@ use super::lifecycle::{
     Members, Observed, Settings, annotate, hooks_before, intent, set_hooks, settle,
 };
 use super::status::TargetView;
+use crate::cache::{Lookup, Selected};
 use crate::context::Context;
 use crate::error::{Result, is_not_found, kube_err};
 use crate::kinds::Unlisted;
@@ -130,19 +131,36 @@ pub fn observe(
     targets
 }
 
-/// The objects of `resource` in `namespace` that `keep` accepts: from the kind's cache when
-/// `run` keeps one (see [`crate::cache`]), else by listing every object of the namespace (the
-/// selector alone would miss the objects that no longer match but still carry our annotations).
+/// The objects of `resource` in `namespace` a LoadBalancer must look at ([`concerns`]): from the
+/// kind's cache when `run` keeps one (see [`crate::cache`]), else by listing every object of the
+/// namespace (the selector alone would miss the objects that no longer match but still carry our
+/// annotations).
 pub async fn list(
     ctx: &Context,
     resource: &ApiResource,
     namespace: &str,
+    selector: &Selector,
+    keys: &TargetKeys,
+) -> Result<Vec<DynamicObject>, kube::Error> {
+    list_where(ctx, resource, namespace, &lookup(selector, keys), |o| {
+        concerns(o, selector, keys)
+    })
+    .await
+}
+
+/// The objects of `resource` in `namespace` that `keep` accepts, from the kind's cache (looking
+/// only at what `lookup` can match, which must cover every object `keep` accepts) or the API.
+async fn list_where(
+    ctx: &Context,
+    resource: &ApiResource,
+    namespace: &str,
+    lookup: &Lookup,
     keep: impl Fn(&DynamicObject) -> bool,
 ) -> Result<Vec<DynamicObject>, kube::Error> {
     if let Some(cached) = ctx
         .caches
         .of(resource)
-        .and_then(|c| c.list(namespace, &keep))
+        .and_then(|c| c.list(namespace, lookup, &keep))
     {
         return Ok(cached);
     }
@@ -159,6 +177,37 @@ pub fn concerns(object: &DynamicObject, selector: &Selector, keys: &TargetKeys) 
             .all()
             .iter()
             .any(|k| object.annotations().contains_key(*k))
+}
+
+/// What a cache's index can narrow [`concerns`] to: the selector's equality and set requirements
+/// (an object it selects meets each of them), and the LoadBalancer's annotation keys.
+pub fn lookup(selector: &Selector, keys: &TargetKeys) -> Lookup {
+    let requirements: Vec<(String, Vec<String>)> = selector
+        .clone()
+        .into_iter()
+        .filter_map(|e| match e {
+            Expression::Equal(k, v) => Some((k, vec![v])),
+            Expression::In(k, values) => Some((k, values.into_iter().collect())),
+            _ => None,
+        })
+        .collect();
+    Lookup {
+        selected: if requirements.is_empty() {
+            Selected::Everything
+        } else {
+            Selected::Labels(requirements)
+        },
+        ..annotated(keys)
+    }
+}
+
+/// The objects carrying any of a LoadBalancer's annotations.
+fn annotated(keys: &TargetKeys) -> Lookup {
+    Lookup {
+        selected: Selected::Nothing,
+        annotations: keys.all().iter().map(ToString::to_string).collect(),
+        owners: Vec::new(),
+    }
 }
 
 /// Tell the kind's cache (if any) what was just written.
@@ -266,11 +315,7 @@ impl Pass<'_> {
             Err(why) => return Ok(Listing::Unavailable(why)),
         };
         let namespace = self.lb.namespace().unwrap_or_default();
-        let objects = match list(self.ctx, &resource, &namespace, |o| {
-            concerns(o, self.selector, &self.keys)
-        })
-        .await
-        {
+        let objects = match list(self.ctx, &resource, &namespace, self.selector, &self.keys).await {
             Ok(objects) => objects,
             Err(e) => {
                 return Ok(Listing::Unavailable(Unlisted::Unavailable(format!(
@@ -454,7 +499,7 @@ pub async fn release_all(
     let namespace = lb.namespace().unwrap_or_default();
     let lb_name = lb.name_any();
     let keys = TargetKeys::new(&namespace, &lb_name);
-    let objects = match list(ctx, &resource, &namespace, |o| {
+    let objects = match list_where(ctx, &resource, &namespace, &annotated(&keys), |o| {
         keys.all().iter().any(|k| o.annotations().contains_key(*k))
     })
     .await

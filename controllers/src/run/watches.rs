@@ -100,6 +100,13 @@ where
         .touched_objects()
 }
 
+/// Whether a cache keeps an index (for the kinds LoadBalancers look up by selector, annotation or
+/// owner: targets and infrastructure objects).
+enum Indexed {
+    Yes,
+    No,
+}
+
 /// Adds the watches that trigger the LoadBalancer controller, by what they watch.
 struct Watches<'a> {
     client: &'a kube::Client,
@@ -110,8 +117,7 @@ struct Watches<'a> {
 }
 
 impl Watches<'_> {
-    /// A watch of `ar` that also fills a cache reconciles read (see [`crate::cache`]), without
-    /// `managedFields`; its changed and deleted objects, for a trigger.
+    /// [`Self::cached_with`] for every object of `ar`, indexed, without `managedFields`.
     fn cached(
         &mut self,
         ar: &ApiResource,
@@ -121,28 +127,36 @@ impl Watches<'_> {
             watcher::Config::default(),
             None,
             cache::without_managed_fields,
+            Indexed::Yes,
         )
     }
 
-    /// [`Self::cached`] for the objects `config` selects, keeping of each what `prune` leaves; with
-    /// `relevant`, an object's change reaches the trigger only when its projection changed (the
-    /// cache gets every change).
+    /// A watch of the objects of `ar` that `config` selects, which also fills a cache reconciles
+    /// read (see [`crate::cache`]), keeping of each object what `prune` leaves; its changed and
+    /// deleted objects, for a trigger. With `relevant`, an object's change reaches the trigger only
+    /// when its projection changed (the cache gets every change).
     fn cached_with(
         &mut self,
         ar: &ApiResource,
         config: watcher::Config,
         relevant: Option<Projection>,
         prune: cache::Prune,
+        indexed: Indexed,
     ) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
         let writer = reflector::store::Writer::new(ar.clone());
-        let cache = Arc::new(ObjectCache::new(ar.clone(), writer.as_reader(), prune));
+        let cache = ObjectCache::new(ar.clone(), writer.as_reader(), prune);
+        let cache = Arc::new(match indexed {
+            Indexed::Yes => cache.indexed(),
+            Indexed::No => cache,
+        });
         self.caches.add(cache.clone());
-        let failing = cache.clone();
+        let (failing, arriving) = (cache.clone(), cache.clone());
         reflector::reflector(
             writer,
             watcher(dynamic_api(self.client, self.ns, ar), config)
                 .backoff(backoff::for_watch())
-                .modify(prune),
+                .modify(prune)
+                .inspect_ok(move |event| arriving.arriving(event)),
         )
         .inspect_ok(move |event| cache.seen(event))
         .inspect_err(move |_| failing.failing())
@@ -161,6 +175,7 @@ impl Watches<'_> {
             watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")),
             None,
             cache::without_managed_fields,
+            Indexed::No,
         );
         let slices = self.cached_with(
             &slice,
@@ -169,6 +184,7 @@ impl Watches<'_> {
             )),
             None,
             cache::without_managed_fields,
+            Indexed::No,
         );
         controller
             .watches_stream_with(
@@ -283,6 +299,7 @@ impl Watches<'_> {
                 watcher::Config::default(),
                 Some(machine_projection),
                 cache::target_view,
+                Indexed::Yes,
             );
             controller = controller.watches_stream_with(
                 stream,
@@ -301,6 +318,7 @@ impl Watches<'_> {
                 watcher::Config::default(),
                 Some(cluster_projection),
                 cache::cluster_view,
+                Indexed::No,
             );
             controller = controller.watches_stream_with(
                 stream,
