@@ -19,21 +19,26 @@
 //! the API, as before.
 //!
 //! The target kind's cache is indexed ([`index`]): a LoadBalancer's listing looks only at the
-//! objects its selector's labels or its annotations can match.
+//! objects its selector's labels or its annotations can match. Objects are kept as compact JSON
+//! ([`kept`]) and parsed again when read.
 
 mod index;
+mod kept;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use kube::ResourceExt;
 use kube::core::{ApiResource, DynamicObject};
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher::Event;
+use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use index::{Indexing, Named};
 pub use index::{Lookup, Selected};
+use kept::{Kept, Kind};
 
 /// How long a deletion capi-lb made hides the object from listings when the watch has not said so.
 const TOMBSTONE: Duration = Duration::from_secs(60);
@@ -56,7 +61,10 @@ enum FirstList {
 /// A watched kind's objects, as the watch delivered them plus capi-lb's own newer writes.
 pub struct ObjectCache {
     resource: ApiResource,
-    store: Store<DynamicObject>,
+    kind: Kind,
+    /// The watch's side of `store` (see [`Self::apply`]).
+    writer: Mutex<Writer<Kept>>,
+    store: Store<Kept>,
     /// What is kept of each object.
     prune: Prune,
     sync: tokio::sync::watch::Sender<FirstList>,
@@ -82,17 +90,21 @@ impl std::fmt::Debug for ObjectCache {
 
 /// The resourceVersion as a number: etcd's revisions. Kubernetes calls them opaque, so an object
 /// whose versions do not parse is never taken from the written copies.
-fn revision(object: &DynamicObject) -> Option<u64> {
-    object.resource_version()?.parse().ok()
+fn revision(object: &impl Resource) -> Option<u64> {
+    object.meta().resource_version.as_deref()?.parse().ok()
 }
 
 impl ObjectCache {
-    /// A cache of `resource` over `store` (whose writer's objects went through `prune`), usable
-    /// once [`Self::seen`] was told the first list is complete.
-    pub fn new(resource: ApiResource, store: Store<DynamicObject>, prune: Prune) -> Self {
+    /// A cache of `resource`, filled by [`Self::apply`] with its watch's events (whose objects went
+    /// through `prune`), usable once the first list is complete.
+    pub fn new(resource: ApiResource, prune: Prune) -> Self {
+        let kind = Arc::new(resource.clone());
+        let writer = Writer::new(kind.clone());
         Self {
             resource,
-            store,
+            store: writer.as_reader(),
+            writer: Mutex::new(writer),
+            kind,
             prune,
             sync: tokio::sync::watch::Sender::new(FirstList::Pending),
             gave_up: std::sync::atomic::AtomicBool::new(false),
@@ -102,8 +114,7 @@ impl ObjectCache {
         }
     }
 
-    /// This cache with an index: [`Self::arriving`] and [`Self::seen`] must be told every event,
-    /// before and after the store applies it.
+    /// This cache with an index.
     pub fn indexed(self) -> Self {
         Self {
             index: Some(Mutex::default()),
@@ -111,8 +122,24 @@ impl ObjectCache {
         }
     }
 
+    /// What the watch delivered: into the index (the keys it adds), the store, and the index again
+    /// (the keys it drops), in that order, so that the index never lacks what the store has; then
+    /// [`Self::seen`].
+    pub fn apply(&self, event: &Event<DynamicObject>) {
+        self.arriving(event);
+        self.write(event);
+        self.seen(event);
+    }
+
+    fn write(&self, event: &Event<DynamicObject>) {
+        self.writer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .apply_watcher_event(&Kept::event(event));
+    }
+
     /// What the watch delivers, before the store has it (for the index).
-    pub fn arriving(&self, event: &kube::runtime::watcher::Event<DynamicObject>) {
+    fn arriving(&self, event: &Event<DynamicObject>) {
         if let Some(index) = &self.index {
             index
                 .lock()
@@ -153,7 +180,7 @@ impl ObjectCache {
         if !self.is_synced() {
             return None;
         }
-        let candidates: Vec<Arc<DynamicObject>> = match &self.index {
+        let candidates: Vec<Arc<Kept>> = match &self.index {
             Some(index) => {
                 let named = index
                     .lock()
@@ -171,7 +198,7 @@ impl ObjectCache {
         let mut out = Vec::new();
         let mut in_store = HashSet::new();
         for cached in candidates {
-            if cached.metadata.namespace.as_deref() != Some(namespace) {
+            if cached.meta().namespace.as_deref() != Some(namespace) {
                 continue;
             }
             if let Some(uid) = cached.uid() {
@@ -180,27 +207,24 @@ impl ObjectCache {
                 }
                 in_store.insert(uid);
             }
-            // Only what is kept is cloned: most objects of a namespace concern other callers.
-            let ours = cached
-                .metadata
-                .uid
-                .as_deref()
-                .and_then(|uid| written.get(uid));
+            let ours = (cached.meta().uid.as_deref()).and_then(|uid| written.get(uid));
             match ours {
-                Some(ours) if revision(ours) > revision(&cached) => {
+                Some(ours) if revision(ours) > revision(cached.as_ref()) => {
                     keep(ours).then(|| out.push(ours.clone()));
                 }
-                Some(_) => {
-                    // The watch caught up.
-                    if let Some(uid) = cached.uid() {
-                        written.remove(&uid);
+                _ => {
+                    if ours.is_some() {
+                        // The watch caught up.
+                        if let Some(uid) = cached.uid() {
+                            written.remove(&uid);
+                        }
                     }
-                    if keep(&cached) {
-                        out.push(cached.as_ref().clone());
+                    if let Some(object) = cached.object()
+                        && keep(&object)
+                    {
+                        out.push(object);
                     }
                 }
-                None if keep(&cached) => out.push(cached.as_ref().clone()),
-                None => {}
             }
         }
         // What capi-lb wrote that the watch has not delivered yet: created, or (with an index)
@@ -212,8 +236,12 @@ impl ObjectCache {
                 && keep(ours)
             {
                 match self.store.get(&self.key(&Named::from(ours))) {
-                    Some(cached) if revision(&cached) >= revision(ours) => {
-                        keep(&cached).then(|| out.push(cached.as_ref().clone()));
+                    Some(cached) if revision(cached.as_ref()) >= revision(ours) => {
+                        if let Some(object) = cached.object()
+                            && keep(&object)
+                        {
+                            out.push(object);
+                        }
                     }
                     _ => out.push(ours.clone()),
                 }
@@ -222,8 +250,8 @@ impl ObjectCache {
         Some(out)
     }
 
-    fn key(&self, named: &Named) -> ObjectRef<DynamicObject> {
-        ObjectRef::new_with(&named.name, self.resource.clone()).within(&named.namespace)
+    fn key(&self, named: &Named) -> ObjectRef<Kept> {
+        ObjectRef::new_with(&named.name, self.kind.clone()).within(&named.namespace)
     }
 
     /// Object `name` of `namespace` in its newest version known: `None` while the first list has
@@ -233,7 +261,7 @@ impl ObjectCache {
         if !self.is_synced() {
             return None;
         }
-        let key = ObjectRef::new_with(name, self.resource.clone()).within(namespace);
+        let key = ObjectRef::new_with(name, self.kind.clone()).within(namespace);
         let Some(cached) = self.store.get(&key) else {
             return Some(None);
         };
@@ -247,21 +275,22 @@ impl ObjectCache {
             return Some(None);
         }
         let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
-        Some(Some(match written.get(&uid) {
-            Some(ours) if revision(ours) > revision(&cached) => ours.clone(),
-            Some(_) => {
-                written.remove(&uid);
-                cached.as_ref().clone()
+        match written.get(&uid) {
+            Some(ours) if revision(ours) > revision(cached.as_ref()) => Some(Some(ours.clone())),
+            ours => {
+                if ours.is_some() {
+                    written.remove(&uid);
+                }
+                // One that does not parse back (never expected) is read through the API.
+                cached.object().map(Some)
             }
-            None => cached.as_ref().clone(),
-        }))
+        }
     }
 
     /// What the watch delivered (after the store has it): a copy of ours is dropped once the watch
     /// has that version or a newer one, or the object is gone; the end of a list makes the cache
     /// synced.
-    pub fn seen(&self, event: &kube::runtime::watcher::Event<DynamicObject>) {
-        use kube::runtime::watcher::Event;
+    fn seen(&self, event: &Event<DynamicObject>) {
         if let Some(index) = &self.index {
             index
                 .lock()
@@ -322,9 +351,10 @@ impl ObjectCache {
     pub fn list_as<K: serde::de::DeserializeOwned>(
         &self,
         namespace: &str,
+        lookup: &Lookup,
         keep: impl Fn(&DynamicObject) -> bool,
     ) -> Option<Vec<K>> {
-        let listed = self.list(namespace, &Lookup::everything(), keep)?;
+        let listed = self.list(namespace, lookup, keep)?;
         Some(
             listed
                 .into_iter()
@@ -476,8 +506,6 @@ impl Caches {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use kube::runtime::reflector::store::Writer;
-    use kube::runtime::watcher::Event;
     use serde_json::json;
 
     fn machine(name: &str, ns: &str, rv: &str, label: &str) -> DynamicObject {
@@ -566,19 +594,15 @@ mod tests {
 
     #[tokio::test]
     async fn reconciles_wait_for_the_first_lists_but_not_for_a_failing_one() {
-        let machines = Writer::new(resource());
         let mut other = resource();
         other.kind = "Cluster".into();
-        let clusters = Writer::new(other.clone());
         let mut caches = Caches::default();
         caches.add(Arc::new(ObjectCache::new(
             resource(),
-            machines.as_reader(),
             without_managed_fields,
         )));
         caches.add(Arc::new(ObjectCache::new(
             other.clone(),
-            clusters.as_reader(),
             without_managed_fields,
         )));
         let caches = Arc::new(caches);
@@ -588,7 +612,7 @@ mod tests {
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!waiting.is_finished(), "returned before any list");
-        caches.of(&resource()).unwrap().seen(&Event::InitDone);
+        caches.of(&resource()).unwrap().apply(&Event::InitDone);
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(
             !waiting.is_finished(),
@@ -608,7 +632,7 @@ mod tests {
                 .is_none()
         );
         // A later list that succeeds serves reads; a failure after that does not undo it.
-        caches.of(&other).unwrap().seen(&Event::InitDone);
+        caches.of(&other).unwrap().apply(&Event::InitDone);
         caches.of(&other).unwrap().failing();
         assert!(
             caches
@@ -624,8 +648,7 @@ mod tests {
 
     #[test]
     fn lists_by_namespace_and_filter_and_reads_its_own_writes_until_the_watch_catches_up() {
-        let mut writer = Writer::new(resource());
-        let cache = ObjectCache::new(resource(), writer.as_reader(), without_managed_fields);
+        let cache = ObjectCache::new(resource(), without_managed_fields);
         let caches = {
             let mut c = Caches::default();
             c.add(Arc::new(cache));
@@ -636,16 +659,15 @@ mod tests {
         assert!(cache.list("a", &Lookup::everything(), |_| true).is_none());
         assert!(cache.get("a", "m1").is_none());
 
-        writer.apply_watcher_event(&Event::Init);
+        cache.apply(&Event::Init);
         for m in [
             machine("m1", "a", "10", "cp"),
             machine("m2", "a", "11", "worker"),
             machine("m3", "b", "12", "cp"),
         ] {
-            writer.apply_watcher_event(&Event::InitApply(m));
+            cache.apply(&Event::InitApply(m));
         }
-        writer.apply_watcher_event(&Event::InitDone);
-        cache.seen(&Event::InitDone);
+        cache.apply(&Event::InitDone);
         let cp = |o: &DynamicObject| o.labels().get("role").map(String::as_str) == Some("cp");
         let names = |v: Vec<DynamicObject>| v.iter().map(|o| o.name_any()).collect::<Vec<_>>();
         assert_eq!(
@@ -668,7 +690,7 @@ mod tests {
         assert_eq!(listed[0].resource_version().as_deref(), Some("20"));
         assert!(listed[0].annotations().contains_key("hook"));
         // ...and the watch's version once it is as new or newer.
-        writer.apply_watcher_event(&Event::Apply(machine("m1", "a", "21", "cp")));
+        cache.write(&Event::Apply(machine("m1", "a", "21", "cp")));
         let listed = cache.list("a", &Lookup::everything(), cp).unwrap();
         assert_eq!(listed[0].resource_version().as_deref(), Some("21"));
         assert!(cache.written.lock().unwrap().is_empty());
@@ -677,7 +699,7 @@ mod tests {
         let mut gone = machine("m2", "a", "40", "worker");
         gone.annotations_mut().insert("hook".into(), "z".into());
         cache.wrote(&gone);
-        cache.seen(&Event::Delete(machine("m2", "a", "41", "worker")));
+        cache.apply(&Event::Delete(machine("m2", "a", "41", "worker")));
         assert!(cache.written.lock().unwrap().is_empty());
 
         // An object capi-lb created is listed before the watch delivers it, and not after it
@@ -705,8 +727,7 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
-        writer.apply_watcher_event(&Event::Delete(machine("m1", "a", "60", "cp")));
-        cache.seen(&Event::Delete(machine("m1", "a", "60", "cp")));
+        cache.apply(&Event::Delete(machine("m1", "a", "60", "cp")));
         // The watch's deletion clears its tombstone (m5's, never delivered, expires).
         assert!(!cache.deleted.lock().unwrap().contains_key("uid-m1"));
         assert!(cache.deleted.lock().unwrap().contains_key("uid-m5"));

@@ -75,6 +75,15 @@ impl Lookup {
         }
     }
 
+    /// The objects of the namespace labelled `key=value`.
+    pub fn labelled(key: &str, value: &str) -> Self {
+        Self {
+            selected: Selected::Labels(vec![(key.to_string(), vec![value.to_string()])]),
+            annotations: Vec::new(),
+            owners: Vec::new(),
+        }
+    }
+
     /// The objects of the namespace that `owner` (a UID) owns.
     pub fn owned_by(owner: &str) -> Self {
         Self {
@@ -282,7 +291,6 @@ mod tests {
 
     use kube::ResourceExt;
     use kube::core::{ApiResource, Expression, Selector};
-    use kube::runtime::reflector::store::Writer;
     use proptest::prelude::*;
 
     use super::*;
@@ -423,34 +431,27 @@ mod tests {
 
     /// Two caches fed the same events, one indexed.
     struct Pair {
-        indexed: (Writer<DynamicObject>, ObjectCache),
-        plain: (Writer<DynamicObject>, ObjectCache),
+        indexed: ObjectCache,
+        plain: ObjectCache,
     }
 
     impl Pair {
         fn new() -> Self {
-            let make = || {
-                let writer = Writer::new(resource());
-                let cache =
-                    ObjectCache::new(resource(), writer.as_reader(), without_managed_fields);
-                (writer, cache)
-            };
-            let (indexed, plain) = (make(), make());
             Self {
-                indexed: (indexed.0, indexed.1.indexed()),
-                plain,
+                indexed: ObjectCache::new(resource(), without_managed_fields).indexed(),
+                plain: ObjectCache::new(resource(), without_managed_fields),
             }
         }
 
         /// Deliver `event` to both; the listings agree once the stores have it (before the
         /// index drops the keys it no longer needs), and after.
         fn deliver(&mut self, event: &Event<DynamicObject>) {
-            self.indexed.1.arriving(event);
-            self.indexed.0.apply_watcher_event(event);
-            self.plain.0.apply_watcher_event(event);
+            self.indexed.arriving(event);
+            self.indexed.write(event);
+            self.plain.write(event);
             self.agree();
-            self.plain.1.seen(event);
-            self.indexed.1.seen(event);
+            self.plain.seen(event);
+            self.indexed.seen(event);
             self.agree();
         }
 
@@ -469,8 +470,8 @@ mod tests {
                         })
                     };
                     assert_eq!(
-                        names(&self.indexed.1, &lookup),
-                        names(&self.plain.1, &Lookup::everything()),
+                        names(&self.indexed, &lookup),
+                        names(&self.plain, &Lookup::everything()),
                         "{lookup:?} in {ns}"
                     );
                 }
@@ -504,8 +505,8 @@ mod tests {
                     }
                     Op::Wrote(spec) => {
                         let written = object(&spec, rv);
-                        pair.indexed.1.wrote(&written);
-                        pair.plain.1.wrote(&written);
+                        pair.indexed.wrote(&written);
+                        pair.plain.wrote(&written);
                         pair.agree();
                     }
                 }
@@ -535,7 +536,7 @@ mod tests {
             owners: vec![],
         };
         let names = |pair: &Pair, lookup: &Lookup| {
-            let mut v: Vec<String> = (pair.indexed.1.index.as_ref().unwrap())
+            let mut v: Vec<String> = (pair.indexed.index.as_ref().unwrap())
                 .lock()
                 .unwrap()
                 .candidates("a", lookup)
@@ -561,7 +562,7 @@ mod tests {
         assert_eq!(names(&pair, &cp), ["m2"]);
         pair.deliver(&Event::Delete(object(&worker, 3)));
         assert_eq!(names(&pair, &Lookup::everything()), ["m1", "m2", "m3"]);
-        let index = pair.indexed.1.index.as_ref().unwrap();
+        let index = pair.indexed.index.as_ref().unwrap();
         assert_eq!(index.lock().unwrap().len(), 3);
     }
 }

@@ -36,7 +36,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use std::ops::ControlFlow;
 
-use crate::cache::{Caches, ObjectCache};
+use crate::cache::{Caches, Lookup, ObjectCache};
 use crate::context::Context;
 use crate::error::{Result, is_not_found, kube_err};
 use crate::metadata::patch_params;
@@ -122,9 +122,11 @@ async fn slices_of(
     service: &str,
 ) -> Result<Vec<EndpointSlice>> {
     let cached = slice_cache(caches).and_then(|c| {
-        c.list_as(namespace, |o| {
-            o.labels().get(LABEL_SERVICE_NAME).map(String::as_str) == Some(service)
-        })
+        c.list_as(
+            namespace,
+            &Lookup::labelled(LABEL_SERVICE_NAME, service),
+            |o| o.labels().get(LABEL_SERVICE_NAME).map(String::as_str) == Some(service),
+        )
     });
     if let Some(cached) = cached {
         return Ok(cached);
@@ -198,7 +200,7 @@ async fn withdraw_except(
     let mut kept = None;
     let (key, value) = &publisher.selector;
     let cached = service_cache(caches).and_then(|c| {
-        c.list_as::<Service>(namespace, |o| {
+        c.list_as::<Service>(namespace, &Lookup::labelled(key, value), |o| {
             o.labels().get(key).map(String::as_str) == Some(value.as_str())
         })
     });

@@ -100,8 +100,9 @@ where
         .touched_objects()
 }
 
-/// Whether a cache keeps an index (for the kinds LoadBalancers look up by selector, annotation or
-/// owner: targets and infrastructure objects).
+/// Whether a cache keeps an index (for the kinds reconciles list by label, annotation or owner:
+/// targets, infrastructure objects, the published Services and EndpointSlices; not Clusters, read
+/// by name).
 enum Indexed {
     Yes,
     No,
@@ -143,25 +144,20 @@ impl Watches<'_> {
         prune: cache::Prune,
         indexed: Indexed,
     ) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
-        let writer = reflector::store::Writer::new(ar.clone());
-        let cache = ObjectCache::new(ar.clone(), writer.as_reader(), prune);
+        let cache = ObjectCache::new(ar.clone(), prune);
         let cache = Arc::new(match indexed {
             Indexed::Yes => cache.indexed(),
             Indexed::No => cache,
         });
         self.caches.add(cache.clone());
-        let (failing, arriving) = (cache.clone(), cache.clone());
-        reflector::reflector(
-            writer,
-            watcher(dynamic_api(self.client, self.ns, ar), config)
-                .backoff(backoff::for_watch())
-                .modify(prune)
-                .inspect_ok(move |event| arriving.arriving(event)),
-        )
-        .inspect_ok(move |event| cache.seen(event))
-        .inspect_err(move |_| failing.failing())
-        .try_filter(changed(relevant))
-        .touched_objects()
+        let failing = cache.clone();
+        watcher(dynamic_api(self.client, self.ns, ar), config)
+            .backoff(backoff::for_watch())
+            .modify(prune)
+            .inspect_ok(move |event| cache.apply(event))
+            .inspect_err(move |_| failing.failing())
+            .try_filter(changed(relevant))
+            .touched_objects()
     }
 
     /// The Services capi-lb publishes (of LoadBalancers and of Services) and their
@@ -175,7 +171,7 @@ impl Watches<'_> {
             watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")),
             None,
             cache::without_managed_fields,
-            Indexed::No,
+            Indexed::Yes,
         );
         let slices = self.cached_with(
             &slice,
@@ -184,7 +180,7 @@ impl Watches<'_> {
             )),
             None,
             cache::without_managed_fields,
-            Indexed::No,
+            Indexed::Yes,
         );
         controller
             .watches_stream_with(
