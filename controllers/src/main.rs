@@ -255,6 +255,10 @@ async fn bench_converge(args: ConvergeArgs) -> ExitCode {
             }
         };
         print!("{}", capi_lb::bench::converge::render(&report));
+        if let Some(Err(e)) = &report.cleanup {
+            eprintln!("capi-lb bench converge: cleanup: {e}");
+            status = ExitCode::FAILURE;
+        }
         let per_lb = report.converge.reconciles / n.max(1) as f64;
         if let Some(max) = args.max_reconciles_per_loadbalancer
             && per_lb > max

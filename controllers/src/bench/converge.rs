@@ -149,8 +149,9 @@ pub struct Report {
     pub cpu_seconds: f64,
     /// The warm restart, when measured.
     pub restart: Option<Restart>,
-    /// Deleting everything through the controller.
-    pub cleanup: Option<Duration>,
+    /// Deleting everything through the controller: how long the LoadBalancers took to go, or why
+    /// the cleanup failed (the figures above still stand).
+    pub cleanup: Option<Result<Duration, String>>,
 }
 
 /// The objects of LoadBalancer `i`: its Cluster, InMemoryLoadBalancer, Machines (with their
@@ -339,7 +340,11 @@ pub async fn run(options: &Options) -> Result<Report, BenchError> {
         }
     };
     if !options.launch.keep {
-        report.cleanup = Some(cleanup(options, &apis, &namespaces, &ns).await?);
+        report.cleanup = Some(
+            cleanup(options, &apis, &namespaces, &ns)
+                .await
+                .map_err(|e| e.to_string()),
+        );
     }
     controller.stop().await?;
     if !options.launch.keep {
@@ -537,10 +542,19 @@ async fn cleanup(
 ) -> Result<Duration, BenchError> {
     let start = Instant::now();
     let deadline = start + options.timeout;
-    apis.lbs
+    // With thousands of LoadBalancers the apiserver may time the request out while it works
+    // through them (its 60 s handler timeout): asked again until the deadline.
+    while let Err(e) = apis
+        .lbs
         .delete_collection(&DeleteParams::default(), &ListParams::default())
         .await
-        .map_err(api_err("delete the LoadBalancers"))?;
+    {
+        if Instant::now() > deadline {
+            return Err(api_err("delete the LoadBalancers")(e));
+        }
+        tracing::warn!("deleting the LoadBalancers, asked again: {e}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     loop {
         let left = apis
             .lbs
@@ -706,11 +720,13 @@ pub fn render(r: &Report) -> String {
             line(&mut out, format!("  {k:<40} {v:>9.0}"));
         }
     }
-    if let Some(c) = r.cleanup {
-        line(
+    match &r.cleanup {
+        Some(Ok(c)) => line(
             &mut out,
             format!("cleanup: LoadBalancers gone in {:.1} s", c.as_secs_f64()),
-        );
+        ),
+        Some(Err(e)) => line(&mut out, format!("cleanup: failed: {e}")),
+        None => {}
     }
     out
 }
