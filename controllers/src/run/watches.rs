@@ -45,7 +45,8 @@ pub(super) async fn loadbalancer_controller(
     let lb_watch = match &options.watch_filter {
         Some(value) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
         None => watcher::Config::default(),
-    };
+    }
+    .page_size(LIST_PAGE);
     let triggers = Arc::new(Triggers::new());
     let (store, writer) = reflector::store();
     let lb_events = {
@@ -100,6 +101,13 @@ where
         .touched_objects()
 }
 
+/// Objects per page of the lists of the cached watches and the LoadBalancers' own (kube-runtime's
+/// default is 500). A page is parsed whole, with the `managedFields` the caches then drop, so the
+/// page size sets much of the controller's peak memory at a start: at a warm restart with 1,000
+/// LoadBalancers and 3,000 Machines, 100 instead of 500 took the peak RSS from 83 to 70 MiB, for
+/// about 50 more list requests. (The other watches' lists made no difference there.)
+const LIST_PAGE: u32 = 100;
+
 /// Whether a cache keeps an index (for the kinds reconciles list by label, annotation or owner:
 /// targets, infrastructure objects, the published Services and EndpointSlices; not Clusters, read
 /// by name).
@@ -151,7 +159,7 @@ impl Watches<'_> {
         });
         self.caches.add(cache.clone());
         let failing = cache.clone();
-        watcher(dynamic_api(self.client, self.ns, ar), config)
+        watcher(dynamic_api(self.client, self.ns, ar), config.page_size(LIST_PAGE))
             .backoff(backoff::for_watch())
             .modify(prune)
             .inspect_ok(move |event| cache.apply(event))
