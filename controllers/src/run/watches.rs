@@ -159,13 +159,16 @@ impl Watches<'_> {
         });
         self.caches.add(cache.clone());
         let failing = cache.clone();
-        watcher(dynamic_api(self.client, self.ns, ar), config.page_size(LIST_PAGE))
-            .backoff(backoff::for_watch())
-            .modify(prune)
-            .inspect_ok(move |event| cache.apply(event))
-            .inspect_err(move |_| failing.failing())
-            .try_filter(changed(relevant))
-            .touched_objects()
+        watcher(
+            dynamic_api(self.client, self.ns, ar),
+            config.page_size(LIST_PAGE),
+        )
+        .backoff(backoff::for_watch())
+        .modify(prune)
+        .inspect_ok(move |event| cache.apply(event))
+        .inspect_err(move |_| failing.failing())
+        .try_filter(changed(relevant))
+        .touched_objects()
     }
 
     /// The Services capi-lb publishes (of LoadBalancers and of Services) and their
