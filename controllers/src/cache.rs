@@ -18,8 +18,9 @@
 //! cache whose list fails (not installed, not allowed) is not waited for: its readers fall back to
 //! the API, as before.
 //!
-//! The target kind's cache is indexed ([`index`]): a LoadBalancer's listing looks only at the
-//! objects its selector's labels or its annotations can match. Objects are kept as compact JSON
+//! The caches reconciles list from (targets, infrastructure objects, the published Services and
+//! EndpointSlices) are indexed ([`index`]): a listing looks only at the objects its lookup (a
+//! selector's labels, annotation keys, an owner) can match. Objects are kept as compact JSON
 //! ([`kept`]) and parsed again when read.
 
 mod index;
@@ -140,12 +141,13 @@ impl ObjectCache {
 
     /// What the watch delivers, before the store has it (for the index).
     fn arriving(&self, event: &Event<DynamicObject>) {
-        if let Some(index) = &self.index {
-            index
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .arriving(event);
-        }
+        self.with_index(|index| index.arriving(event));
+    }
+
+    /// Run `f` on the index, if the cache has one.
+    fn with_index<T>(&self, f: impl FnOnce(&mut Indexing) -> T) -> Option<T> {
+        let index = self.index.as_ref()?;
+        Some(f(&mut index.lock().unwrap_or_else(PoisonError::into_inner)))
     }
 
     fn is_synced(&self) -> bool {
@@ -180,19 +182,14 @@ impl ObjectCache {
         if !self.is_synced() {
             return None;
         }
-        let candidates: Vec<Arc<Kept>> = match &self.index {
-            Some(index) => {
-                let named = index
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .candidates(namespace, lookup);
-                named
+        let candidates: Vec<Arc<Kept>> =
+            match self.with_index(|index| index.candidates(namespace, lookup)) {
+                Some(named) => named
                     .iter()
                     .filter_map(|n| self.store.get(&self.key(n)))
-                    .collect()
-            }
-            None => self.store.state(),
-        };
+                    .collect(),
+                None => self.store.state(),
+            };
         let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
         let deleted = self.deleted.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = Vec::new();
@@ -291,12 +288,7 @@ impl ObjectCache {
     /// has that version or a newer one, or the object is gone; the end of a list makes the cache
     /// synced.
     fn seen(&self, event: &Event<DynamicObject>) {
-        if let Some(index) = &self.index {
-            index
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .seen(event);
-        }
+        self.with_index(|index| index.seen(event));
         let (object, deleted) = match event {
             Event::Apply(o) | Event::InitApply(o) => (o, false),
             Event::Delete(o) => (o, true),
@@ -516,7 +508,8 @@ mod tests {
         .unwrap()
     }
 
-    fn resource() -> ApiResource {
+    /// The Machines' kind (also for the index's tests).
+    pub(super) fn resource() -> ApiResource {
         ApiResource {
             group: "cluster.x-k8s.io".into(),
             version: "v1beta2".into(),

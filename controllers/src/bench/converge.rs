@@ -730,3 +730,35 @@ pub fn render(r: &Report) -> String {
     }
     out
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_cleanup_is_reported_beside_the_figures() {
+        let mut report = Report {
+            loadbalancers: 3000,
+            machines: 3,
+            created: Duration::from_secs(56),
+            ready: Duration::from_secs(202),
+            active: Duration::from_secs(202),
+            converge: Counts::default(),
+            idle: Counts::default(),
+            idle_events: 0,
+            peak_rss_bytes: 200 << 20,
+            cpu_seconds: 60.0,
+            restart: None,
+            cleanup: Some(Err("delete the LoadBalancers: timed out".into())),
+        };
+        let text = render(&report);
+        assert!(text.contains("all Ready at 202.0 s"), "{text}");
+        assert!(
+            text.contains("cleanup: failed: delete the LoadBalancers: timed out"),
+            "{text}"
+        );
+        report.cleanup = Some(Ok(Duration::from_secs(113)));
+        assert!(render(&report).contains("cleanup: LoadBalancers gone in 113.0 s"));
+    }
+}

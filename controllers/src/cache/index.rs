@@ -290,23 +290,14 @@ mod tests {
     use std::collections::BTreeMap;
 
     use kube::ResourceExt;
-    use kube::core::{ApiResource, Expression, Selector};
+    use kube::core::{Expression, Selector};
     use proptest::prelude::*;
 
     use super::*;
+    use crate::cache::tests::resource;
     use crate::cache::{ObjectCache, without_managed_fields};
     use crate::loadbalancer::targets;
     use capi_lb_api::target::TargetKeys;
-
-    fn resource() -> ApiResource {
-        ApiResource {
-            group: "cluster.x-k8s.io".into(),
-            version: "v1beta2".into(),
-            api_version: "cluster.x-k8s.io/v1beta2".into(),
-            kind: "Machine".into(),
-            plural: "machines".into(),
-        }
-    }
 
     /// An object from small universes of namespaces, names, labels, annotations and owners.
     #[derive(Clone, Debug)]

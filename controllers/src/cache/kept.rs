@@ -24,15 +24,21 @@ pub struct Kept {
 }
 
 impl Kept {
-    /// `object` as kept (its JSON left out for a deletion, which only needs the key).
-    fn of(object: &DynamicObject, with_json: bool) -> Self {
-        let meta = &object.metadata;
-        let json = match with_json {
+    /// `object` as kept.
+    fn of(object: &DynamicObject) -> Self {
+        Self {
             // A DynamicObject always serialises (its maps have string keys); one that did not
             // would read as missing (see `object`).
-            true => serde_json::to_string(object).unwrap_or_default(),
-            false => String::new(),
-        };
+            json: serde_json::to_string(object)
+                .unwrap_or_default()
+                .into_boxed_str(),
+            ..Self::key_of(object)
+        }
+    }
+
+    /// What identifies `object` in a store, without its JSON (for a deletion).
+    fn key_of(object: &DynamicObject) -> Self {
+        let meta = &object.metadata;
         Self {
             metadata: ObjectMeta {
                 name: meta.name.clone(),
@@ -41,7 +47,7 @@ impl Kept {
                 resource_version: meta.resource_version.clone(),
                 ..ObjectMeta::default()
             },
-            json: json.into_boxed_str(),
+            json: Box::default(),
         }
     }
 
@@ -60,9 +66,9 @@ impl Kept {
     /// `event` with its objects as kept.
     pub fn event(event: &Event<DynamicObject>) -> Event<Self> {
         match event {
-            Event::Apply(o) => Event::Apply(Self::of(o, true)),
-            Event::InitApply(o) => Event::InitApply(Self::of(o, true)),
-            Event::Delete(o) => Event::Delete(Self::of(o, false)),
+            Event::Apply(o) => Event::Apply(Self::of(o)),
+            Event::InitApply(o) => Event::InitApply(Self::of(o)),
+            Event::Delete(o) => Event::Delete(Self::key_of(o)),
             Event::Init => Event::Init,
             Event::InitDone => Event::InitDone,
         }
