@@ -878,7 +878,7 @@ impl TestNs {
     }
 
     /// A client with capi-lb's ServiceAccount credentials whose requests and refusals are recorded.
-    fn controller_client(&self) -> Client {
+    pub fn controller_client(&self) -> Client {
         kube::client::ClientBuilder::try_from(self.controller_config.clone())
             .unwrap()
             .with_layer(&self.refusals)
