@@ -186,8 +186,9 @@ impl Index {
 #[derive(Debug, Default)]
 pub struct Triggers {
     index: RwLock<Index>,
-    /// LoadBalancers of a relist in progress (between `Init` and `InitDone`).
-    relist: RwLock<Option<Vec<LoadBalancer>>>,
+    /// The index of a relist in progress (between `Init` and `InitDone`), built as the objects
+    /// arrive: a relist does not keep a copy of every LoadBalancer until it is done.
+    relist: RwLock<Option<Index>>,
     /// The DNS names each DNSEndpoint (namespace, name) had when last seen: a name it no longer
     /// has was released, and who waits for it must hear of it.
     dns_names: RwLock<HashMap<Key, BTreeSet<String>>>,
@@ -239,18 +240,12 @@ impl Triggers {
                     self.write().remove(&(namespace, invalid.name_any()));
                 }
             }
-            watcher::Event::Init => *relist = Some(Vec::new()),
+            watcher::Event::Init => *relist = Some(Index::default()),
             watcher::Event::InitApply(DeserializeGuard(Ok(lb))) => {
-                relist.get_or_insert_with(Vec::new).push(lb.clone());
+                relist.get_or_insert_with(Index::default).insert(lb);
             }
             watcher::Event::InitApply(DeserializeGuard(Err(_))) => {}
-            watcher::Event::InitDone => {
-                let mut index = Index::default();
-                for lb in relist.take().unwrap_or_default() {
-                    index.insert(&lb);
-                }
-                *self.write() = index;
-            }
+            watcher::Event::InitDone => *self.write() = relist.take().unwrap_or_default(),
         }
     }
 
