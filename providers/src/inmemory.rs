@@ -134,6 +134,15 @@ struct SavedRef<'a> {
     load_balancers: &'a BTreeMap<String, CloudLoadBalancer>,
 }
 
+impl<'a> SavedRef<'a> {
+    fn of(state: &'a CloudState) -> Self {
+        Self {
+            next_id: state.next_id,
+            load_balancers: &state.load_balancers,
+        }
+    }
+}
+
 /// The in-memory cloud: shared state behind every [`InMemoryProvider`] built from it.
 #[derive(Clone, Debug)]
 pub struct InMemoryCloud {
@@ -186,22 +195,40 @@ impl InMemoryCloud {
         Ok(cloud)
     }
 
-    /// The cloud's load balancers as JSON, for [`InMemoryCloud::save`].
-    pub fn snapshot(&self) -> Vec<u8> {
+    /// A fingerprint of what [`InMemoryCloud::save`] writes: it changes when that does. Computed
+    /// by serialising into a hasher, so no copy of the cloud is made.
+    pub fn fingerprint(&self) -> u64 {
+        use std::hash::Hasher;
+        struct Hashing(std::collections::hash_map::DefaultHasher);
+        impl std::io::Write for Hashing {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.write(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut hashing = Hashing(std::collections::hash_map::DefaultHasher::new());
         let state = self.lock();
-        let saved = SavedRef {
-            next_id: state.next_id,
-            load_balancers: &state.load_balancers,
-        };
-        // Plain data with string keys: serialising cannot fail.
-        serde_json::to_vec(&saved).unwrap_or_default()
+        // Plain data with string keys into a writer that cannot fail: serialising cannot fail.
+        let _ = serde_json::to_writer(&mut hashing, &SavedRef::of(&state));
+        hashing.0.finish()
     }
 
-    /// Write `snapshot` to `path` atomically (a temporary file renamed over it).
-    pub fn save(snapshot: &[u8], path: &std::path::Path) -> std::io::Result<()> {
+    /// Write the cloud's load balancers as JSON to `path` atomically (a temporary file renamed over
+    /// it), streamed from the state rather than built in memory first.
+    pub fn save(&self, path: &std::path::Path) -> std::io::Result<()> {
+        use std::io::Write;
         let mut temporary = path.as_os_str().to_owned();
         temporary.push(".tmp");
-        std::fs::write(&temporary, snapshot)?;
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&temporary)?);
+        {
+            let state = self.lock();
+            serde_json::to_writer(&mut file, &SavedRef::of(&state))?;
+        }
+        file.flush()?;
+        drop(file);
         std::fs::rename(&temporary, path)
     }
 
@@ -744,13 +771,21 @@ mod tests {
         let cloud = InMemoryCloud::new(clock.clone());
         let id = cloud.insert_foreign(BTreeMap::from([("owner".into(), "x".into())]), "10.0.0.1");
         assert!(cloud.insert_member(&id, "m0", "10.1.0.1"));
-        InMemoryCloud::save(&cloud.snapshot(), &path).unwrap();
+        let before = cloud.fingerprint();
+        assert_eq!(before, cloud.fingerprint(), "no change, same fingerprint");
+        cloud.save(&path).unwrap();
 
         let loaded = InMemoryCloud::load(clock, &path).unwrap();
         assert_eq!(loaded.load_balancers(), cloud.load_balancers());
         // IDs continue where the saved cloud stopped.
+        assert_eq!(loaded.fingerprint(), before);
         let next = loaded.insert_foreign(BTreeMap::new(), "10.0.0.2");
         assert_ne!(next, id);
+        assert_ne!(
+            loaded.fingerprint(),
+            before,
+            "a change, another fingerprint"
+        );
         std::fs::write(&path, b"{not json").unwrap();
         assert!(InMemoryCloud::load(Arc::new(SystemClock), &path).is_err());
         let _ = std::fs::remove_dir_all(&dir);

@@ -302,13 +302,15 @@ impl CloudSaver {
     fn start(cloud: InMemoryCloud, path: std::path::PathBuf) -> Self {
         let (watched, file) = (cloud.clone(), path.clone());
         let task = tokio::spawn(async move {
-            let mut saved = watched.snapshot();
+            // A fingerprint rather than a copy of what was saved: the cloud of 1,000 load
+            // balancers is about 1 MB of JSON.
+            let mut saved = watched.fingerprint();
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
-                let now = watched.snapshot();
+                let now = watched.fingerprint();
                 if now != saved {
-                    match InMemoryCloud::save(&now, &file) {
+                    match watched.save(&file) {
                         Ok(()) => saved = now,
                         Err(e) => {
                             tracing::warn!(path = %file.display(), error = %e, "cannot save the in-memory cloud")
@@ -323,7 +325,7 @@ impl CloudSaver {
     async fn stop(self) {
         self.task.abort();
         let _ = self.task.await;
-        if let Err(e) = InMemoryCloud::save(&self.cloud.snapshot(), &self.path) {
+        if let Err(e) = self.cloud.save(&self.path) {
             tracing::warn!(path = %self.path.display(), error = %e, "cannot save the in-memory cloud");
         }
     }
