@@ -11,6 +11,7 @@
 //! it when the store swaps in the relist.
 
 use std::collections::hash_map::DefaultHasher;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -129,18 +130,81 @@ fn keys(object: &DynamicObject) -> Vec<u64> {
     keys
 }
 
+/// The objects filed under one key. Most keys are one object's (an annotation naming a
+/// LoadBalancer, an owner's UID), so one object is kept inline: a set for each key took 4 MB of a
+/// 34 MB heap peak at 1,000 LoadBalancers.
+#[derive(Debug)]
+enum Posting {
+    One(Arc<Named>),
+    Many(Box<HashSet<Arc<Named>>>),
+}
+
+impl Posting {
+    fn insert(&mut self, named: &Arc<Named>) {
+        match self {
+            Self::One(one) if one == named => {}
+            Self::One(one) => {
+                *self = Self::Many(Box::new(HashSet::from([one.clone(), named.clone()])));
+            }
+            Self::Many(many) => {
+                many.insert(named.clone());
+            }
+        }
+    }
+
+    /// Remove `named`; true when nothing is left.
+    fn remove(&mut self, named: &Arc<Named>) -> bool {
+        match self {
+            Self::One(one) => one == named,
+            Self::Many(many) => {
+                many.remove(named);
+                match many.len() {
+                    0 => true,
+                    1 => {
+                        if let Some(last) = many.iter().next().cloned() {
+                            *self = Self::One(last);
+                        }
+                        false
+                    }
+                    _ => false,
+                }
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::One(_) => 1,
+            Self::Many(many) => many.len(),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Arc<Named>> {
+        let (one, many) = match self {
+            Self::One(one) => (Some(one), None),
+            Self::Many(many) => (None, Some(many.iter())),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+}
+
 /// Objects by key, and the keys of each object.
 #[derive(Debug, Default)]
 struct Index {
-    postings: HashMap<u64, HashSet<Arc<Named>>>,
-    filed: HashMap<Arc<Named>, Vec<u64>>,
+    postings: HashMap<u64, Posting>,
+    filed: HashMap<Arc<Named>, Box<[u64]>>,
 }
 
 impl Index {
     /// File `named` under `keys` too (it stays under its other keys).
     fn add(&mut self, named: &Arc<Named>, keys: &[u64]) {
         for k in keys {
-            self.postings.entry(*k).or_default().insert(named.clone());
+            match self.postings.entry(*k) {
+                Entry::Occupied(mut posting) => posting.get_mut().insert(named),
+                Entry::Vacant(vacant) => {
+                    vacant.insert(Posting::One(named.clone()));
+                }
+            }
         }
     }
 
@@ -154,7 +218,7 @@ impl Index {
         for k in stale {
             self.unfile(&named, k);
         }
-        self.filed.insert(named, keys);
+        self.filed.insert(named, keys.into_boxed_slice());
     }
 
     fn remove(&mut self, named: &Arc<Named>) {
@@ -164,20 +228,19 @@ impl Index {
     }
 
     fn unfile(&mut self, named: &Arc<Named>, key: u64) {
-        if let Some(posting) = self.postings.get_mut(&key) {
-            posting.remove(named);
-            if posting.is_empty() {
-                self.postings.remove(&key);
-            }
+        if let Some(posting) = self.postings.get_mut(&key)
+            && posting.remove(named)
+        {
+            self.postings.remove(&key);
         }
     }
 
     fn posting(&self, key: u64) -> impl Iterator<Item = &Arc<Named>> {
-        self.postings.get(&key).into_iter().flatten()
+        self.postings.get(&key).into_iter().flat_map(Posting::iter)
     }
 
     fn count(&self, key: u64) -> usize {
-        self.postings.get(&key).map_or(0, HashSet::len)
+        self.postings.get(&key).map_or(0, Posting::len)
     }
 
     /// The objects of `namespace` that `lookup` can match (and maybe some more): for the label
