@@ -32,7 +32,7 @@ use capi_lb_api::constants::{
 };
 use capi_lb_api::loadbalancer::LoadBalancerAddress;
 use capi_lb_api::naming::is_dns_label;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use kube::api::{Api, Patch};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -59,6 +59,21 @@ pub enum Decision {
 
 fn is_load_balancer(service: &Service) -> bool {
     service.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
+}
+
+/// What the Service publisher's cache keeps of `service`: no `managedFields`, and of a Service
+/// that is not of type LoadBalancer only its metadata and type (all a reconcile reads of it: it
+/// withdraws what was published for it, or removes an orphaned `-ext` Service). A cluster has
+/// many more of those than LoadBalancers, this publisher's own `-ext` Services among them.
+pub fn cached_view(service: &mut Service) {
+    service.metadata.managed_fields = None;
+    if !is_load_balancer(service) {
+        service.spec = service.spec.take().map(|spec| ServiceSpec {
+            type_: spec.type_,
+            ..ServiceSpec::default()
+        });
+        service.status = None;
+    }
 }
 
 /// The ingress addresses of `service`: IPs, and hostnames where an entry has no IP.
@@ -737,6 +752,38 @@ mod tests {
 
     fn config() -> ExternalEndpoints {
         ExternalEndpoints::default()
+    }
+
+    #[test]
+    fn the_cache_keeps_a_load_balancer_whole_and_of_another_service_its_metadata_and_type() {
+        let mut lb = lb_service(json!([{"ip": "203.0.113.7"}]), json!({"a": "b"}));
+        lb.metadata.managed_fields = Some(vec![Default::default()]);
+        let mut kept = lb.clone();
+        cached_view(&mut kept);
+        lb.metadata.managed_fields = None;
+        assert_eq!(kept, lb);
+
+        let published =
+            json!({ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME: "etcd-lb-ext.tenant.svc.cluster.local"});
+        let full = service(
+            json!({"type": "ClusterIP", "clusterIP": "10.0.0.9", "ports": [{"port": 2379}]}),
+            json!({"loadBalancer": {}}),
+            published,
+        );
+        let mut kept = full.clone();
+        cached_view(&mut kept);
+        assert_eq!(kept.metadata, full.metadata);
+        assert_eq!(
+            kept.spec.as_ref().unwrap().type_.as_deref(),
+            Some("ClusterIP")
+        );
+        assert_eq!(kept.spec.as_ref().unwrap().ports, None);
+        assert_eq!(kept.status, None);
+        // What reconciles decide on is the same.
+        assert_eq!(decide(&kept, &config()), decide(&full, &config()));
+        assert!(matches!(decide(&kept, &config()), Decision::Withdraw(_)));
+        assert_eq!(source_of(&kept), source_of(&full));
+        assert_eq!(dns_wanted(&kept), dns_wanted(&full));
     }
 
     #[test]

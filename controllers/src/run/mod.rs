@@ -399,13 +399,13 @@ async fn external_endpoints(
         ctx,
         reported: Reported::default(),
     });
-    // Every Service is cached (the LoadBalancer ones are published), without managedFields.
+    // Every Service is cached (the LoadBalancer ones are published), as much as reconciles read.
     let (store, writer) = reflector::store();
     let services = reflector::reflector(
         writer,
         watcher(api::<Service>(client, ns), watcher::Config::default())
             .backoff(backoff::for_watch())
-            .modify(|svc: &mut Service| svc.metadata.managed_fields = None),
+            .modify(crate::publication::services::cached_view),
     )
     .applied_objects();
     // Each watch backs off on its own (see `backoff`).
