@@ -21,6 +21,7 @@ use capi_lb_tests::kubedc_sim::KubeDcSim;
 use capi_lb_tests::servicelb_sim::ServiceLbSim;
 use capi_lb_tests::*;
 use k8s_openapi::api::core::v1::Service;
+use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
@@ -66,6 +67,28 @@ async fn loadbalancer_scenario() -> BTreeSet<Permission> {
     .await
     .unwrap();
     world.run_until_stable(100).await.unwrap();
+    // A repeated Event (same object, reason and note) counts in the first one's series: a PATCH.
+    // The controllers repeat one when the same problem recurs; here the sink is called directly.
+    let reference = Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .get("cp")
+        .await
+        .unwrap()
+        .object_ref(&());
+    world.api.stats.set_recording(true);
+    for _ in 0..2 {
+        world
+            .ctx
+            .events
+            .publish(
+                &reference,
+                true,
+                "ProviderError",
+                "Reconcile",
+                "quota".into(),
+            )
+            .await;
+    }
+    world.api.stats.set_recording(false);
     delete::<Machine>(&world, "cp-m2").await;
     world.run_until_stable(100).await.unwrap();
     delete::<Cluster>(&world, "demo").await;
