@@ -11,12 +11,13 @@ use capi_lb::events::EventSink;
 use capi_lb_api::LoadBalancer;
 use capi_lb_providers::clock::SystemClock;
 use capi_lb_tests::k8s::{TestNs, load_balancer};
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-/// Events with `reason`, as (note, series count), sorted by note.
+/// The Events with `reason`, sorted by note.
 async fn events(t: &TestNs, reason: &str) -> Vec<Event> {
     let mut events: Vec<Event> = t
         .api::<Event>()
@@ -29,6 +30,12 @@ async fn events(t: &TestNs, reason: &str) -> Vec<Event> {
         .collect();
     events.sort_by(|a, b| a.note.cmp(&b.note));
     events
+}
+
+/// A `MembersChanged` Event about `reference` with `note`.
+async fn members_changed(sink: &EventSink, reference: &ObjectReference, note: &str) {
+    sink.publish(reference, false, "MembersChanged", "Reconcile", note.into())
+        .await;
 }
 
 fn summary(events: &[Event]) -> Vec<(String, i32)> {
@@ -55,38 +62,9 @@ async fn repeats_count_in_a_series_and_other_notes_are_new_events() {
         Arc::new(SystemClock),
     );
 
-    sink.publish(
-        &reference,
-        false,
-        "MembersChanged",
-        "Reconcile",
-        "added m0".into(),
-    )
-    .await;
-    sink.publish(
-        &reference,
-        false,
-        "MembersChanged",
-        "Reconcile",
-        "added m0".into(),
-    )
-    .await;
-    sink.publish(
-        &reference,
-        false,
-        "MembersChanged",
-        "Reconcile",
-        "removed m0".into(),
-    )
-    .await;
-    sink.publish(
-        &reference,
-        false,
-        "MembersChanged",
-        "Reconcile",
-        "added m0".into(),
-    )
-    .await;
+    for note in ["added m0", "added m0", "removed m0", "added m0"] {
+        members_changed(&sink, &reference, note).await;
+    }
     sink.publish(
         &reference,
         true,
@@ -128,14 +106,7 @@ async fn repeats_count_in_a_series_and_other_notes_are_new_events() {
         .await
         .unwrap();
     for _ in 0..2 {
-        sink.publish(
-            &reference,
-            false,
-            "MembersChanged",
-            "Reconcile",
-            "added m0".into(),
-        )
-        .await;
+        members_changed(&sink, &reference, "added m0").await;
     }
     let members = events(&t, "MembersChanged").await;
     assert_eq!(
