@@ -351,6 +351,12 @@ pub struct EnsureRequest<'a> {
     /// `loadBalancerSourceRanges` of the Service it realises); empty allows every source. A provider
     /// that cannot restrict sources says so in [`EnsureOutcome::unsupported`].
     pub source_ranges: &'a [String],
+    /// The members the reconciler wants, as it would ask of [`Provider::converge_members`] (hooks
+    /// are already on their targets). A provider that can create a load balancer together with its
+    /// members in one operation (Octavia) gives a load balancer it creates now the members to
+    /// `Serve`; every other call ignores them: members are converged by `converge_members` once the
+    /// load balancer is provisioned.
+    pub members: &'a [DesiredMember],
 }
 
 /// Answer to [`Provider::ensure`].

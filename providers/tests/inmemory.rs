@@ -83,6 +83,7 @@ async fn ensure(
             infra,
             listeners: &listeners(),
             source_ranges: &[],
+            members: &[],
         })
         .await
 }
@@ -148,6 +149,7 @@ async fn a_restarted_controller_adopts_by_tag_and_never_duplicates() {
             infra: &infra,
             listeners: &listeners(),
             source_ranges: &[],
+            members: &[],
         })
         .await
         .unwrap();

@@ -73,6 +73,15 @@ async fn operator_update(h: &Harness, id: &str) {
     }
 }
 
+/// A new Machine of `cp` at `ip`.
+async fn add_machine(world: &World, name: &str, ip: &str) {
+    let m: Machine = serde_json::from_value(machine(name, "cp", ip).build()).unwrap();
+    Api::<Machine>::namespaced(world.client(), NS)
+        .create(&PostParams::default(), &m)
+        .await
+        .unwrap();
+}
+
 /// Ready with `n` active targets.
 fn ready_with(n: usize) -> impl Fn(&LoadBalancer) -> bool {
     move |lb| {
@@ -153,6 +162,8 @@ async fn follow_wait(
 /// While Octavia is busy the provider looks again soon, then less and less often: the first look
 /// `FIRST_LOOK` after its write (the create, the batch member update, the delete each begin a new
 /// wait), each later one as long again as the wait so far, at most `MAX_LOOK`, one request each.
+/// The load balancer is created with its members: once it is ACTIVE they serve, with no second
+/// operation to wait for.
 #[tokio::test]
 async fn looks_start_short_and_back_off_while_octavia_is_busy() {
     let h = harness();
@@ -168,28 +179,52 @@ async fn looks_start_short_and_back_off_while_octavia_is_busy() {
         "the create's first look"
     );
     let (create_looks, provisioned) = follow_wait(&world, created, pending).await;
-    // The load balancer is ACTIVE: that reconcile wrote the members, which begins a new wait.
+    // The load balancer is ACTIVE with its members: Ready with both targets active at once, from
+    // the status tree alone (the members it was created with need no reading back), no write and
+    // no new wait.
     let lb = get_lb(&world, "cp").await;
-    assert_eq!(cond(&lb, "InfrastructureReady").0, "True");
+    assert!(ready_with(2)(&lb), "{lb:?}");
     assert_eq!(
-        provisioned.requeue_after,
+        world.openstack.calls(),
+        vec![("loadbalancer.status".to_string(), Some(200))]
+    );
+    assert!(
+        provisioned.requeue_after.is_none_or(|r| r > MAX_LOOK),
+        "{provisioned:?}"
+    );
+
+    // A new target is a batch member update, which begins a new wait. While Octavia applies it the
+    // load balancer keeps serving: every look leaves it Ready, InfrastructureReady True and the
+    // `-ext` endpoint ready, whatever it reads.
+    add_machine(&world, "cp-m3", "10.0.0.13").await;
+    world.openstack.clear();
+    let updated = world.reconcile(NS, "cp").await.unwrap();
+    assert!(
+        world
+            .openstack
+            .calls()
+            .iter()
+            .any(|(op, _)| op == "member.batch-update"),
+        "{:?}",
+        world.openstack.calls()
+    );
+    assert_eq!(
+        updated.requeue_after,
         Some(FIRST_LOOK),
         "the member update's first look"
     );
-    // While Octavia applies the member update the load balancer keeps serving: every look leaves
-    // it Ready, InfrastructureReady True and the `-ext` endpoint ready, whatever it reads.
-    let (member_looks, _) = follow_wait(&world, provisioned, |lb| {
+    let (member_looks, _) = follow_wait(&world, updated, |lb| {
         let lb = lb.expect("the LoadBalancer exists");
         assert!(is_ready(lb), "not Ready during a member update: {lb:?}");
         assert_eq!(cond(lb, "InfrastructureReady").0, "True", "{lb:?}");
-        !ready_with(2)(lb)
+        !ready_with(3)(lb)
     })
     .await;
     let status = octavia_status(&world, "cp").await;
     assert_eq!(status.provisioning_status.as_deref(), Some("ACTIVE"));
     assert!(status.pending_since.is_none(), "{status:?}");
     let lb = get_lb(&world, "cp").await;
-    assert!(ready_with(2)(&lb));
+    assert!(ready_with(3)(&lb));
 
     Api::<LoadBalancer>::namespaced(world.client(), NS)
         .delete("cp", &DeleteParams::default())
@@ -237,7 +272,29 @@ async fn create_ready_publish_members_drain_and_cascade_delete() {
     let lb = get_lb(&world, "cp").await;
     assert_eq!(cond(&lb, "InfrastructureReady").1, "LoadBalancerPending");
 
+    // Ready with every target active as soon as Octavia has the load balancer ACTIVE: it was
+    // created with its members, so the only write to Octavia is the create.
     let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
+    assert!(ready_with(2)(&lb), "{lb:?}");
+    let writes: Vec<String> = world
+        .openstack
+        .calls()
+        .into_iter()
+        .map(|(op, _)| op)
+        .filter(|op| !op.ends_with(".status") && !op.ends_with(".list") && !op.ends_with(".get"))
+        .filter(|op| op != "token.create")
+        .collect();
+    assert_eq!(writes, vec!["loadbalancer.create"]);
+    // The members it was created with were remembered from the create's answer, not read back.
+    assert!(
+        !world
+            .openstack
+            .calls()
+            .iter()
+            .any(|(op, _)| op == "member.list"),
+        "{:?}",
+        world.openstack.calls()
+    );
     let status = octavia_status(&world, "cp").await;
     assert_eq!(status.load_balancer_id.as_deref(), Some(id.as_str()));
     assert!(status.ready);
@@ -321,11 +378,7 @@ async fn create_ready_publish_members_drain_and_cascade_delete() {
     assert!(secret_reads(&world) - before <= 1);
 
     // A new target becomes a member.
-    let m3: Machine = serde_json::from_value(machine("cp-m3", "cp", "10.0.0.13").build()).unwrap();
-    Api::<Machine>::namespaced(world.client(), NS)
-        .create(&PostParams::default(), &m3)
-        .await
-        .unwrap();
+    add_machine(&world, "cp-m3", "10.0.0.13").await;
     reconcile_cp_until(&world, "three members", |lb| {
         lb.status
             .as_ref()
@@ -470,11 +523,7 @@ async fn writes_while_pending_are_retried_and_never_fail_the_reconcile() {
     // the reconcile below runs right after it, inside its short PENDING_UPDATE window even on a
     // loaded machine).
     patch_olb(&world, json!({"listener": {"timeoutClientDataMs": 120000}})).await;
-    let m3: Machine = serde_json::from_value(machine("cp-m3", "cp", "10.0.0.13").build()).unwrap();
-    Api::<Machine>::namespaced(world.client(), NS)
-        .create(&PostParams::default(), &m3)
-        .await
-        .unwrap();
+    add_machine(&world, "cp-m3", "10.0.0.13").await;
     // Then someone else updates the load balancer: it is PENDING_UPDATE for a moment, and any write
     // on it or its children is refused with 409 meanwhile; the reconcile right after it must answer
     // pending, without an error. With Octavia's no-op drivers nothing in the update's flow takes
@@ -555,17 +604,13 @@ async fn a_member_change_keeps_the_load_balancer_ready_while_octavia_applies_it(
     let world = World::new(basic(&h)).await.unwrap();
     let lb = reconcile_cp_until(&world, "Ready", ready_with(2)).await;
     let tag = uid_tag(&lb);
-    let machines = Api::<Machine>::namespaced(world.client(), NS);
     const ROUNDS: usize = 5;
     let mut saw_update = 0;
     let mut round = 0;
     while saw_update == 0 && round < ROUNDS {
         round += 1;
         let name = format!("cp-m{}", round + 2);
-        let m: Machine =
-            serde_json::from_value(machine(&name, "cp", &format!("10.0.0.{}", round + 12)).build())
-                .unwrap();
-        machines.create(&PostParams::default(), &m).await.unwrap();
+        add_machine(&world, &name, &format!("10.0.0.{}", round + 12)).await;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             world.reconcile(NS, "cp").await.unwrap();
@@ -965,7 +1010,7 @@ async fn a_load_balancer_in_error_is_reported_and_recreated_when_configured() {
     let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     let tag = uid_tag(&lb);
     let id = octavia_status(&world, "cp").await.load_balancer_id.unwrap();
-    // Let the worker finish the member update's flow first (it marks the load balancer ACTIVE
+    // Let the worker finish its flow first (it marks the load balancer ACTIVE
     // at its end), so that the ERROR stays.
     tokio::time::sleep(Duration::from_secs(2)).await;
     h.wait_active(&id);

@@ -9,7 +9,8 @@ use capi_lb_api::constants::{
 use capi_lb_api::loadbalancer::InfrastructureRef;
 use capi_lb_providers::provider::ownership_value;
 use capi_lb_providers::{
-    DeleteRequest, EnsureRequest, LoadBalancerIdentity, Progress, ProviderError,
+    DeleteRequest, DesiredMember, EnsureOutcome, EnsureRequest, LoadBalancerIdentity, Progress,
+    ProviderError,
 };
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -25,10 +26,9 @@ use crate::publication;
 use super::{Access, Claim, Claimed, Reconciliation, Release, describe, listeners};
 
 impl Reconciliation<'_> {
-    /// Find the provider and the infrastructure object `infra_ref` names, claim the object
-    /// (controller owner reference + finalizer) and ask the provider to ensure its load balancer;
-    /// or say why the object cannot be used.
-    pub(super) async fn claim_and_ensure(&self, infra_ref: &InfrastructureRef) -> Result<Claim> {
+    /// Find the provider and the infrastructure object `infra_ref` names and claim the object
+    /// (controller owner reference + finalizer); or say why the object cannot be used.
+    pub(super) async fn claim(&self, infra_ref: &InfrastructureRef) -> Result<Claim> {
         let Some(provider) = self
             .ctx
             .providers
@@ -102,24 +102,32 @@ impl Reconciliation<'_> {
         if claimed.resource_version() != infra.resource_version() {
             self.ctx.caches.wrote(&resource, &claimed);
         }
-        let infra = claimed;
-        let listeners = listeners(self.lb);
-        let ensured = provider
-            .ensure(EnsureRequest {
-                identity: &self.identity,
-                infra: &infra,
-                listeners: &listeners,
-                source_ranges: &self.lb.spec.source_ranges,
-            })
-            .await;
         Ok(Claim::Claimed(Box::new(Claimed {
             provider,
             api,
             resource,
-            infra,
-            listeners,
-            ensured,
+            infra: claimed,
+            listeners: listeners(self.lb),
         })))
+    }
+
+    /// Ask the provider of `claimed` to ensure its load balancer; one it creates now starts with
+    /// `members` where the provider can do that in the same operation.
+    pub(super) async fn ensure(
+        &self,
+        claimed: &Claimed,
+        members: &[DesiredMember],
+    ) -> std::result::Result<EnsureOutcome, ProviderError> {
+        claimed
+            .provider
+            .ensure(EnsureRequest {
+                identity: &self.identity,
+                infra: &claimed.infra,
+                listeners: &claimed.listeners,
+                source_ranges: &self.lb.spec.source_ranges,
+                members,
+            })
+            .await
     }
 
     /// Stop after an infrastructure problem: report it, keep everything else. Targets still move

@@ -20,6 +20,30 @@ use crate::kinds::Unlisted;
 
 use super::{Access, Reconciliation};
 
+/// The targets between the two halves of a pass (see [`Reconciliation::prepare_targets`]).
+pub(super) enum Staged {
+    /// A LoadBalancer realising a Service: the Service's endpoints as members.
+    Endpoints(Vec<DesiredMember>),
+    /// The targets listed, their hooks in place, and the members to ask for.
+    Targets {
+        selector: Selector,
+        prepared: Box<targets::Prepared>,
+        desired: Vec<DesiredMember>,
+    },
+    /// Why the targets cannot be had.
+    Unavailable(Unlisted),
+}
+
+impl Staged {
+    /// The members to ask of the provider (none when the targets cannot be had).
+    pub(super) fn desired(&self) -> &[DesiredMember] {
+        match self {
+            Staged::Endpoints(desired) | Staged::Targets { desired, .. } => desired,
+            Staged::Unavailable(_) => &[],
+        }
+    }
+}
+
 impl Reconciliation<'_> {
     /// The members a load balancer taking over should start with: the endpoints of the bound
     /// Service that serve, or every target that wants in: serving when it has an address and is
@@ -130,6 +154,13 @@ impl Reconciliation<'_> {
         access: Access<'_>,
         infra_status: &mut Map<String, Value>,
     ) -> Result<TargetsState> {
+        let staged = self.prepare_targets().await?;
+        self.complete_targets(staged, access, infra_status).await
+    }
+
+    /// The first half of moving the targets, before the provider is asked anything: the targets
+    /// listed, their deletion hooks in place, the members to ask for decided.
+    pub(super) async fn prepare_targets(&mut self) -> Result<Staged> {
         // A changed target kind (including a LoadBalancer that starts realising a Service: its
         // targets become the Service's endpoints): the objects of the previous kind are no longer
         // targets, and lose our annotations and hooks.
@@ -146,39 +177,53 @@ impl Reconciliation<'_> {
             self.note(false, event::DELETION_HOOKS_RELEASED, released);
         }
         // A LoadBalancer realising a Service of capi-lb's class: the Service's endpoints.
-        if let Some(binding) = self.binding.clone() {
-            let desired = class::members(&binding);
-            let (members_state, members) = self.converge(access, &desired, infra_status).await;
-            return Ok(TargetsState::Listed {
-                targets: super::status::views(&desired, members.as_deref()),
-                members: members_state,
-            });
+        if let Some(binding) = &self.binding {
+            return Ok(Staged::Endpoints(class::members(binding)));
         }
-
         let Some(selector) = self.selector.clone() else {
-            return Ok(TargetsState::Unavailable(Unlisted::Unavailable(
+            return Ok(Staged::Unavailable(Unlisted::Unavailable(
                 "the spec is invalid".into(),
             )));
         };
-        let pass = targets::Pass {
-            ctx: self.ctx,
-            lb: self.lb,
-            keys: TargetKeys::new(&self.namespace, &self.identity.name),
-            selector: &selector,
-            settings: Settings {
-                drain: Duration::from_secs(u64::try_from(self.lb.spec.drain_seconds).unwrap_or(0)),
-                hooks: kind.api_group == CAPI_GROUP && kind.kind == MACHINE_KIND,
-                release_hooks: self.cluster_deleting,
-            },
+        match self.pass(&selector).prepare().await? {
+            Listing::Listed(prepared) => {
+                let desired = prepared.desired_members();
+                Ok(Staged::Targets {
+                    selector,
+                    prepared: Box::new(prepared),
+                    desired,
+                })
+            }
+            Listing::Unavailable(why) => Ok(Staged::Unavailable(why)),
+        }
+    }
+
+    /// The second half: converge the members through `access`, then settle the targets' states
+    /// from the provider's answer.
+    pub(super) async fn complete_targets(
+        &mut self,
+        staged: Staged,
+        access: Access<'_>,
+        infra_status: &mut Map<String, Value>,
+    ) -> Result<TargetsState> {
+        let (selector, prepared, desired) = match staged {
+            Staged::Endpoints(desired) => {
+                let (members_state, members) = self.converge(access, &desired, infra_status).await;
+                return Ok(TargetsState::Listed {
+                    targets: super::status::views(&desired, members.as_deref()),
+                    members: members_state,
+                });
+            }
+            Staged::Unavailable(why) => return Ok(TargetsState::Unavailable(why)),
+            Staged::Targets {
+                selector,
+                prepared,
+                desired,
+            } => (selector, prepared, desired),
         };
-        let prepared = match pass.prepare().await? {
-            Listing::Listed(prepared) => prepared,
-            Listing::Unavailable(why) => return Ok(TargetsState::Unavailable(why)),
-        };
-        let desired = prepared.desired_members();
         let (members_state, members) = self.converge(access, &desired, infra_status).await;
         let known = members.as_deref().map_or(Members::Unknown, Members::Known);
-        let completed = pass.complete(prepared, known).await?;
+        let completed = self.pass(&selector).complete(*prepared, known).await?;
         // Hooks put on targets that changed state in the same pass are told in that Event.
         let mut transitions = completed.transitions;
         let hooks_added = if transitions.is_empty() || completed.hooks_added.is_empty() {
@@ -209,6 +254,22 @@ impl Reconciliation<'_> {
             targets: completed.views,
             members: members_state,
         })
+    }
+
+    /// The targets' pass of this LoadBalancer under `selector`.
+    fn pass<'s>(&'s self, selector: &'s Selector) -> targets::Pass<'s> {
+        let kind = &self.lb.spec.target_kind;
+        targets::Pass {
+            ctx: self.ctx,
+            lb: self.lb,
+            keys: TargetKeys::new(&self.namespace, &self.identity.name),
+            selector,
+            settings: Settings {
+                drain: Duration::from_secs(u64::try_from(self.lb.spec.drain_seconds).unwrap_or(0)),
+                hooks: kind.api_group == CAPI_GROUP && kind.kind == MACHINE_KIND,
+                release_hooks: self.cluster_deleting,
+            },
+        }
     }
 
     pub(super) fn record_targets(&mut self, selector: &Selector, targets: &TargetsState) {

@@ -251,14 +251,7 @@ impl Reconciliation<'_> {
         target: &InfrastructureRef,
         selector: &Selector,
     ) -> Result<BringUp> {
-        let Claimed {
-            provider,
-            api,
-            resource,
-            infra,
-            listeners,
-            ensured,
-        } = match self.claim_and_ensure(target).await? {
+        let claimed = match self.claim(target).await? {
             Claim::Claimed(c) => *c,
             Claim::Missing(message) => {
                 return Ok(BringUp::Failed(r::INFRASTRUCTURE_NOT_FOUND, message));
@@ -271,6 +264,19 @@ impl Reconciliation<'_> {
             }
             Claim::Refused(reason, message) => return Ok(BringUp::Failed(reason, message)),
         };
+        // The serving members first: a load balancer created now can start with them.
+        let desired = self.serving_members(selector).await?;
+        let ensured = match &desired {
+            Listing::Listed(members) => self.ensure(&claimed, members).await,
+            Listing::Unavailable(_) => self.ensure(&claimed, &[]).await,
+        };
+        let Claimed {
+            provider,
+            api,
+            resource,
+            infra,
+            listeners,
+        } = claimed;
         let out = match ensured {
             Ok(out) => out,
             Err(error) => {
@@ -303,7 +309,7 @@ impl Reconciliation<'_> {
                 .await?;
             return Ok(BringUp::Waiting("it has no address yet".into()));
         }
-        let desired = match self.serving_members(selector).await? {
+        let desired = match desired {
             Listing::Listed(desired) => desired,
             Listing::Unavailable(why) => return Ok(BringUp::Waiting(why.message().to_string())),
         };

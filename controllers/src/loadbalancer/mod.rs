@@ -3,8 +3,9 @@
 //! One pass: honour pause, validate the spec (the CRD's own schema and CEL rules, evaluated again
 //! here), release a previously used infrastructure object if `infrastructureRef` changed, claim the
 //! infrastructure object (controller owner reference + finalizer, so its configuration outlives the
-//! cloud resources), ask the provider to ensure the load balancer, resolve the targets, converge the
-//! members, publish the `-ext` Service, and write the infrastructure object's status and the
+//! cloud resources), resolve the targets and put their deletion hooks in place, ask the provider to
+//! ensure the load balancer (one it creates starts with the members where the provider can do that
+//! in the same operation), converge the members, settle the targets' states, publish the `-ext` Service, and write the infrastructure object's status and the
 //! LoadBalancer's status — each only when it differs from what is stored. Nothing blocks: pending
 //! provider work and transient failures come back as a requeue delay.
 //!
@@ -35,7 +36,7 @@ use capi_lb_api::constants::{
 };
 use capi_lb_api::loadbalancer::LoadBalancerStatus;
 use capi_lb_providers::provider::{ownership_uid, ownership_value};
-use capi_lb_providers::{EnsureOutcome, Listener, LoadBalancerIdentity, Provider, ProviderError};
+use capi_lb_providers::{Listener, LoadBalancerIdentity, Provider};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, Selector};
@@ -220,15 +221,14 @@ enum Claim {
     Refused(&'static str, String),
 }
 
-/// A claimed infrastructure object: its provider, API, kind, the object as claimed, the listeners
-/// asked for and the provider's answer to `ensure`.
+/// A claimed infrastructure object: its provider, API, kind, the object as claimed and the
+/// listeners asked for.
 struct Claimed {
     provider: Arc<dyn Provider>,
     api: Api<DynamicObject>,
     resource: ApiResource,
     infra: DynamicObject,
     listeners: Vec<Listener>,
-    ensured: std::result::Result<EnsureOutcome, ProviderError>,
 }
 
 /// How bringing up a migration's new load balancer went.

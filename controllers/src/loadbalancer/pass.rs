@@ -23,7 +23,7 @@ use crate::context::Outcome;
 use crate::error::{Result, kube_err};
 use crate::publication;
 
-use super::{Access, Claim, Claimed, Note, Reconciliation, describe};
+use super::{Access, Claim, Note, Reconciliation, describe};
 
 impl Reconciliation<'_> {
     pub(super) async fn apply(mut self) -> Result<Outcome> {
@@ -43,8 +43,8 @@ impl Reconciliation<'_> {
         let wanted = self.lb.spec.infrastructure_ref.clone();
         let spec_ref = self.migrate(&wanted, &selector).await?;
 
-        // The provider and its infrastructure object, and the load balancer ensured.
-        let claimed = match self.claim_and_ensure(&spec_ref).await? {
+        // The provider and its infrastructure object.
+        let claimed = match self.claim(&spec_ref).await? {
             Claim::Claimed(c) => *c,
             // Gone without our finalizer having run (someone removed it): the provider may still
             // hold a load balancer for it.
@@ -66,40 +66,43 @@ impl Reconciliation<'_> {
             Claim::Refused(reason, message) => return self.infra_problem(reason, message).await,
         };
         self.status.infrastructure_ref = Some(spec_ref.clone());
-        let Claimed {
-            provider,
-            api: infra_api,
-            resource: infra_resource,
-            infra,
-            listeners,
-            ensured,
-        } = claimed;
+
+        // The targets first (their deletion hooks in place, the members to ask for decided), so
+        // that a load balancer created now can start with its members, then the load balancer
+        // ensured, then the members converged and the targets' states settled.
+        let staged = self.prepare_targets().await?;
+        let ensured = self.ensure(&claimed, staged.desired()).await;
         let (infra_state, mut infra_status) = match ensured {
             Ok(out) => self.ensured(out),
             Err(error) => {
-                let state = self.provider_problem(provider.name(), "ensure", error);
+                let state = self.provider_problem(claimed.provider.name(), "ensure", error);
                 (state, Map::new())
             }
         };
         let infra_ready = infra_state == InfraState::Provisioned;
-
-        // Targets and members.
         let access = if infra_ready {
             Access::Converge {
-                provider: provider.as_ref(),
-                infra: &infra,
-                listeners: &listeners,
+                provider: claimed.provider.as_ref(),
+                infra: &claimed.infra,
+                listeners: &claimed.listeners,
             }
         } else {
             Access::NotConverged("members are added once the load balancer is provisioned".into())
         };
-        let targets = self.move_targets(access, &mut infra_status).await?;
+        let targets = self
+            .complete_targets(staged, access, &mut infra_status)
+            .await?;
         self.record_targets(&selector, &targets);
 
         // The provider's view, on the infrastructure object.
         if !infra_status.is_empty() {
-            self.write_infra_status(&infra_api, &infra_resource, &infra, infra_status)
-                .await?;
+            self.write_infra_status(
+                &claimed.api,
+                &claimed.resource,
+                &claimed.infra,
+                infra_status,
+            )
+            .await?;
         }
         let targets_condition = self.targets_condition(&selector, &targets);
         self.publish(&infra_state, targets_condition).await?;

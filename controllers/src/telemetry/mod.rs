@@ -571,6 +571,7 @@ mod tests {
                 infra: &infra,
                 listeners: &[],
                 source_ranges: &[],
+                members: &[],
             })
             .await;
         let (status, text) = get(router(metrics, Arc::new(Health::default())), "/metrics").await;

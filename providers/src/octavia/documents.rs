@@ -83,6 +83,18 @@ pub(super) struct LbRecord {
     pub(super) description: Option<String>,
     #[serde(default)]
     pub(super) created_at: Option<String>,
+    /// In the answer to a create: the pools, each with its members (a list or get has only IDs).
+    #[serde(default)]
+    pub(super) pools: Vec<CreatedPool>,
+}
+
+/// A pool created with its load balancer, and the members it was created with (the answer to a
+/// create lists them).
+#[derive(Clone, Debug, Deserialize)]
+pub(super) struct CreatedPool {
+    pub(super) id: String,
+    #[serde(default)]
+    pub(super) members: Vec<PoolMember>,
 }
 
 /// A Neutron floating IP.

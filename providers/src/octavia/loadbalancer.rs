@@ -11,12 +11,13 @@ use serde_json::{Value, json};
 use super::OctaviaProvider;
 use super::api::{ApiVersion, Request, Session};
 use super::documents::{LbRecord, Tree, decode};
+use super::members::{member_bodies, plan};
 use super::naming::{description, lb_name, owned, uid_tag};
 use super::reason;
 use super::run::Run;
 use super::settings::Settings;
 use super::stop::Stop;
-use crate::provider::{Listener, LoadBalancerIdentity, Progress};
+use crate::provider::{DesiredMember, Listener, LoadBalancerIdentity, Progress};
 
 impl OctaviaProvider {
     /// The load balancers this LoadBalancer owns, oldest first: by tag (API 2.5+), else by name
@@ -116,14 +117,39 @@ impl OctaviaProvider {
         Ok(false)
     }
 
-    /// Body of a load balancer with all its listeners, pools and health monitors (single-call
-    /// create).
-    fn lb_body(&self, run: &Run<'_>, listeners: &[Listener], version: ApiVersion) -> Value {
+    /// Body of a load balancer with all its listeners, pools, health monitors and the members to
+    /// serve (single-call create), and how many members it has.
+    fn lb_body(
+        &self,
+        run: &Run<'_>,
+        listeners: &[Listener],
+        members: &[DesiredMember],
+        version: ApiVersion,
+    ) -> (Value, usize) {
         let spec = &run.infra.spec;
+        let mut count = 0;
+        let listeners: Vec<Value> = listeners
+            .iter()
+            .map(|l| {
+                let mut body = self.listener_body(run, l, version);
+                // Only members to serve: nothing exists yet to keep or drain.
+                let members = plan(members, &[], l.target_port);
+                count += members.len();
+                if !members.is_empty()
+                    && let Some(Value::Object(pool)) = body.get_mut("default_pool")
+                {
+                    pool.insert(
+                        "members".into(),
+                        json!(member_bodies(run, &members, version)),
+                    );
+                }
+                body
+            })
+            .collect();
         let mut lb = json!({
             "name": run.lb_name(),
             "description": description(run.identity),
-            "listeners": listeners.iter().map(|l| self.listener_body(run, l, version)).collect::<Vec<_>>(),
+            "listeners": listeners,
         });
         if let Value::Object(o) = &mut lb {
             if let Some(subnet) = &spec.vip.subnet_id {
@@ -152,16 +178,19 @@ impl OctaviaProvider {
                 o.insert("tags".into(), json!(run.tags()));
             }
         }
-        lb
+        (lb, count)
     }
 
+    /// Create the load balancer with everything on it, its members included: one operation of
+    /// Octavia's instead of a create and then a member update.
     async fn create(
         &self,
         session: &Session,
         run: &mut Run<'_>,
         listeners: &[Listener],
+        members: &[DesiredMember],
     ) -> Result<Progress, Stop> {
-        let lb = self.lb_body(run, listeners, session.version);
+        let (lb, member_count) = self.lb_body(run, listeners, members, session.version);
         let body = session
             .expect(
                 self.observer(),
@@ -175,6 +204,9 @@ impl OctaviaProvider {
         )?;
         run.created = true;
         self.mark_verified(&record.id);
+        // The members as Octavia took them, per pool: what `converge_members` would otherwise read
+        // back once the load balancer is ACTIVE.
+        self.remember_created_members(&record);
         run.status.load_balancer_id = Some(record.id.clone());
         run.status.vip_address = record.vip_address.clone();
         run.status.vip_port_id = record.vip_port_id.clone();
@@ -189,7 +221,7 @@ impl OctaviaProvider {
             })
             .collect();
         run.changes.push(format!(
-            "created Octavia load balancer {} with {} listener(s)",
+            "created Octavia load balancer {} with {} listener(s) and {member_count} member(s)",
             record.id,
             listeners.len()
         ));
@@ -201,12 +233,13 @@ impl OctaviaProvider {
         &self,
         run: &mut Run<'_>,
         listeners: &[Listener],
+        members: &[DesiredMember],
     ) -> Result<Progress, Stop> {
         let session = self.session(&run.infra).await?;
         run.status.api_version = Some(session.version.to_string());
         run.infra.check_version(session.version)?;
         let Some(tree) = self.locate(&session, run).await? else {
-            return self.create(&session, run, listeners).await;
+            return self.create(&session, run, listeners, members).await;
         };
         run.status.provisioning_status = Some(tree.provisioning_status.clone());
         run.status.operating_status = Some(tree.operating_status.clone());

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::OctaviaProvider;
 use super::api::{ApiVersion, Request, Session};
-use super::documents::{PoolMember, TreePool, decode};
+use super::documents::{LbRecord, PoolMember, TreePool, decode};
 use super::naming::child_name;
 use super::reason;
 use super::run::Run;
@@ -68,6 +68,20 @@ impl OctaviaProvider {
             known.insert(pool.id.clone(), (Instant::now(), members.clone()));
         }
         Ok(members)
+    }
+
+    /// Remember the members each pool of a load balancer was just created with, as the answer to
+    /// the create shows them (as a batch update remembers what it wrote): once the load balancer
+    /// is ACTIVE, they need not be read back.
+    pub(super) fn remember_created_members(&self, record: &LbRecord) {
+        let Ok(mut known) = self.members.lock() else {
+            return;
+        };
+        for pool in &record.pools {
+            let mut members = pool.members.clone();
+            members.sort();
+            known.insert(pool.id.clone(), (Instant::now(), members));
+        }
     }
 
     /// `converge_members`: the first pool whose members differ from the plan is written; when none
@@ -197,26 +211,7 @@ impl OctaviaProvider {
         pool: &TreePool,
         wanted: &[PoolMember],
     ) -> Result<(), Stop> {
-        let tags = if session.version >= ApiVersion::TAGS {
-            Some(run.tags())
-        } else {
-            None
-        };
-        let members: Vec<Value> = wanted
-            .iter()
-            .map(|m| {
-                let mut v = json!({
-                    "address": m.address,
-                    "protocol_port": m.protocol_port,
-                    "name": m.name,
-                    "weight": m.weight,
-                });
-                if let (Some(tags), Value::Object(o)) = (&tags, &mut v) {
-                    o.insert("tags".into(), json!(tags));
-                }
-                v
-            })
-            .collect();
+        let members = member_bodies(run, wanted, session.version);
         session
             .expect(
                 self.observer(),
@@ -232,6 +227,31 @@ impl OctaviaProvider {
         }
         Ok(())
     }
+}
+
+/// The request bodies of `members` (with capi-lb's tags where the API has them), for a batch
+/// member update or a pool created with its members.
+pub(super) fn member_bodies(
+    run: &Run<'_>,
+    members: &[PoolMember],
+    version: ApiVersion,
+) -> Vec<Value> {
+    let tags = (version >= ApiVersion::TAGS).then(|| run.tags());
+    members
+        .iter()
+        .map(|m| {
+            let mut v = json!({
+                "address": m.address,
+                "protocol_port": m.protocol_port,
+                "name": m.name,
+                "weight": m.weight,
+            });
+            if let (Some(tags), Value::Object(o)) = (&tags, &mut v) {
+                o.insert("tags".into(), json!(tags));
+            }
+            v
+        })
+        .collect()
 }
 
 /// The targets to serve that have no IP address (only a DNS name), by name.

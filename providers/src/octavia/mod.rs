@@ -3,8 +3,9 @@
 //!
 //! For a LoadBalancer whose `infrastructureRef` names an `OctaviaLoadBalancer`:
 //! - one Octavia load balancer `capi-lb-<namespace>-<name>`, created in one call together with one
-//!   listener, pool and health monitor per LoadBalancer port (`<lb>-<protocol>-<port>`); ports added
-//!   later get their listener the same way, ports removed lose theirs;
+//!   listener, pool and health monitor per LoadBalancer port (`<lb>-<protocol>-<port>`) and the
+//!   members to serve at that time (one Octavia operation to Ready, not a create and then a member
+//!   update); ports added later get their listener, ports removed lose theirs;
 //! - members from the LoadBalancer's targets, written per pool with Octavia's batch member update;
 //!   a draining member gets weight 0 (existing connections continue, no new ones) until the
 //!   reconciler leaves it out after the drain time;
@@ -211,7 +212,9 @@ impl Provider for OctaviaProvider {
         }
         let _guard = self.lock(&request.identity.uid).await;
         let mut run = Run::new(infra, request.identity, self.clock.now(), &self.waits);
-        let result = self.ensure_inner(&mut run, request.listeners).await;
+        let result = self
+            .ensure_inner(&mut run, request.listeners, request.members)
+            .await;
         let progress = done_or_wait(result, || run.relook())?;
         // A problem someone has to act on (credentials, quota, a floating IP in the way) is
         // reported as one, never hidden behind a load balancer that may still be serving.

@@ -183,6 +183,7 @@ mod tests {
             tags: tags.iter().map(|t| t.to_string()).collect(),
             description: description.map(str::to_string),
             created_at: None,
+            pools: Vec::new(),
         }
     }
 
