@@ -1359,6 +1359,76 @@ async fn a_target_with_only_a_dns_name_is_reported_and_the_others_serve() {
     delete_and_settle(&world, &h, &uid_tag(&lb)).await;
 }
 
+/// A member Octavia refuses (169.254.169.254 is a reserved member address in Octavia) does not keep
+/// the load balancer from being created: the create that carried it is sent again without members,
+/// the load balancer comes up and publishes its address, and the refusal is reported on
+/// TargetsReady with a Warning Event (Octavia's batch member update takes all members or none).
+/// Once the target has a usable address, every target serves.
+#[tokio::test]
+async fn a_member_octavia_refuses_does_not_keep_the_load_balancer_from_being_created() {
+    let h = harness();
+    let mut objects = basic(&h);
+    objects[4] = machine("cp-m2", "cp", "169.254.169.254").build();
+    let world = World::new(objects).await.unwrap();
+    world.openstack.clear();
+    let lb = reconcile_cp_until(&world, "RequestRejected", |lb| {
+        cond(lb, "InfrastructureReady").0 == "True"
+            && cond(lb, "TargetsReady").1 == "RequestRejected"
+    })
+    .await;
+    let creates: Vec<_> = world
+        .openstack
+        .calls()
+        .into_iter()
+        .filter(|(op, _)| op == "loadbalancer.create")
+        .collect();
+    assert_eq!(
+        creates,
+        vec![
+            ("loadbalancer.create".to_string(), Some(400)),
+            ("loadbalancer.create".to_string(), Some(201)),
+        ]
+    );
+    let c = condition(&lb, "TargetsReady");
+    assert!(c.message.contains("169.254.169.254"), "{c:?}");
+    assert_eq!(ext_addresses(&world, "cp-ext").await, vec![VIP.to_string()]);
+    assert!(
+        world
+            .ctx
+            .events
+            .timeline()
+            .iter()
+            .any(|e| e.warning && e.reason == "RequestRejected")
+    );
+    let tag = uid_tag(&lb);
+    assert_eq!(
+        h.lbs_tagged(&tag).len(),
+        1,
+        "one load balancer, no duplicate"
+    );
+
+    // The target gets a usable address: both serve.
+    Api::<Machine>::namespaced(world.client(), NS)
+        .patch_status(
+            "cp-m2",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.12"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    reconcile_cp_until(&world, "both targets active", ready_with(2)).await;
+    assert_eq!(
+        members(&h, &octavia_status(&world, "cp").await),
+        vec![
+            ("cp-m1".to_string(), "10.0.0.11".to_string(), 1),
+            ("cp-m2".to_string(), "10.0.0.12".to_string(), 1),
+        ]
+    );
+    delete_and_settle(&world, &h, &tag).await;
+}
+
 /// A floating IP someone else put on the VIP port is never taken over or deleted: allocation waits
 /// with FloatingIPInUse until it is gone.
 #[tokio::test]

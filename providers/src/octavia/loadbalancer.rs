@@ -190,14 +190,26 @@ impl OctaviaProvider {
         listeners: &[Listener],
         members: &[DesiredMember],
     ) -> Result<Progress, Stop> {
-        let (lb, member_count) = self.lb_body(run, listeners, members, session.version);
-        let body = session
-            .expect(
+        let send = |lb: Value| {
+            session.expect(
                 self.observer(),
                 "loadbalancer.create",
                 Request::post("lbaas/loadbalancers", json!({ "loadbalancer": lb })),
             )
-            .await?;
+        };
+        let (lb, mut member_count) = self.lb_body(run, listeners, members, session.version);
+        let body = match send(lb).await {
+            // Octavia refuses the whole create for one member it does not accept (a reserved
+            // address, say): the load balancer is created without members instead, so it exists
+            // and serves its address, and the member update that follows reports the refusal.
+            Err(Stop::Wait(Progress::Pending {
+                reason: Some(why), ..
+            })) if member_count > 0 && why == reason::REQUEST_REJECTED => {
+                member_count = 0;
+                send(self.lb_body(run, listeners, &[], session.version).0).await?
+            }
+            sent => sent?,
+        };
         let record: LbRecord = decode(
             body.get("loadbalancer").cloned().unwrap_or(Value::Null),
             "loadbalancer.create",
