@@ -1429,6 +1429,74 @@ async fn a_member_octavia_refuses_does_not_keep_the_load_balancer_from_being_cre
     delete_and_settle(&world, &h, &tag).await;
 }
 
+/// A migration to another OctaviaLoadBalancer (make before break) brings the new load balancer up
+/// with the serving members in its create: no member update before the switch. The old one is
+/// deleted after the drain time.
+#[tokio::test]
+async fn a_migration_creates_the_new_load_balancer_with_the_serving_members() {
+    let h = harness();
+    let mut objects = basic(&h);
+    objects.push(olb("cp-new", &h, json!({})));
+    let world = World::new(objects).await.unwrap();
+    let lb = reconcile_cp_until(&world, "Ready", ready_with(2)).await;
+    let tag = uid_tag(&lb);
+    let old = octavia_status(&world, "cp").await.load_balancer_id.unwrap();
+
+    merge_patch::<LoadBalancer>(
+        &world,
+        "cp",
+        json!({"spec": {"infrastructureRef": {"name": "cp-new"}}}),
+    )
+    .await;
+    world.openstack.clear();
+    let lb = reconcile_cp_until(&world, "switched to cp-new", |lb| {
+        lb.status
+            .as_ref()
+            .and_then(|s| s.infrastructure_ref.as_ref())
+            .is_some_and(|r| r.name == "cp-new")
+    })
+    .await;
+    let ops: Vec<String> = world
+        .openstack
+        .calls()
+        .into_iter()
+        .map(|(op, _)| op)
+        .collect();
+    assert_eq!(
+        ops.iter().filter(|op| *op == "loadbalancer.create").count(),
+        1,
+        "{ops:?}"
+    );
+    assert!(!ops.iter().any(|op| op == "member.batch-update"), "{ops:?}");
+    assert!(ready_with(2)(&lb), "{lb:?}");
+    let new = octavia_status(&world, "cp-new").await;
+    assert_ne!(new.load_balancer_id.as_deref(), Some(old.as_str()));
+    assert_eq!(
+        members(&h, &new),
+        vec![
+            ("cp-m1".to_string(), "10.0.0.11".to_string(), 1),
+            ("cp-m2".to_string(), "10.0.0.12".to_string(), 1),
+        ]
+    );
+    assert_eq!(h.lbs_tagged(&tag).len(), 2, "the old one drains");
+
+    world.clock.advance(Duration::from_secs(21));
+    reconcile_cp_until(&world, "old one released", |lb| {
+        lb.status.as_ref().is_some_and(|s| s.migration.is_none())
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while h.lbs_tagged(&tag).len() > 1 {
+        assert!(Instant::now() < deadline, "{:?}", h.lbs_tagged(&tag));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(
+        h.lbs_tagged(&tag)[0]["id"],
+        new.load_balancer_id.unwrap().as_str()
+    );
+    delete_and_settle(&world, &h, &tag).await;
+}
+
 /// A floating IP someone else put on the VIP port is never taken over or deleted: allocation waits
 /// with FloatingIPInUse until it is gone.
 #[tokio::test]
