@@ -1,8 +1,60 @@
-//! metav1-style conditions: building a condition list from the desired state of each condition type,
-//! keeping `lastTransitionTime` when a condition's status did not change, so that re-computing the same
+//! metav1-style conditions: the reasons capi-lb and its providers report, each with its severity,
+//! and building a condition list from the desired state of each condition type, keeping
+//! `lastTransitionTime` when a condition's status did not change, so that re-computing the same
 //! conditions yields an identical list (and therefore no write).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// How serious a condition reason is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Severity {
+    /// Progress, success or a normal wait (a load balancer provisioning, an address not assigned
+    /// yet).
+    Normal,
+    /// Something someone has to act on (an invalid spec, credentials refused, a quota, a missing
+    /// object): a condition that turns False with it comes with a Warning Event.
+    Problem,
+}
+
+/// A condition reason with its severity. Every reason is declared once as a constant of this type
+/// (capi-lb's in [`crate::constants::reason`], each provider's in its own `reason` module), so the
+/// severity cannot be forgotten: there is no list of problems to keep in step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Reason {
+    /// The CamelCase reason, e.g. `EIpNotReady`.
+    pub name: &'static str,
+    /// Normal or problem.
+    pub severity: Severity,
+}
+
+impl Reason {
+    /// A reason for progress, success or a normal wait.
+    pub const fn normal(name: &'static str) -> Self {
+        Self {
+            name,
+            severity: Severity::Normal,
+        }
+    }
+
+    /// A reason for a problem someone has to act on.
+    pub const fn problem(name: &'static str) -> Self {
+        Self {
+            name,
+            severity: Severity::Problem,
+        }
+    }
+
+    /// True for [`Severity::Problem`].
+    pub fn is_problem(self) -> bool {
+        self.severity == Severity::Problem
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
 
 /// The desired state of one condition.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -11,46 +63,37 @@ pub struct DesiredCondition {
     pub type_: &'static str,
     /// True or False.
     pub status: bool,
-    /// CamelCase reason.
-    pub reason: &'static str,
+    /// The reason, with its severity.
+    pub reason: Reason,
     /// Human-readable message.
     pub message: String,
-    /// The reason reports a problem someone has to act on: when the condition turns False with it,
-    /// a Warning Event goes with it. Set from the reason's severity: capi-lb's own reasons in
-    /// [`crate::constants::reason::is_problem`], a provider's with the reason.
-    pub warning: bool,
 }
 
 impl DesiredCondition {
     /// A True condition.
-    pub fn true_(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+    pub fn true_(type_: &'static str, reason: Reason, message: impl Into<String>) -> Self {
         Self {
             type_,
             status: true,
             reason,
             message: message.into(),
-            warning: false,
         }
     }
 
     /// A False condition.
-    pub fn false_(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+    pub fn false_(type_: &'static str, reason: Reason, message: impl Into<String>) -> Self {
         Self {
             type_,
             status: false,
             reason,
             message: message.into(),
-            warning: crate::constants::reason::is_problem(reason),
         }
     }
-}
 
-impl DesiredCondition {
-    /// The same condition, reported as a problem (a Warning Event) when it is False and
-    /// `problem` says so (e.g. a provider reason of problem severity).
-    pub fn problem_if(mut self, problem: bool) -> Self {
-        self.warning |= problem && !self.status;
-        self
+    /// Whether the condition reports a problem someone has to act on: False with a reason of
+    /// [`Severity::Problem`]. A Warning Event goes with it.
+    pub fn is_warning(&self) -> bool {
+        !self.status && self.reason.is_problem()
     }
 }
 
@@ -80,7 +123,7 @@ pub fn merge_conditions(
             Condition {
                 type_: d.type_.to_string(),
                 status,
-                reason: d.reason.to_string(),
+                reason: d.reason.name.to_string(),
                 message: d.message.clone(),
                 observed_generation,
                 last_transition_time,
@@ -120,7 +163,11 @@ mod tests {
         let t1 = time("2026-01-01T00:01:00Z");
         let first = merge_conditions(
             &[],
-            &[DesiredCondition::false_("Ready", "NotReady", "waiting")],
+            &[DesiredCondition::false_(
+                "Ready",
+                Reason::normal("NotReady"),
+                "waiting",
+            )],
             Some(1),
             &t0,
         );
@@ -128,7 +175,7 @@ mod tests {
             &first,
             &[DesiredCondition::false_(
                 "Ready",
-                "Provisioning",
+                Reason::normal("Provisioning"),
                 "still waiting",
             )],
             Some(2),
@@ -139,7 +186,11 @@ mod tests {
         assert_eq!(second[0].observed_generation, Some(2));
         let third = merge_conditions(
             &second,
-            &[DesiredCondition::true_("Ready", "Ready", "")],
+            &[DesiredCondition::true_(
+                "Ready",
+                Reason::normal("Ready"),
+                "",
+            )],
             Some(2),
             &t1,
         );
@@ -152,8 +203,8 @@ mod tests {
         let t0 = time("2026-01-01T00:00:00Z");
         let t1 = time("2026-01-01T00:05:00Z");
         let desired = [
-            DesiredCondition::true_("Ready", "Ready", "ok"),
-            DesiredCondition::false_("Paused", "NotPaused", ""),
+            DesiredCondition::true_("Ready", Reason::normal("Ready"), "ok"),
+            DesiredCondition::false_("Paused", Reason::normal("NotPaused"), ""),
         ];
         let first = merge_conditions(&[], &desired, Some(3), &t0);
         let again = merge_conditions(&first, &desired, Some(3), &t1);
@@ -173,7 +224,11 @@ mod tests {
         };
         let out = merge_conditions(
             std::slice::from_ref(&foreign),
-            &[DesiredCondition::true_("Ready", "Ready", "")],
+            &[DesiredCondition::true_(
+                "Ready",
+                Reason::normal("Ready"),
+                "",
+            )],
             None,
             &t0,
         );

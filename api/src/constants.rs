@@ -189,145 +189,121 @@ pub mod condition {
     pub const DNS_PUBLISHED: &str = "DNSPublished";
 }
 
-/// Condition reasons. Each one is also the reason of the Event emitted for the same transition, so a
-/// user can search for it in `kubectl get events` and in `docs/`.
+/// Condition reasons, each with its severity ([`crate::conditions::Severity`]: a problem someone has
+/// to act on comes with a Warning Event). Each one is also the reason of the Event emitted for the
+/// same transition, so a user can search for it in `kubectl get events` and in `docs/`.
 pub mod reason {
+    use crate::conditions::Reason;
+
     // Ready
     /// Everything is in place.
-    pub const READY: &str = "Ready";
+    pub const READY: Reason = Reason::normal("Ready");
     /// Some part is still progressing; the message says which.
-    pub const NOT_READY: &str = "NotReady";
+    pub const NOT_READY: Reason = Reason::normal("NotReady");
     /// The object is being deleted.
-    pub const DELETING: &str = "Deleting";
+    pub const DELETING: Reason = Reason::normal("Deleting");
     /// The spec is invalid; nothing was changed. The message names the field.
-    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const INVALID_SPEC: Reason = Reason::problem("InvalidSpec");
 
     // InfrastructureReady
     /// The provider reports the load balancer as provisioned.
-    pub const PROVISIONED: &str = "Provisioned";
+    pub const PROVISIONED: Reason = Reason::normal("Provisioned");
     /// The provider is still provisioning.
-    pub const PROVISIONING: &str = "Provisioning";
+    pub const PROVISIONING: Reason = Reason::normal("Provisioning");
     /// `spec.infrastructureRef` names a kind no enabled provider handles.
-    pub const PROVIDER_NOT_ENABLED: &str = "ProviderNotEnabled";
+    pub const PROVIDER_NOT_ENABLED: Reason = Reason::problem("ProviderNotEnabled");
     /// The referenced infrastructure object does not exist.
-    pub const INFRASTRUCTURE_NOT_FOUND: &str = "InfrastructureNotFound";
+    pub const INFRASTRUCTURE_NOT_FOUND: Reason = Reason::problem("InfrastructureNotFound");
     /// The referenced infrastructure object is invalid.
-    pub const INVALID_INFRASTRUCTURE: &str = "InvalidInfrastructure";
+    pub const INVALID_INFRASTRUCTURE: Reason = Reason::problem("InvalidInfrastructure");
     /// The referenced infrastructure object is already used by another LoadBalancer.
-    pub const INFRASTRUCTURE_IN_USE: &str = "InfrastructureInUse";
+    pub const INFRASTRUCTURE_IN_USE: Reason = Reason::problem("InfrastructureInUse");
     /// The referenced infrastructure object is being deleted.
-    pub const INFRASTRUCTURE_DELETING: &str = "InfrastructureDeleting";
+    pub const INFRASTRUCTURE_DELETING: Reason = Reason::normal("InfrastructureDeleting");
     /// The infrastructure object is being moved to another cluster by `clusterctl move`.
-    pub const MOVING: &str = "MovingToAnotherCluster";
+    pub const MOVING: Reason = Reason::normal("MovingToAnotherCluster");
     /// The provider failed and will be retried with back-off.
-    pub const PROVIDER_ERROR: &str = "ProviderError";
+    pub const PROVIDER_ERROR: Reason = Reason::problem("ProviderError");
     /// The provider failed in a way retrying cannot fix; the message says what to change.
-    pub const PROVIDER_FAILED: &str = "ProviderFailed";
+    pub const PROVIDER_FAILED: Reason = Reason::problem("ProviderFailed");
 
     // TargetsReady
     /// Every target is an active member.
-    pub const TARGETS_ACTIVE: &str = "TargetsActive";
+    pub const TARGETS_ACTIVE: Reason = Reason::normal("TargetsActive");
     /// Some targets are still being added.
-    pub const TARGETS_PROGRESSING: &str = "TargetsProgressing";
+    pub const TARGETS_PROGRESSING: Reason = Reason::normal("TargetsProgressing");
     /// Some selected targets have no usable address.
-    pub const TARGETS_WITHOUT_ADDRESS: &str = "TargetsWithoutAddress";
+    pub const TARGETS_WITHOUT_ADDRESS: Reason = Reason::problem("TargetsWithoutAddress");
     /// The selector matches no target.
-    pub const NO_TARGETS: &str = "NoTargets";
+    pub const NO_TARGETS: Reason = Reason::normal("NoTargets");
     /// The target kind cannot be listed (not installed, or not known to capi-lb).
-    pub const TARGET_KIND_UNAVAILABLE: &str = "TargetKindUnavailable";
+    pub const TARGET_KIND_UNAVAILABLE: Reason = Reason::problem("TargetKindUnavailable");
     /// The target kind is not one LoadBalancers may name (`capi-lb run --target-kinds`), or capi-lb
     /// manages that kind for its own purposes: nothing of it is read or written.
-    pub const TARGET_KIND_NOT_ALLOWED: &str = "TargetKindNotAllowed";
+    pub const TARGET_KIND_NOT_ALLOWED: Reason = Reason::problem("TargetKindNotAllowed");
     /// Some targets wait for their readiness gates before they are admitted.
-    pub const TARGETS_NOT_ADMITTED: &str = "TargetsNotAdmitted";
+    pub const TARGETS_NOT_ADMITTED: Reason = Reason::normal("TargetsNotAdmitted");
     /// The member set could not be read or changed; target states are the last known ones.
-    pub const MEMBERS_UNKNOWN: &str = "MembersUnknown";
+    pub const MEMBERS_UNKNOWN: Reason = Reason::normal("MembersUnknown");
 
     // EndpointPublished
     /// The `-ext` Service and EndpointSlices are up to date.
-    pub const PUBLISHED: &str = "Published";
+    pub const PUBLISHED: Reason = Reason::normal("Published");
     /// The provider has no address yet.
-    pub const WAITING_FOR_ADDRESS: &str = "WaitingForAddress";
+    pub const WAITING_FOR_ADDRESS: Reason = Reason::normal("WaitingForAddress");
     /// Publication is disabled in the spec.
-    pub const PUBLICATION_DISABLED: &str = "PublicationDisabled";
+    pub const PUBLICATION_DISABLED: Reason = Reason::normal("PublicationDisabled");
     /// An object with the `-ext` name exists and is not ours: it was left untouched.
-    pub const NAME_CONFLICT: &str = "NameConflict";
+    pub const NAME_CONFLICT: Reason = Reason::problem("NameConflict");
 
     // ClusterEndpoint
     /// The Cluster's `spec.controlPlaneEndpoint` is this load balancer's endpoint.
-    pub const CLUSTER_ENDPOINT_SET: &str = "ClusterEndpointSet";
+    pub const CLUSTER_ENDPOINT_SET: Reason = Reason::normal("ClusterEndpointSet");
     /// The Cluster already has another endpoint; it is never overwritten.
-    pub const CLUSTER_ENDPOINT_MISMATCH: &str = "ClusterEndpointMismatch";
+    pub const CLUSTER_ENDPOINT_MISMATCH: Reason = Reason::problem("ClusterEndpointMismatch");
     /// `spec.clusterName` names a Cluster that does not exist.
-    pub const CLUSTER_NOT_FOUND: &str = "ClusterNotFound";
+    pub const CLUSTER_NOT_FOUND: Reason = Reason::problem("ClusterNotFound");
     /// The Cluster's control-plane object (`spec.controlPlaneRef`) could not be read to see whether
     /// its `loadBalancerRef` annotation names this LoadBalancer.
-    pub const CONTROL_PLANE_UNREADABLE: &str = "ControlPlaneUnreadable";
+    pub const CONTROL_PLANE_UNREADABLE: Reason = Reason::problem("ControlPlaneUnreadable");
 
     // InfrastructureMigration
     /// The new provider's load balancer is being brought up; the old one serves.
-    pub const MIGRATION_PROVISIONING: &str = "MigrationProvisioning";
+    pub const MIGRATION_PROVISIONING: Reason = Reason::normal("MigrationProvisioning");
     /// The new provider's load balancer cannot be brought up; the old one keeps serving.
-    pub const MIGRATION_BLOCKED: &str = "MigrationBlocked";
+    pub const MIGRATION_BLOCKED: Reason = Reason::normal("MigrationBlocked");
     /// Switched to the new load balancer; the old one drains, then is deleted.
-    pub const MIGRATION_DRAINING: &str = "MigrationDraining";
+    pub const MIGRATION_DRAINING: Reason = Reason::normal("MigrationDraining");
     /// The migration finished: the old load balancer is deleted.
-    pub const MIGRATION_COMPLETE: &str = "MigrationComplete";
+    pub const MIGRATION_COMPLETE: Reason = Reason::normal("MigrationComplete");
     /// `spec.infrastructureRef` went back before the switch: the half-built one was released.
-    pub const MIGRATION_CANCELLED: &str = "MigrationCancelled";
+    pub const MIGRATION_CANCELLED: Reason = Reason::normal("MigrationCancelled");
 
     // SpecHonoured
     /// The provider does everything the spec asks.
-    pub const HONOURED: &str = "Honoured";
+    pub const HONOURED: Reason = Reason::normal("Honoured");
     /// The provider does not do something the spec asks; the message says what.
-    pub const NOT_HONOURED: &str = "NotHonoured";
+    pub const NOT_HONOURED: Reason = Reason::problem("NotHonoured");
 
     // DNSPublished
     /// ExternalDNS processed the current generation of the `DNSEndpoint`.
-    pub const DNS_RECORDS_OBSERVED: &str = "RecordsObserved";
+    pub const DNS_RECORDS_OBSERVED: Reason = Reason::normal("RecordsObserved");
     /// ExternalDNS has not processed the current generation of the `DNSEndpoint` yet.
-    pub const DNS_NOT_OBSERVED: &str = "NotObserved";
+    pub const DNS_NOT_OBSERVED: Reason = Reason::normal("NotObserved");
     /// ExternalDNS's `DNSEndpoint` CRD is not installed.
-    pub const DNS_ENDPOINT_CRD_MISSING: &str = "DNSEndpointCRDMissing";
+    pub const DNS_ENDPOINT_CRD_MISSING: Reason = Reason::problem("DNSEndpointCRDMissing");
     /// A hostname is already published by another LoadBalancer's `DNSEndpoint`.
-    pub const HOSTNAME_CONFLICT: &str = "HostnameConflict";
+    pub const HOSTNAME_CONFLICT: Reason = Reason::problem("HostnameConflict");
     /// `spec.dns` was removed: nothing is published.
-    pub const DNS_DISABLED: &str = "DNSDisabled";
+    pub const DNS_DISABLED: Reason = Reason::normal("DNSDisabled");
     /// A name asked for is not a DNS name.
-    pub const INVALID_HOSTNAME: &str = "InvalidHostname";
+    pub const INVALID_HOSTNAME: Reason = Reason::problem("InvalidHostname");
 
     // Paused
     /// Reconciliation is paused.
-    pub const PAUSED: &str = "Paused";
+    pub const PAUSED: Reason = Reason::normal("Paused");
     /// Reconciliation is not paused.
-    pub const NOT_PAUSED: &str = "NotPaused";
-
-    /// True for the reasons above that report a problem someone has to act on (a Warning Event
-    /// goes with them), as opposed to progress. Providers give their own reasons a severity
-    /// (`capi_lb_providers::Reason`).
-    pub fn is_problem(reason: &str) -> bool {
-        matches!(
-            reason,
-            INVALID_SPEC
-                | PROVIDER_NOT_ENABLED
-                | INFRASTRUCTURE_NOT_FOUND
-                | INVALID_INFRASTRUCTURE
-                | INFRASTRUCTURE_IN_USE
-                | PROVIDER_ERROR
-                | PROVIDER_FAILED
-                | TARGETS_WITHOUT_ADDRESS
-                | TARGET_KIND_UNAVAILABLE
-                | TARGET_KIND_NOT_ALLOWED
-                | NAME_CONFLICT
-                | CLUSTER_ENDPOINT_MISMATCH
-                | CLUSTER_NOT_FOUND
-                | CONTROL_PLANE_UNREADABLE
-                | NOT_HONOURED
-                | DNS_ENDPOINT_CRD_MISSING
-                | HOSTNAME_CONFLICT
-                | INVALID_HOSTNAME
-        )
-    }
+    pub const NOT_PAUSED: Reason = Reason::normal("NotPaused");
 }
 
 /// Event reasons that are not condition reasons.

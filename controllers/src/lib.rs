@@ -1,11 +1,14 @@
-//! capi-lb controllers: the LoadBalancer reconciler, endpoint publication, the in-memory Kubernetes
-//! API used by `capi-lb simulate` and the tests, and the pieces of the `capi-lb` binary.
+//! capi-lb's controllers and the pieces of the `capi-lb` binary: the LoadBalancer controller
+//! ([`loadbalancer`]) and the Service controller ([`service`]) over the libraries they share
+//! (endpoint and DNS [`publication`], capi-lb's load-balancer [`class`], [`conditions`], caches,
+//! events, telemetry), the wiring of both into `capi-lb run` ([`run`]), the install manifests
+//! ([`install`]) and the in-memory Kubernetes API of `capi-lb simulate` and the tests ([`sim`]).
+//! `docs/architecture.md` draws them, floor by floor.
 
-pub mod bench;
 pub mod cache;
 pub mod class;
+pub mod conditions;
 pub mod context;
-pub mod dns;
 pub mod error;
 pub mod events;
 pub mod install;
@@ -14,6 +17,7 @@ pub mod loadbalancer;
 pub mod metadata;
 pub mod publication;
 pub mod run;
+pub mod service;
 pub mod sim;
 pub mod telemetry;
 

@@ -1,12 +1,14 @@
 //! Infrastructure providers of capi-lb: the [`Provider`] trait every provider implements, typed
-//! errors, the [`catalog`] of every provider (what the rest of capi-lb knows about each), the
-//! registry that maps an `infrastructureRef` to a provider, the clock providers use, and the
-//! providers: in-memory (no cloud needed: tests, demos and `capi-lb simulate`), kube-dc, Octavia and
-//! Services of type LoadBalancer (MetalLB, kube-vip, cloud controllers).
+//! errors, a provider's catalog [`entry`] (what the rest of capi-lb knows about it), the
+//! [`catalog`] that lists every provider's entry, the registry that maps an `infrastructureRef` to
+//! an enabled provider, the clock providers use, and the providers: in-memory (no cloud needed:
+//! tests, demos and `capi-lb simulate`), kube-dc, Octavia and Services of type LoadBalancer
+//! (MetalLB, kube-vip, cloud controllers).
 
 pub mod catalog;
 pub mod clock;
 pub mod endpoints;
+pub mod entry;
 pub mod error;
 pub mod inmemory;
 pub mod kubedc;
@@ -24,4 +26,4 @@ pub use provider::{
     LoadBalancerIdentity, MemberIntent, MemberState, MemberStatus, MembersOutcome, MembersRequest,
     Progress, Provider, Reason, Severity,
 };
-pub use registry::ProviderRegistry;
+pub use registry::{Enabled, ProviderRegistry};

@@ -15,10 +15,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+pub use capi_lb_api::conditions::{Reason, Severity};
 use capi_lb_api::constants::ANNOTATION_OWNERSHIP;
 use capi_lb_api::loadbalancer::{LoadBalancerAddress, Protocol};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::{ApiResource, DynamicObject};
+use kube::core::DynamicObject;
 use serde_json::{Map, Value};
 
 use crate::error::ProviderError;
@@ -233,49 +234,6 @@ pub struct MemberStatus {
     pub state: MemberState,
 }
 
-/// How serious a provider's condition reason is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Severity {
-    /// A normal wait (a load balancer provisioning, an address not assigned yet).
-    Wait,
-    /// Something someone has to act on (credentials refused, quota, a missing object): reported
-    /// with a Warning Event.
-    Problem,
-}
-
-/// A provider-specific condition reason, with its severity. Each provider lists its reasons in its
-/// catalog entry ([`crate::catalog::Entry::reasons`]); `docs/operations.md` documents every one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Reason {
-    /// The CamelCase reason, e.g. `EIpNotReady`.
-    pub name: &'static str,
-    /// Wait or problem.
-    pub severity: Severity,
-}
-
-impl Reason {
-    /// A reason for a normal wait.
-    pub const fn wait(name: &'static str) -> Self {
-        Self {
-            name,
-            severity: Severity::Wait,
-        }
-    }
-
-    /// A reason for a problem someone has to act on.
-    pub const fn problem(name: &'static str) -> Self {
-        Self {
-            name,
-            severity: Severity::Problem,
-        }
-    }
-
-    /// True for [`Severity::Problem`].
-    pub fn is_problem(self) -> bool {
-        self.severity == Severity::Problem
-    }
-}
-
 /// How far an operation got.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Progress {
@@ -429,18 +387,13 @@ pub struct DeleteOutcome {
 }
 
 /// An infrastructure provider: realises LoadBalancers whose `spec.infrastructureRef` names its kind.
+/// Its name and kind are stated once, in its [`crate::entry::Entry`].
 ///
 /// Every method is idempotent and never blocks waiting for the cloud: call it again and it continues
 /// where it left off. Errors are typed: [`ProviderError::Transient`] is retried with back-off,
 /// [`ProviderError::Permanent`] is reported until the configuration changes.
 #[async_trait]
 pub trait Provider: Send + Sync + 'static {
-    /// Short name used by `capi-lb run --providers` (e.g. `inmemory`).
-    fn name(&self) -> &'static str;
-
-    /// The infrastructure kind this provider handles (group, version, kind, plural).
-    fn infrastructure_resource(&self) -> ApiResource;
-
     /// Create or update the load balancer and its listeners. Finds an existing load balancer by its
     /// ownership tags before creating one.
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError>;
@@ -520,7 +473,7 @@ mod tests {
         };
         let mut moved = DynamicObject::new(
             "octavia",
-            &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+            &kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
         );
         moved.metadata = meta("octavia", Some(&format!("octavia/{OLD}")));
         let tags = identity.tags_for(&moved);

@@ -919,7 +919,7 @@ fn free_address() -> std::net::SocketAddr {
 /// The writes (creates, updates, patches, deletes; Events included) the controller at `address`
 /// has made, from its `capi_lb_kube_requests_total`.
 async fn writes(address: std::net::SocketAddr) -> f64 {
-    let scrape = capi_lb::bench::scrape::metrics(address).await.unwrap();
+    let scrape = capi_lb_bench::scrape::metrics(address).await.unwrap();
     scrape
         .samples("capi_lb_kube_requests_total")
         .filter(|s| {
@@ -933,13 +933,13 @@ async fn writes(address: std::net::SocketAddr) -> f64 {
 
 /// The controller's lists (initial lists and re-lists of its watches, and its own lists).
 async fn lists(address: std::net::SocketAddr) -> f64 {
-    let scrape = capi_lb::bench::scrape::metrics(address).await.unwrap();
+    let scrape = capi_lb_bench::scrape::metrics(address).await.unwrap();
     scrape.sum("capi_lb_kube_requests_total", &[("verb", "list")])
 }
 
 /// `/readyz` and `/livez` of the controller at `address`: (status, body).
 async fn probe(address: std::net::SocketAddr, path: &str) -> (u16, String) {
-    capi_lb::bench::scrape::get(address, path).await.unwrap()
+    capi_lb_bench::scrape::get(address, path).await.unwrap()
 }
 
 // --- control-plane outage ---------------------------------------------------------------------------
@@ -1216,7 +1216,7 @@ async fn leader_failover_under_load() {
     let mut b = replica("b", b_address);
     b.start();
     converge("b standing by", Duration::from_secs(30), || async {
-        match capi_lb::bench::scrape::get(b_address, "/readyz").await {
+        match capi_lb_bench::scrape::get(b_address, "/readyz").await {
             Ok((200, _)) => Ok(()),
             other => Err(format!("{other:?}")),
         }

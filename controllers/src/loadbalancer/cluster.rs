@@ -5,7 +5,7 @@ use capi_lb_api::capi::Cluster;
 use capi_lb_api::conditions::DesiredCondition;
 use capi_lb_api::constants::{
     ANNOTATION_LOAD_BALANCER_REF, ANNOTATION_PAUSED, CONTROL_PLANE_GROUP, CONTROL_PLANE_KINDS,
-    DEFAULT_PORT, condition as c, reason as r,
+    DEFAULT_PORT,
 };
 use capi_lb_api::loadbalancer::{ControlPlane, EndpointHost};
 use kube::ResourceExt;
@@ -13,6 +13,7 @@ use kube::api::{Api, Patch};
 use kube::core::DynamicObject;
 use serde_json::json;
 
+use crate::conditions::{ClusterEndpoint, cluster_endpoint_condition};
 use crate::context::Context;
 use crate::error::{Error, Result, is_conflict, kube_err};
 use crate::metadata::patch_params;
@@ -82,24 +83,20 @@ impl Reconciliation<'_> {
             return Ok(None);
         };
         let Some(cluster) = self.cluster.clone() else {
+            let qualified = format!("{}/{cluster_name}", self.namespace);
             return Ok(self.lb.spec.control_plane.as_ref().map(|_| {
-                DesiredCondition::false_(
-                    c::CLUSTER_ENDPOINT,
-                    r::CLUSTER_NOT_FOUND,
-                    format!("Cluster {}/{cluster_name} does not exist", self.namespace),
-                )
+                cluster_endpoint_condition(&ClusterEndpoint::ClusterNotFound(&qualified))
             }));
         };
         let settings = match self.control_plane(&cluster).await {
             Ok(Some(settings)) => settings,
             Ok(None) => return Ok(None),
             Err(message) => {
-                return Ok(Some(DesiredCondition::false_(
-                    c::CLUSTER_ENDPOINT,
-                    r::CONTROL_PLANE_UNREADABLE,
-                    format!(
-                        "cannot tell whether Cluster {cluster_name}'s control plane names this LoadBalancer in {ANNOTATION_LOAD_BALANCER_REF}: {message}"
-                    ),
+                return Ok(Some(cluster_endpoint_condition(
+                    &ClusterEndpoint::ControlPlaneUnreadable {
+                        cluster: &cluster_name,
+                        message,
+                    },
                 )));
             }
         };
@@ -127,10 +124,8 @@ impl Reconciliation<'_> {
                 .map(|a| (a.address.clone(), port)),
         };
         let Some((host, port)) = desired else {
-            return Ok(Some(DesiredCondition::false_(
-                c::CLUSTER_ENDPOINT,
-                r::WAITING_FOR_ADDRESS,
-                "the provider has no address to publish to the Cluster yet",
+            return Ok(Some(cluster_endpoint_condition(
+                &ClusterEndpoint::WaitingForAddress,
             )));
         };
         let resource = self.ctx.capi.cluster.clone();
@@ -179,21 +174,19 @@ impl Reconciliation<'_> {
             }
         };
         // Empty here means this pass set it.
-        if !current.is_empty() && (current.host != host || current.port != port) {
-            return Ok(Some(DesiredCondition::false_(
-                c::CLUSTER_ENDPOINT,
-                r::CLUSTER_ENDPOINT_MISMATCH,
-                format!(
-                    "Cluster {cluster_name} already has spec.controlPlaneEndpoint {}:{}; this LoadBalancer's endpoint is {host}:{port}. It was left unchanged: the endpoint is in the cluster's certificates and must not change",
-                    current.host, current.port
-                ),
-            )));
-        }
-        Ok(Some(DesiredCondition::true_(
-            c::CLUSTER_ENDPOINT,
-            r::CLUSTER_ENDPOINT_SET,
-            format!("Cluster {cluster_name} uses {host}:{port}"),
-        )))
+        let state = if !current.is_empty() && (current.host != host || current.port != port) {
+            ClusterEndpoint::Mismatch {
+                cluster: &cluster_name,
+                current: format!("{}:{}", current.host, current.port),
+                ours: format!("{host}:{port}"),
+            }
+        } else {
+            ClusterEndpoint::Set {
+                cluster: &cluster_name,
+                endpoint: format!("{host}:{port}"),
+            }
+        };
+        Ok(Some(cluster_endpoint_condition(&state)))
     }
 }
 

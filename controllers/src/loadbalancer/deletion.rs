@@ -4,14 +4,15 @@
 use std::time::Duration;
 
 use capi_lb_api::LoadBalancer;
-use capi_lb_api::conditions::{DesiredCondition, merge_conditions};
-use capi_lb_api::constants::{LOADBALANCER_FINALIZER, condition as c, event, reason as r};
+use capi_lb_api::conditions::{Reason, merge_conditions};
+use capi_lb_api::constants::{LOADBALANCER_FINALIZER, event, reason as r};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::{Resource, ResourceExt};
 
 use super::targets;
 use crate::class;
+use crate::conditions::deleting_conditions;
 use crate::context::{Context, Outcome};
 use crate::error::{Result, kube_err};
 use crate::metadata::{self};
@@ -82,7 +83,7 @@ pub(super) async fn cleanup(
             Release::Blocked(reason, message) => {
                 set_deleting_condition(ctx, api, lb, reason, &message).await?;
                 ctx.events
-                    .publish(&reference, true, reason, "Delete", message)
+                    .publish(&reference, true, reason.name, "Delete", message)
                     .await;
                 return Ok(Outcome::done());
             }
@@ -119,14 +120,11 @@ pub(super) async fn set_deleting_condition(
     ctx: &Context,
     api: &Api<LoadBalancer>,
     lb: &LoadBalancer,
-    reason: &'static str,
+    reason: Reason,
     message: &str,
 ) -> Result<()> {
     let mut status = lb.status.clone().unwrap_or_default();
-    let desired = [
-        DesiredCondition::false_(c::READY, reason, format!("deleting: {message}")),
-        DesiredCondition::false_(c::PAUSED, r::NOT_PAUSED, "reconciliation is not paused"),
-    ];
+    let desired = deleting_conditions(reason, message);
     status.conditions = merge_conditions(
         &status.conditions,
         &desired,

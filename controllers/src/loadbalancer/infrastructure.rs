@@ -2,6 +2,7 @@
 //! states, write its status, and release it (provider deletion, then our metadata).
 
 use capi_lb_api::LoadBalancer;
+use capi_lb_api::conditions::Reason;
 use capi_lb_api::constants::{
     ANNOTATION_DELETE_FOR_MOVE, ANNOTATION_OWNERSHIP, FIELD_MANAGER, INFRASTRUCTURE_FINALIZER,
     event, reason as r,
@@ -9,21 +10,24 @@ use capi_lb_api::constants::{
 use capi_lb_api::loadbalancer::InfrastructureRef;
 use capi_lb_providers::provider::ownership_value;
 use capi_lb_providers::{
-    DeleteRequest, DesiredMember, EnsureOutcome, EnsureRequest, LoadBalancerIdentity, Progress,
-    ProviderError,
+    DeleteRequest, DesiredMember, EnsureRequest, LoadBalancerIdentity, Progress, ProviderError,
 };
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::{Map, Value, json};
 
-use super::status::{InfraState, infrastructure_condition, publication_condition, ready_condition};
+use crate::conditions::{
+    InfraState, infrastructure_condition, publication_condition, ready_condition,
+};
 use crate::context::{Context, Outcome};
 use crate::error::{Error, Result, kube_err};
 use crate::metadata::{self, controller_of, is_controlled_by};
 use crate::publication;
 
-use super::{Access, Claim, Claimed, Reconciliation, Release, describe, listeners};
+use super::{
+    Access, Answer, Claim, Claimed, Provisioned, Reconciliation, Release, describe, listeners,
+};
 
 impl Reconciliation<'_> {
     /// Find the provider and the infrastructure object `infra_ref` names and claim the object
@@ -111,14 +115,16 @@ impl Reconciliation<'_> {
         })))
     }
 
-    /// Ask the provider of `claimed` to ensure its load balancer; one it creates now starts with
-    /// `members` where the provider can do that in the same operation.
-    pub(super) async fn ensure(
-        &self,
+    /// Ask the provider of `claimed` to ensure its load balancer (one it creates now starts with
+    /// `members` where the provider can do that in the same operation), and take its answer in:
+    /// an Event for what it changed, the requeue it asks for, and the state of its load balancer.
+    /// The one provider path of a pass's serving load balancer and of a migration's new one.
+    pub(super) async fn provision(
+        &mut self,
         claimed: &Claimed,
         members: &[DesiredMember],
-    ) -> std::result::Result<EnsureOutcome, ProviderError> {
-        claimed
+    ) -> Provisioned {
+        let ensured = claimed
             .provider
             .ensure(EnsureRequest {
                 identity: &self.identity,
@@ -127,17 +133,51 @@ impl Reconciliation<'_> {
                 source_ranges: &self.lb.spec.source_ranges,
                 members,
             })
-            .await
+            .await;
+        let out = match ensured {
+            Ok(out) => out,
+            Err(error) => {
+                return Provisioned {
+                    state: self.provider_problem(claimed.provider.name(), "ensure", error),
+                    answer: None,
+                };
+            }
+        };
+        let reason = if out.created {
+            event::LOAD_BALANCER_CREATED
+        } else {
+            event::LOAD_BALANCER_UPDATED
+        };
+        self.note(false, reason, out.changes);
+        if let Some(retry) = out.progress.retry_after() {
+            self.outcome = self.outcome.min(Some(retry));
+        }
+        let state = match out.progress {
+            Progress::Done => InfraState::Provisioned,
+            // Provisioned and serving while a change is applied: nothing a client sees changes.
+            Progress::Pending { .. } if out.serving => InfraState::Provisioned,
+            Progress::Pending {
+                message,
+                reason: Some(reason),
+                ..
+            } => InfraState::Waiting { reason, message },
+            Progress::Pending { message, .. } => InfraState::Provisioning(message),
+        };
+        Provisioned {
+            state,
+            answer: Some(Answer {
+                created: out.created,
+                addresses: out.addresses,
+                unsupported: out.unsupported,
+                status: out.status,
+            }),
+        }
     }
 
     /// Stop after an infrastructure problem: report it, keep everything else. Targets still move
     /// as far as they can without the provider (hooks of targets that were never members are
     /// released; states of members are kept until the provider can be asked).
-    pub(super) async fn infra_problem(
-        self,
-        reason: &'static str,
-        message: String,
-    ) -> Result<Outcome> {
+    pub(super) async fn infra_problem(self, reason: Reason, message: String) -> Result<Outcome> {
         let access = Access::NotConverged(format!(
             "members cannot be converged until the infrastructure is ready: {message}"
         ));
@@ -146,7 +186,7 @@ impl Reconciliation<'_> {
 
     pub(super) async fn infra_stop(
         mut self,
-        reason: &'static str,
+        reason: Reason,
         message: String,
         access: Access<'_>,
     ) -> Result<Outcome> {
@@ -169,7 +209,7 @@ impl Reconciliation<'_> {
     pub(super) async fn infra_going(
         mut self,
         spec_ref: &InfrastructureRef,
-        reason: &'static str,
+        reason: Reason,
         what: &str,
     ) -> Result<Outcome> {
         let (message, gone) =

@@ -12,9 +12,9 @@ use kube::core::Selector;
 use serde_json::{Map, Value};
 
 use super::lifecycle::{Members, Settings};
-use super::status::{InfraState, MembersState, TargetsState};
 use super::targets::{self, Listing};
 use crate::class;
+use crate::conditions::{InfraState, MembersState, TargetsState};
 use crate::error::{Result, kube_err};
 use crate::kinds::Unlisted;
 
@@ -121,10 +121,7 @@ impl Reconciliation<'_> {
                                 reason: Some(reason),
                                 message,
                                 ..
-                            } if reason.is_problem() => MembersState::Problem {
-                                reason: reason.name,
-                                message,
-                            },
+                            } if reason.is_problem() => MembersState::Problem { reason, message },
                             _ => MembersState::Converged,
                         };
                         (state, Some(out.members))
@@ -210,7 +207,7 @@ impl Reconciliation<'_> {
             Staged::Endpoints(desired) => {
                 let (members_state, members) = self.converge(access, &desired, infra_status).await;
                 return Ok(TargetsState::Listed {
-                    targets: super::status::views(&desired, members.as_deref()),
+                    targets: crate::conditions::views(&desired, members.as_deref()),
                     members: members_state,
                 });
             }

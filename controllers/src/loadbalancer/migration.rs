@@ -3,15 +3,14 @@
 
 use std::time::Duration;
 
-use capi_lb_api::conditions::DesiredCondition;
-use capi_lb_api::constants::{condition as c, event, reason as r};
+use capi_lb_api::constants::{event, reason as r};
 use capi_lb_api::loadbalancer::{InfrastructureMigration, InfrastructureRef};
-use capi_lb_providers::{DesiredMember, MemberIntent, MemberState, MembersRequest, Progress};
+use capi_lb_providers::{DesiredMember, MemberIntent, MemberState};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::Selector;
 
-use super::status::InfraState;
 use crate::cache::Lookup;
+use crate::conditions::{InfraState, MembersState, Migration, migration_condition};
 use crate::error::{Result, kube_err};
 use crate::metadata::is_controlled_by;
 use kube::api::{Api, ListParams};
@@ -20,7 +19,7 @@ use kube::{Resource, ResourceExt};
 
 use super::infrastructure::release;
 use super::targets::Listing;
-use super::{BringUp, Claim, Claimed, Reconciliation, Release};
+use super::{Access, BringUp, Claim, Reconciliation, Release};
 
 impl Reconciliation<'_> {
     /// An infrastructure object this LoadBalancer controls (owner reference) other than
@@ -131,7 +130,7 @@ impl Reconciliation<'_> {
                 m.switched_at = Some(Time(self.ctx.clock.now()));
                 self.note(
                     false,
-                    r::MIGRATION_DRAINING,
+                    r::MIGRATION_DRAINING.name,
                     vec![format!(
                         "switched from {} to {spec_ref}; {} is deleted after {}s of drain",
                         m.from, m.from, self.lb.spec.drain_seconds
@@ -141,20 +140,23 @@ impl Reconciliation<'_> {
                 Ok(spec_ref.clone())
             }
             BringUp::Waiting(message) => {
-                self.conditions.push(DesiredCondition::true_(
-                    c::INFRASTRUCTURE_MIGRATION,
-                    r::MIGRATION_PROVISIONING,
-                    format!("bringing up {spec_ref} while {serving} serves: {message}"),
-                ));
+                self.conditions
+                    .push(migration_condition(&Migration::BringingUp {
+                        from: &serving,
+                        to: spec_ref,
+                        message,
+                    }));
                 self.status.migration = Some(m);
                 Ok(serving)
             }
             BringUp::Failed(reason, message) => {
-                self.conditions.push(DesiredCondition::true_(
-                    c::INFRASTRUCTURE_MIGRATION,
-                    r::MIGRATION_BLOCKED,
-                    format!("{spec_ref} cannot be brought up ({reason}): {message}; {serving} keeps serving"),
-                ));
+                self.conditions
+                    .push(migration_condition(&Migration::CannotBringUp {
+                        from: &serving,
+                        to: spec_ref,
+                        reason,
+                        message,
+                    }));
                 self.status.migration = Some(m);
                 Ok(serving)
             }
@@ -171,11 +173,12 @@ impl Reconciliation<'_> {
         if now < deadline {
             let wait = Duration::try_from(deadline.duration_since(now)).unwrap_or_default();
             self.outcome = self.outcome.min(Some(wait));
-            self.conditions.push(DesiredCondition::true_(
-                c::INFRASTRUCTURE_MIGRATION,
-                r::MIGRATION_DRAINING,
-                format!("switched to {to}; {from} keeps serving existing connections until {deadline}, then it is deleted"),
-            ));
+            self.conditions
+                .push(migration_condition(&Migration::Draining {
+                    from: &from,
+                    to: &to,
+                    until: deadline,
+                }));
             self.status.migration = Some(m);
             return Ok(());
         }
@@ -184,26 +187,29 @@ impl Reconciliation<'_> {
             Release::Done(changes) => {
                 self.note(false, event::INFRASTRUCTURE_RELEASED, changes);
                 self.status.migration = None;
-                self.conditions.push(DesiredCondition::false_(
-                    c::INFRASTRUCTURE_MIGRATION,
-                    r::MIGRATION_COMPLETE,
-                    format!("migrated from {from} to {to}"),
-                ));
+                self.conditions
+                    .push(migration_condition(&Migration::Complete {
+                        from: &from,
+                        to: &to,
+                    }));
             }
             Release::Pending(message, retry) => {
                 self.outcome = self.outcome.min(Some(retry));
-                self.conditions.push(DesiredCondition::true_(
-                    c::INFRASTRUCTURE_MIGRATION,
-                    r::MIGRATION_DRAINING,
-                    format!("switched to {to}; deleting {from}: {message}"),
-                ));
+                self.conditions
+                    .push(migration_condition(&Migration::Deleting {
+                        from: &from,
+                        to: &to,
+                        message,
+                    }));
             }
             Release::Blocked(reason, message) => {
-                self.conditions.push(DesiredCondition::true_(
-                    c::INFRASTRUCTURE_MIGRATION,
-                    r::MIGRATION_BLOCKED,
-                    format!("switched to {to}, but {from} cannot be deleted ({reason}): {message}"),
-                ));
+                self.conditions
+                    .push(migration_condition(&Migration::CannotDelete {
+                        from: &from,
+                        to: &to,
+                        reason,
+                        message,
+                    }));
             }
         }
         Ok(())
@@ -215,30 +221,26 @@ impl Reconciliation<'_> {
             Release::Done(changes) => {
                 self.note(false, event::INFRASTRUCTURE_RELEASED, changes);
                 self.status.migration = None;
-                self.conditions.push(DesiredCondition::false_(
-                    c::INFRASTRUCTURE_MIGRATION,
-                    r::MIGRATION_CANCELLED,
-                    format!(
-                        "the migration to {target} was cancelled; its load balancer was deleted"
-                    ),
-                ));
+                self.conditions
+                    .push(migration_condition(&Migration::Cancelled { to: target }));
                 Ok(true)
             }
             Release::Pending(message, retry) => {
                 self.outcome = self.outcome.min(Some(retry));
-                self.conditions.push(DesiredCondition::true_(
-                    c::INFRASTRUCTURE_MIGRATION,
-                    r::MIGRATION_CANCELLED,
-                    format!("cancelling the migration to {target}: {message}"),
-                ));
+                self.conditions
+                    .push(migration_condition(&Migration::Cancelling {
+                        to: target,
+                        message,
+                    }));
                 Ok(false)
             }
             Release::Blocked(reason, message) => {
-                self.conditions.push(DesiredCondition::true_(
-                    c::INFRASTRUCTURE_MIGRATION,
-                    r::MIGRATION_BLOCKED,
-                    format!("cannot release {target} ({reason}): {message}"),
-                ));
+                self.conditions
+                    .push(migration_condition(&Migration::CannotCancel {
+                        to: target,
+                        reason,
+                        message,
+                    }));
                 Ok(false)
             }
         }
@@ -266,94 +268,75 @@ impl Reconciliation<'_> {
         };
         // The serving members first: a load balancer created now can start with them.
         let desired = self.serving_members(selector).await?;
-        let ensured = match &desired {
-            Listing::Listed(members) => self.ensure(&claimed, members).await,
-            Listing::Unavailable(_) => self.ensure(&claimed, &[]).await,
+        let members: &[DesiredMember] = match &desired {
+            Listing::Listed(members) => members,
+            Listing::Unavailable(_) => &[],
         };
-        let Claimed {
-            provider,
-            api,
-            resource,
-            infra,
-            listeners,
-        } = claimed;
-        let out = match ensured {
-            Ok(out) => out,
-            Err(error) => {
-                return Ok(
-                    match self.provider_problem(provider.name(), "ensure", error) {
-                        InfraState::Problem { reason, message } => BringUp::Failed(reason, message),
-                        _ => BringUp::Waiting(String::new()),
-                    },
-                );
-            }
-        };
-        self.note(false, event::LOAD_BALANCER_CREATED, out.changes);
-        let mut infra_status = out.status;
-        if let Progress::Pending {
-            message,
-            retry_after,
-            ..
-        } = out.progress
-        {
-            self.outcome = self.outcome.min(Some(retry_after));
-            // Serving while a change is applied: its members are looked at all the same.
-            if !out.serving {
-                self.write_infra_status(&api, &resource, &infra, infra_status)
-                    .await?;
-                return Ok(BringUp::Waiting(message));
-            }
-        }
-        if out.addresses.is_empty() {
-            self.write_infra_status(&api, &resource, &infra, infra_status)
-                .await?;
-            return Ok(BringUp::Waiting("it has no address yet".into()));
-        }
-        let desired = match desired {
-            Listing::Listed(desired) => desired,
-            Listing::Unavailable(why) => return Ok(BringUp::Waiting(why.message().to_string())),
-        };
-        let converged = provider
-            .converge_members(MembersRequest {
-                identity: &self.identity,
-                infra: &infra,
-                listeners: &listeners,
-                members: &desired,
-            })
-            .await;
-        let result = match converged {
-            Ok(out) => {
-                self.note(false, event::MEMBERS_CHANGED, out.changes);
-                infra_status.extend(out.status);
-                // Ready when every member to serve is active (kept ones are not waited for).
-                let serving: Vec<&DesiredMember> = desired
-                    .iter()
-                    .filter(|d| matches!(d.intent, MemberIntent::Serve(_)))
-                    .collect();
-                let active = serving
-                    .iter()
-                    .filter(|d| {
-                        out.members
-                            .iter()
-                            .any(|m| m.name == d.name && m.state == MemberState::Active)
-                    })
-                    .count();
-                if let Some(retry) = out.progress.retry_after() {
-                    self.outcome = self.outcome.min(Some(retry));
-                }
-                if active == serving.len() {
-                    BringUp::Ready
-                } else {
-                    BringUp::Waiting(format!("{active} of {} members active", serving.len()))
-                }
-            }
-            Err(error) => match self.provider_problem(provider.name(), "member update", error) {
+        let provisioned = self.provision(&claimed, members).await;
+        let Some(answer) = provisioned.answer else {
+            return Ok(match provisioned.state {
                 InfraState::Problem { reason, message } => BringUp::Failed(reason, message),
                 _ => BringUp::Waiting(String::new()),
-            },
+            });
         };
-        self.write_infra_status(&api, &resource, &infra, infra_status)
-            .await?;
+        let mut infra_status = answer.status;
+        let result = match (provisioned.state, desired) {
+            (InfraState::Provisioning(message) | InfraState::Waiting { message, .. }, _) => {
+                BringUp::Waiting(message)
+            }
+            (InfraState::Problem { reason, message }, _) => BringUp::Failed(reason, message),
+            (InfraState::Provisioned, _) if answer.addresses.is_empty() => {
+                BringUp::Waiting("it has no address yet".into())
+            }
+            (InfraState::Provisioned, Listing::Unavailable(why)) => {
+                BringUp::Waiting(why.message().to_string())
+            }
+            (InfraState::Provisioned, Listing::Listed(desired)) => {
+                let access = Access::Converge {
+                    provider: &claimed.provider,
+                    infra: &claimed.infra,
+                    listeners: &claimed.listeners,
+                };
+                match self.converge(access, &desired, &mut infra_status).await {
+                    // The provider failed; a member it refuses is told in the count below.
+                    (MembersState::Problem { reason, message }, None) => {
+                        BringUp::Failed(reason, message)
+                    }
+                    (_, None) => BringUp::Waiting(String::new()),
+                    (_, Some(members)) => {
+                        // Ready when every member to serve is active (kept ones are not waited
+                        // for).
+                        let serving: Vec<&DesiredMember> = desired
+                            .iter()
+                            .filter(|d| matches!(d.intent, MemberIntent::Serve(_)))
+                            .collect();
+                        let active = serving
+                            .iter()
+                            .filter(|d| {
+                                members
+                                    .iter()
+                                    .any(|m| m.name == d.name && m.state == MemberState::Active)
+                            })
+                            .count();
+                        if active == serving.len() {
+                            BringUp::Ready
+                        } else {
+                            BringUp::Waiting(format!(
+                                "{active} of {} members active",
+                                serving.len()
+                            ))
+                        }
+                    }
+                }
+            }
+        };
+        self.write_infra_status(
+            &claimed.api,
+            &claimed.resource,
+            &claimed.infra,
+            infra_status,
+        )
+        .await?;
         Ok(result)
     }
 }

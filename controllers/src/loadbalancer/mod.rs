@@ -20,7 +20,6 @@ pub mod lifecycle;
 mod members;
 mod migration;
 mod pass;
-pub mod status;
 pub mod targets;
 pub mod triggers;
 
@@ -29,20 +28,20 @@ use std::time::Duration;
 
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Cluster;
-use capi_lb_api::conditions::DesiredCondition;
+use capi_lb_api::conditions::{DesiredCondition, Reason};
 use capi_lb_api::constants::{
-    ANNOTATION_DELETE_FOR_MOVE, ANNOTATION_OWNERSHIP, LOADBALANCER_FINALIZER, condition as c,
-    event, reason as r,
+    ANNOTATION_DELETE_FOR_MOVE, ANNOTATION_OWNERSHIP, LOADBALANCER_FINALIZER, event,
 };
-use capi_lb_api::loadbalancer::LoadBalancerStatus;
+use capi_lb_api::loadbalancer::{LoadBalancerAddress, LoadBalancerStatus};
 use capi_lb_providers::provider::{ownership_uid, ownership_value};
-use capi_lb_providers::{Listener, LoadBalancerIdentity, Provider};
+use capi_lb_providers::{Enabled, Listener, LoadBalancerIdentity};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, Selector};
 use kube::{Resource, ResourceExt};
 
 use crate::class;
+use crate::conditions::{InfraState, paused_condition};
 use crate::context::{Context, Outcome};
 use crate::error::{Error, Result, kube_err};
 use crate::metadata::{self, Marks};
@@ -218,17 +217,37 @@ enum Claim {
     /// It is being deleted.
     Deleting,
     /// It cannot be used: no provider for its kind, or another LoadBalancer controls it.
-    Refused(&'static str, String),
+    Refused(Reason, String),
 }
 
 /// A claimed infrastructure object: its provider, API, kind, the object as claimed and the
 /// listeners asked for.
 struct Claimed {
-    provider: Arc<dyn Provider>,
+    provider: Enabled,
     api: Api<DynamicObject>,
     resource: ApiResource,
     infra: DynamicObject,
     listeners: Vec<Listener>,
+}
+
+/// What the provider made of its load balancer in this pass ([`Reconciliation::provision`]).
+struct Provisioned {
+    /// Provisioned (also while it keeps serving through a change), provisioning, or a problem.
+    state: InfraState,
+    /// The provider's answer; `None` when it failed.
+    answer: Option<Answer>,
+}
+
+/// The provider's answer to `ensure`, besides the state.
+struct Answer {
+    /// This pass created the load balancer.
+    created: bool,
+    /// Its addresses so far.
+    addresses: Vec<LoadBalancerAddress>,
+    /// What the spec asks that the provider does not do (`SpecHonoured`).
+    unsupported: Vec<String>,
+    /// Fields for the infrastructure object's status.
+    status: serde_json::Map<String, serde_json::Value>,
 }
 
 /// How bringing up a migration's new load balancer went.
@@ -238,7 +257,7 @@ enum BringUp {
     /// Not yet; the message says what is awaited.
     Waiting(String),
     /// It cannot be brought up (reason, message); the old one keeps serving.
-    Failed(&'static str, String),
+    Failed(Reason, String),
 }
 
 /// How releasing an infrastructure object went.
@@ -248,7 +267,7 @@ enum Release {
     /// The provider is still deleting.
     Pending(String, Duration),
     /// It cannot be released until the user acts (the message says how).
-    Blocked(&'static str, String),
+    Blocked(Reason, String),
 }
 
 /// State of one reconcile pass.
@@ -280,7 +299,7 @@ struct Reconciliation<'a> {
 enum Access<'a> {
     /// Converge them through the provider.
     Converge {
-        provider: &'a dyn Provider,
+        provider: &'a Enabled,
         infra: &'a DynamicObject,
         listeners: &'a [Listener],
     },
@@ -329,8 +348,7 @@ impl<'a> Reconciliation<'a> {
 
     /// Paused: touch nothing but the Paused condition.
     async fn pause(mut self, why: String) -> Result<Outcome> {
-        self.conditions
-            .push(DesiredCondition::true_(c::PAUSED, r::PAUSED, why));
+        self.conditions.push(paused_condition(Some(why)));
         self.finish().await
     }
 }

@@ -6,7 +6,6 @@ use capi_lb_api::conditions::{DesiredCondition, merge_conditions};
 use capi_lb_api::constants::{FIELD_MANAGER, condition as c, event, reason as r};
 use capi_lb_api::loadbalancer::{LoadBalancerAddress, LoadBalancerStatus};
 use capi_lb_api::validation::check;
-use capi_lb_providers::{EnsureOutcome, Progress};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::Selector;
@@ -14,24 +13,21 @@ use kube::{Resource, ResourceExt};
 
 use serde_json::{Map, Value, json};
 
-use super::status::{
-    InfraState, TargetsState, infrastructure_condition, publication_condition, ready_condition,
-    spec_honoured_condition, targets_condition,
-};
 use crate::class;
+use crate::conditions::{
+    InfraState, TargetsState, dns_condition, infrastructure_condition, invalid_spec_condition,
+    paused_condition, publication_condition, ready_condition, spec_honoured_condition,
+    targets_condition,
+};
 use crate::context::Outcome;
 use crate::error::{Result, kube_err};
 use crate::publication;
 
-use super::{Access, Claim, Note, Reconciliation, describe};
+use super::{Access, Claim, Note, Provisioned, Reconciliation, describe};
 
 impl Reconciliation<'_> {
     pub(super) async fn apply(mut self) -> Result<Outcome> {
-        self.conditions.push(DesiredCondition::false_(
-            c::PAUSED,
-            r::NOT_PAUSED,
-            "reconciliation is not paused",
-        ));
+        self.conditions.push(paused_condition(None));
         let Some(selector) = self.valid_selector() else {
             // Only a change of the spec can help: no retries, no resync.
             self.outcome = Outcome::until_changed();
@@ -71,18 +67,12 @@ impl Reconciliation<'_> {
         // that a load balancer created now can start with its members, then the load balancer
         // ensured, then the members converged and the targets' states settled.
         let staged = self.prepare_targets().await?;
-        let ensured = self.ensure(&claimed, staged.desired()).await;
-        let (infra_state, mut infra_status) = match ensured {
-            Ok(out) => self.ensured(out),
-            Err(error) => {
-                let state = self.provider_problem(claimed.provider.name(), "ensure", error);
-                (state, Map::new())
-            }
-        };
+        let provisioned = self.provision(&claimed, staged.desired()).await;
+        let (infra_state, mut infra_status) = self.serving(provisioned);
         let infra_ready = infra_state == InfraState::Provisioned;
         let access = if infra_ready {
             Access::Converge {
-                provider: claimed.provider.as_ref(),
+                provider: &claimed.provider,
                 infra: &claimed.infra,
                 listeners: &claimed.listeners,
             }
@@ -118,11 +108,7 @@ impl Reconciliation<'_> {
             .and_then(|()| self.lb.effective_selector().map_err(|e| e.to_string()));
         match (checked, &self.binding) {
             (Err(message), _) => {
-                self.conditions.push(DesiredCondition::false_(
-                    c::READY,
-                    r::INVALID_SPEC,
-                    format!("invalid spec, nothing was changed: {message}"),
-                ));
+                self.conditions.push(invalid_spec_condition(&message));
                 None
             }
             (Ok(_), Some(b)) => Some(Selector::from_iter([(
@@ -133,20 +119,18 @@ impl Reconciliation<'_> {
         }
     }
 
-    /// What the provider's ensure says: Events for what it changed, the addresses, and whether
-    /// the load balancer is provisioned.
-    fn ensured(&mut self, out: EnsureOutcome) -> (InfraState, Map<String, Value>) {
-        let reason = if out.created {
-            event::LOAD_BALANCER_CREATED
-        } else {
-            event::LOAD_BALANCER_UPDATED
+    /// What the serving load balancer's provider said, for this LoadBalancer's status: what the
+    /// spec asks that it does not do, its addresses (with an Event when they change), and its
+    /// state with the fields for the infrastructure object's status.
+    fn serving(&mut self, provisioned: Provisioned) -> (InfraState, Map<String, Value>) {
+        let Some(answer) = provisioned.answer else {
+            return (provisioned.state, Map::new());
         };
-        self.note(false, reason, out.changes);
         self.conditions
-            .push(spec_honoured_condition(&out.unsupported));
+            .push(spec_honoured_condition(&answer.unsupported));
         // The first addresses of a load balancer created now are in its creation's Event.
-        let first = out.created && self.status.addresses.is_empty();
-        if out.addresses != self.status.addresses && !first {
+        let first = answer.created && self.status.addresses.is_empty();
+        if answer.addresses != self.status.addresses && !first {
             let describe = |a: &[LoadBalancerAddress]| {
                 a.iter()
                     .map(|a| a.address.as_str())
@@ -156,32 +140,12 @@ impl Reconciliation<'_> {
             let message = format!(
                 "addresses changed from [{}] to [{}]",
                 describe(&self.status.addresses),
-                describe(&out.addresses)
+                describe(&answer.addresses)
             );
             self.note(false, event::ADDRESSES_CHANGED, vec![message]);
         }
-        self.status.addresses = out.addresses;
-        let state = match out.progress {
-            Progress::Done => InfraState::Provisioned,
-            // Provisioned and serving while a change is applied: nothing a client sees changes;
-            // look again when the provider says.
-            Progress::Pending { retry_after, .. } if out.serving => {
-                self.outcome = self.outcome.min(Some(retry_after));
-                InfraState::Provisioned
-            }
-            Progress::Pending {
-                message,
-                retry_after,
-                reason,
-            } => {
-                self.outcome = self.outcome.min(Some(retry_after));
-                match reason {
-                    Some(reason) => InfraState::Waiting { reason, message },
-                    None => InfraState::Provisioning(message),
-                }
-            }
-        };
-        (state, out.status)
+        self.status.addresses = answer.addresses;
+        (provisioned.state, answer.status)
     }
 
     /// Publish the stable endpoint (the `-ext` Service, the Cluster's control-plane endpoint, the
@@ -253,17 +217,22 @@ impl Reconciliation<'_> {
             .and_then(|s| s.conditions.iter().find(|c| c.type_ == c::DNS_PUBLISHED));
         let had = reported.is_some();
         // Never had DNS names, or their DNSEndpoint was deleted when they were removed: no call.
-        if self.lb.spec.dns.is_none() && reported.is_none_or(|c| c.reason == r::DNS_DISABLED) {
+        if self.lb.spec.dns.is_none() && reported.is_none_or(|c| c.reason == r::DNS_DISABLED.name) {
             return Ok(());
         }
-        let Some(owner) = crate::dns::Owner::of(self.lb) else {
+        let Some(owner) = crate::publication::dns::Owner::of(self.lb) else {
             return Ok(());
         };
-        let wanted = self.lb.spec.dns.as_ref().map(|_| crate::dns::Wanted {
-            names: crate::dns::hostnames(self.lb),
-            options: crate::dns::RecordOptions::of(self.lb),
-        });
-        let published = crate::dns::publish(
+        let wanted = self
+            .lb
+            .spec
+            .dns
+            .as_ref()
+            .map(|_| crate::publication::dns::Wanted {
+                names: crate::publication::dns::hostnames(self.lb),
+                options: crate::publication::dns::RecordOptions::of(self.lb),
+            });
+        let published = crate::publication::dns::publish(
             &self.ctx.client,
             &owner,
             wanted.as_ref(),
@@ -272,8 +241,8 @@ impl Reconciliation<'_> {
         )
         .await?;
         self.note(false, event::DNS_ENDPOINT_CHANGED, published.changes);
-        if let Some(condition) = published.condition {
-            self.conditions.push(condition);
+        if let Some(state) = &published.state {
+            self.conditions.push(dns_condition(state));
         }
         Ok(())
     }
@@ -314,17 +283,19 @@ impl Reconciliation<'_> {
         for d in &self.conditions {
             let before = capi_lb_api::conditions::find(&previous.conditions, d.type_);
             let changed = before.is_none_or(|b| {
-                b.status != capi_lb_api::conditions::status_str(d.status) || b.reason != d.reason
+                b.status != capi_lb_api::conditions::status_str(d.status)
+                    || b.reason != d.reason.name
             });
             // Pausing and unpausing are both worth an Event.
             let unpaused = d.type_ == c::PAUSED && !d.status && before.is_some();
             let announced = [c::READY, c::PAUSED, c::CLUSTER_ENDPOINT];
-            let first = before.is_none() && !announced.contains(&d.type_) && !d.warning;
+            let first = before.is_none() && !announced.contains(&d.type_) && !d.is_warning();
             let quiet = first || (d.type_ == c::PAUSED && !d.status && before.is_none());
-            if changed && !quiet && (d.status || unpaused || d.type_ == c::READY || d.warning) {
+            if changed && !quiet && (d.status || unpaused || d.type_ == c::READY || d.is_warning())
+            {
                 self.notes.push(Note {
-                    warning: !d.status && d.warning,
-                    reason: d.reason,
+                    warning: d.is_warning(),
+                    reason: d.reason.name,
                     message: format!("{}: {}", d.type_, d.message),
                 });
             }

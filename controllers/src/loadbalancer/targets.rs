@@ -28,8 +28,8 @@ use serde_json::Value;
 use super::lifecycle::{
     Members, Observed, Settings, annotate, hooks_before, intent, set_hooks, settle,
 };
-use super::status::TargetView;
 use crate::cache::{Lookup, Selected};
+use crate::conditions::TargetView;
 use crate::context::Context;
 use crate::error::{Result, is_not_found, kube_err};
 use crate::kinds::Unlisted;

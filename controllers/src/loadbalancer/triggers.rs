@@ -60,7 +60,7 @@ struct Summary {
     selector: Option<Selector>,
     /// It publishes DNS names (`spec.dns` is set).
     dns: bool,
-    /// The DNS names it publishes (see [`crate::dns::hostnames`]).
+    /// The DNS names it publishes (see [`crate::publication::dns::hostnames`]).
     hostnames: Vec<String>,
 }
 
@@ -75,7 +75,7 @@ impl Summary {
             machines,
             selector: machines.then(|| lb.effective_selector().ok()).flatten(),
             dns: lb.spec.dns.is_some(),
-            hostnames: crate::dns::hostnames(lb),
+            hostnames: crate::publication::dns::hostnames(lb),
         }
     }
 

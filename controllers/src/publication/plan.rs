@@ -441,3 +441,159 @@ pub(super) fn addresses_of(slice: &EndpointSlice) -> String {
         .collect();
     ips.join(", ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use capi_lb_api::constants::{LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_SERVICE_NAME};
+    use capi_lb_api::loadbalancer::{InfrastructureRef, LoadBalancerSpec};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    fn lb() -> LoadBalancer {
+        let mut lb = LoadBalancer::new(
+            "cp",
+            LoadBalancerSpec::with_infrastructure(InfrastructureRef {
+                api_group: "infrastructure.cluster.x-k8s.io".into(),
+                kind: "InMemoryLoadBalancer".into(),
+                name: "cp".into(),
+            }),
+        );
+        lb.metadata.namespace = Some("default".into());
+        lb.metadata.uid = Some("uid-cp".into());
+        lb
+    }
+
+    fn lb_plan(lb: &LoadBalancer, addresses: &[LoadBalancerAddress], ready: bool) -> Option<Plan> {
+        let desired = lb_desired(lb, addresses, ready)?;
+        Some(plan(&lb_publisher(lb).unwrap(), &desired))
+    }
+
+    #[test]
+    fn classifies_families_and_refuses_unpublishable_addresses() {
+        let c = classify(&[
+            LoadBalancerAddress::ip("203.0.113.1"),
+            LoadBalancerAddress::ip("2001:db8::1"),
+            LoadBalancerAddress::ip("203.0.113.1"),
+            LoadBalancerAddress::ip("127.0.0.1"),
+            LoadBalancerAddress::ip("169.254.1.1"),
+            LoadBalancerAddress::ip("fe80::1"),
+            LoadBalancerAddress::ip("::1"),
+            LoadBalancerAddress::ip("0.0.0.0"),
+            LoadBalancerAddress::hostname("lb.example.com"),
+        ]);
+        assert_eq!(c.ipv4, vec!["203.0.113.1"]);
+        assert_eq!(c.ipv6, vec!["2001:db8::1"]);
+        assert_eq!(c.hostnames, vec!["lb.example.com"]);
+        assert_eq!(c.skipped.len(), 5, "{:?}", c.skipped);
+    }
+
+    #[test]
+    fn plans_a_headless_service_and_one_slice_per_family() {
+        let p = lb_plan(
+            &lb(),
+            &[
+                LoadBalancerAddress::ip("203.0.113.1"),
+                LoadBalancerAddress::ip("2001:db8::1"),
+            ],
+            true,
+        )
+        .unwrap();
+        let spec = p.service.spec.as_ref().unwrap();
+        assert_eq!(p.service.metadata.name.as_deref(), Some("cp-ext"));
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert!(spec.selector.is_none(), "selectorless");
+        let port = &spec.ports.as_ref().unwrap()[0];
+        assert_eq!(port.target_port, Some(IntOrString::Int(port.port)));
+        let owner = &p.service.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("LoadBalancer", Some(true))
+        );
+        let names: Vec<_> = p.slices.iter().map(|s| s.name_any()).collect();
+        assert_eq!(names, ["cp-ext-ipv4", "cp-ext-ipv6"]);
+        let labels = p.slices[0].labels();
+        assert_eq!(labels[LABEL_SERVICE_NAME], "cp-ext");
+        assert_eq!(
+            labels[LABEL_ENDPOINTSLICE_MANAGED_BY],
+            "capi-lb.loadbalancer.cluster.x-k8s.io"
+        );
+        assert!(!labels[LABEL_ENDPOINTSLICE_MANAGED_BY].contains('/'));
+        assert_eq!(p.slices[1].address_type, "IPv6");
+        assert!(p.has_address);
+    }
+
+    #[test]
+    fn plans_an_external_name_for_a_hostname_only_provider() {
+        let p = lb_plan(
+            &lb(),
+            &[LoadBalancerAddress::hostname("lb.example.com")],
+            true,
+        )
+        .unwrap();
+        let spec = p.service.spec.as_ref().unwrap();
+        assert_eq!(spec.type_.as_deref(), Some("ExternalName"));
+        assert_eq!(spec.external_name.as_deref(), Some("lb.example.com"));
+        assert!(spec.cluster_ip.is_none());
+        assert!(p.slices.is_empty());
+        // Not provisioned yet: no CNAME (it cannot be marked not-ready), a headless Service with
+        // no endpoints, so DNS answers nothing until the load balancer works.
+        let p = lb_plan(
+            &lb(),
+            &[LoadBalancerAddress::hostname("lb.example.com")],
+            false,
+        )
+        .unwrap();
+        let spec = p.service.spec.as_ref().unwrap();
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert!(spec.external_name.is_none());
+        assert!(p.slices.is_empty() && p.has_address);
+        // IPs win over a hostname.
+        let p = lb_plan(
+            &lb(),
+            &[
+                LoadBalancerAddress::hostname("lb.example.com"),
+                LoadBalancerAddress::ip("203.0.113.9"),
+            ],
+            true,
+        )
+        .unwrap();
+        assert_eq!(p.service.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+    }
+
+    #[test]
+    fn no_plan_when_publication_is_disabled_and_no_slices_without_addresses() {
+        let mut disabled = lb();
+        disabled.spec.publication.enabled = false;
+        assert!(lb_plan(&disabled, &[LoadBalancerAddress::ip("203.0.113.1")], true).is_none());
+        let p = lb_plan(&lb(), &[], true).unwrap();
+        assert!(p.slices.is_empty() && !p.has_address);
+    }
+
+    #[test]
+    fn matching_ignores_apiserver_defaults_but_sees_real_changes() {
+        let p = lb_plan(&lb(), &[LoadBalancerAddress::ip("203.0.113.1")], true).unwrap();
+        let mut observed = p.service.clone();
+        let spec = observed.spec.as_mut().unwrap();
+        spec.session_affinity = Some("None".into());
+        spec.ip_families = Some(vec!["IPv4".into()]);
+        observed
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("extra".into(), "x".into());
+        assert!(service_matches(&observed, &p.service));
+        observed.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].port = 443;
+        assert!(!service_matches(&observed, &p.service));
+
+        let mut slice = p.slices[0].clone();
+        assert!(slice_matches(&slice, &p.slices[0]));
+        let not_ready = lb_plan(&lb(), &[LoadBalancerAddress::ip("203.0.113.1")], false).unwrap();
+        assert!(
+            !slice_matches(&not_ready.slices[0], &p.slices[0]),
+            "readiness is part of the slice"
+        );
+        slice.endpoints[0].addresses = vec!["203.0.113.2".into()];
+        assert!(!slice_matches(&slice, &p.slices[0]));
+    }
+}

@@ -1,14 +1,8 @@
-//! `capi-lb run`: the controller against a real cluster (KUBECONFIG or in-cluster configuration).
-//!
-//! Watches: LoadBalancers (the main stream), the Services capi-lb owns, the EndpointSlices capi-lb
-//! manages, every enabled provider's infrastructure kind (mapped to the LoadBalancers that reference
-//! the object), objects providers create through the API (Services and kube-dc EIps labelled with a
-//! LoadBalancer UID, mapped by their tag annotations), Services of capi-lb's load-balancer class
-//! (mapped to the LoadBalancer that realises them and to those still bound to them) and their
-//! EndpointSlices, Cluster API Machines (mapped to the LoadBalancers whose selector matches them or
-//! whose annotations they carry) and Clusters (mapped by `spec.clusterName`). A second controller
-//! publishes `-ext` endpoints for Services of type LoadBalancer (`crate::publication::services`). Cluster API
-//! kinds are watched only when installed; other target kinds are picked up by the periodic resync.
+//! `capi-lb run`: both controllers against a real cluster (KUBECONFIG or in-cluster
+//! configuration), in one process: the LoadBalancer controller ([`crate::loadbalancer`]) and the
+//! Service controller ([`crate::service`], unless `--external-endpoints=false`), sharing one
+//! context (client, providers, event sink, back-off), one leader lease and one metrics server, and
+//! stopping together. `watches/` builds each controller with the watches that trigger it.
 //! A reconcile of an unchanged object writes nothing, so the resync only costs reads.
 
 mod backoff;
@@ -21,25 +15,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capi_lb_api::LoadBalancer;
-use capi_lb_api::constants::{
-    ENDPOINT_TYPE_EXTERNAL, LABEL_ENDPOINT_TYPE, LABEL_EXTERNAL_MANAGED_BY, LABEL_SOURCE_SERVICE,
-    MANAGED_BY_VALUE,
-};
-use capi_lb_api::externaldns::DNSEndpoint;
 use capi_lb_providers::ProviderRegistry;
-use capi_lb_providers::catalog::{self, Dependencies, UnknownProvider};
+use capi_lb_providers::catalog::{self, UnknownProvider};
 use capi_lb_providers::clock::{SharedClock, SystemClock};
-use capi_lb_providers::inmemory::InMemoryCloud;
+use capi_lb_providers::entry::Dependencies;
+use capi_lb_providers::inmemory::{self, InMemoryCloud, InMemoryProvider};
 use capi_lb_providers::observe::ApiObserver;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::Api;
-use kube::core::{ApiResource, DynamicObject};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{CustomResourceExt, Resource, ResourceExt};
+use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::{CustomResourceExt, ResourceExt};
 
 use crate::context::{Config, Context, Outcome};
 use crate::error::Error;
@@ -47,12 +32,12 @@ use crate::events::EventSink;
 use crate::kinds::{CapiKinds, KindResolver, TargetKinds};
 use crate::loadbalancer::reconcile_watched;
 use crate::loadbalancer::triggers::Watched;
-use crate::publication::services::{Reported, reconcile_service};
+use crate::service::{Reported, reconcile_service};
 use crate::telemetry::{self, Health, MeteredProvider, Metrics};
 
 use leadership::Leadership;
 pub use options::{LeaderElection, MetricsAddress, RunOptions};
-use watches::{loadbalancer_controller, observe_cache};
+use watches::{installed, loadbalancer_controller, observe_cache, service_controller};
 
 /// Errors starting the controller.
 #[derive(Debug, thiserror::Error)]
@@ -99,38 +84,6 @@ pub fn providers(
         ..Dependencies::new(client.clone(), clock)
     };
     Ok(catalog::registry(names, &dependencies)?)
-}
-
-fn api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope>,
-    <K as Resource>::DynamicType: Default,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-fn dynamic_api(
-    client: &kube::Client,
-    namespace: Option<&str>,
-    ar: &ApiResource,
-) -> Api<DynamicObject> {
-    match namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, ar),
-        None => Api::all_with(client.clone(), ar),
-    }
-}
-
-/// Whether the API serves `group`/`kind`. A missing group is `Ok(false)`; failing to reach the API
-/// is an error.
-async fn installed(client: &kube::Client, group: &str, kind: &str) -> Result<bool, kube::Error> {
-    match kube::discovery::group(client, group).await {
-        Ok(g) => Ok(crate::kinds::served_kind(&g, kind).is_some()),
-        Err(kube::Error::Discovery(_)) => Ok(false),
-        Err(e) => Err(e),
-    }
 }
 
 /// Run the controller against the configured cluster until SIGTERM or SIGINT.
@@ -201,11 +154,18 @@ pub async fn run_instrumented(
     };
     let dependencies = Dependencies {
         observer: Some(metrics.clone()),
-        cloud: cloud.clone(),
         ..Dependencies::new(client.clone(), clock.clone())
     };
-    let registry = catalog::registry(&options.providers, &dependencies)?
-        .wrapped(|p| Arc::new(MeteredProvider::new(p, metrics.clone())));
+    let mut registry = catalog::registry(&options.providers, &dependencies)?;
+    if let Some(cloud) = &cloud {
+        // The in-memory provider over the cloud kept in --inmemory-state.
+        registry.replace(
+            &inmemory::ENTRY,
+            Arc::new(InMemoryProvider::new(cloud.clone())),
+        );
+    }
+    let registry =
+        registry.wrapped(|entry, p| Arc::new(MeteredProvider::new(entry.name, p, metrics.clone())));
     let saver = match (&options.inmemory_state, cloud) {
         (Some(path), Some(cloud)) => Some(CloudSaver::start(cloud, path.clone())),
         _ => None,
@@ -274,7 +234,7 @@ pub async fn run_instrumented(
         });
     let services = async {
         if options.external.enabled {
-            external_endpoints(&client, ns, &options, ctx.clone(), stop).await;
+            services(&client, &options, ctx.clone(), stop).await;
         }
     };
     futures::join!(loadbalancers, services);
@@ -363,19 +323,17 @@ async fn serve_telemetry(
     Ok(())
 }
 
-/// What the `-ext` publisher's reconciles share.
+/// What the Service controller's reconciles share.
 struct ServiceContext {
     ctx: Arc<Context>,
     reported: Reported,
 }
 
-/// The `-ext` publisher: every Service (the LoadBalancer ones are published; our `-ext` Services are
-/// checked for a vanished source), re-triggered by changes to the `-ext` Services and EndpointSlices
-/// it manages (mapped to their source by label). Watch-driven: no per-Service polling beyond the
-/// resync.
-async fn external_endpoints(
+/// The Service controller (`-ext` endpoints and DNS names of Services of type LoadBalancer, the
+/// binding of Services of capi-lb's class), until `shutdown`. Watch-driven: no per-Service polling
+/// beyond the resync.
+async fn services(
     client: &kube::Client,
-    ns: Option<&str>,
     options: &RunOptions,
     ctx: Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -387,61 +345,12 @@ async fn external_endpoints(
         legacy_endpoints = options.external.legacy_endpoints,
         "publishing -ext endpoints for Services of type LoadBalancer"
     );
-    let ours = format!(
-        "{LABEL_ENDPOINT_TYPE}={ENDPOINT_TYPE_EXTERNAL},{LABEL_EXTERNAL_MANAGED_BY}={MANAGED_BY_VALUE}"
-    );
-    let to_source = |labels: &std::collections::BTreeMap<String, String>,
-                     namespace: Option<String>| {
-        let source = labels.get(LABEL_SOURCE_SERVICE)?;
-        Some(ObjectRef::<Service>::new(source).within(&namespace?))
-    };
     let context = Arc::new(ServiceContext {
         ctx,
         reported: Reported::default(),
     });
-    // Every Service is cached (the LoadBalancer ones are published), as much as reconciles read.
-    let (store, writer) = reflector::store();
-    let services = reflector::reflector(
-        writer,
-        watcher(api::<Service>(client, ns), watcher::Config::default())
-            .backoff(backoff::for_watch())
-            .modify(crate::publication::services::cached_view),
-    )
-    .applied_objects();
-    // Each watch backs off on its own (see `backoff`).
-    let mut controller = Controller::for_stream(services, store)
-        .trigger_backoff(backoff::NoBackoff)
-        .watches_stream(
-            watches::watch(
-                api::<Service>(client, ns),
-                watcher::Config::default().labels(&ours),
-            ),
-            move |svc: Service| to_source(svc.labels(), svc.namespace()),
-        )
-        .watches_stream(
-            watches::watch(
-                api::<EndpointSlice>(client, ns),
-                watcher::Config::default().labels(&ours),
-            ),
-            move |slice: EndpointSlice| to_source(slice.labels(), slice.namespace()),
-        );
-    // The DNSEndpoints of Services' DNS names: ExternalDNS reporting what it processed.
-    match installed(client, capi_lb_api::externaldns::GROUP, "DNSEndpoint").await {
-        Ok(true) => {
-            controller = controller.watches_stream(
-                watches::watch(
-                    api::<DNSEndpoint>(client, ns),
-                    watcher::Config::default().labels(&ours),
-                ),
-                move |endpoint: DNSEndpoint| to_source(endpoint.labels(), endpoint.namespace()),
-            );
-        }
-        Ok(false) => {}
-        Err(e) => {
-            tracing::warn!(error = %e, "could not tell whether DNSEndpoints are served: not watching them")
-        }
-    }
-    controller
+    service_controller(client, options.namespace.as_deref())
+        .await
         .with_config(ControllerConfig::default().concurrency(options.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(

@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capi_lb_api::LoadBalancer;
-use capi_lb_providers::catalog::{self, Dependencies};
+use capi_lb_providers::catalog;
 use capi_lb_providers::clock::{ManualClock, SharedClock, until};
-use capi_lb_providers::inmemory::InMemoryCloud;
+use capi_lb_providers::entry::Dependencies;
+use capi_lb_providers::inmemory::{self, InMemoryCloud, InMemoryProvider};
 use capi_lb_providers::observe::{ApiCall, ApiObserver};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Service;
@@ -27,7 +28,7 @@ use crate::error::{Error, Result, kube_err};
 use crate::events::EventSink;
 use crate::kinds::KindResolver;
 use crate::loadbalancer::reconcile;
-use crate::publication::services::{Reported, reconcile_service};
+use crate::service::{Reported, reconcile_service};
 use crate::sim::inmemory_api::{InMemoryApi, InMemoryApiBuilder, InMemoryApiError};
 
 /// The instant every world starts at, so simulate output is reproducible.
@@ -166,12 +167,15 @@ impl World {
         config: Config,
     ) -> Context {
         let shared: SharedClock = clock.clone();
-        let providers = catalog::all(&Dependencies {
-            client: api.client.clone(),
-            clock: shared.clone(),
+        let mut providers = catalog::all(&Dependencies {
             observer: Some(openstack.clone()),
-            cloud: Some(cloud.clone()),
+            ..Dependencies::new(api.client.clone(), shared.clone())
         });
+        // The in-memory provider over the world's cloud, which outlives a controller restart.
+        providers.replace(
+            &inmemory::ENTRY,
+            Arc::new(InMemoryProvider::new(cloud.clone())),
+        );
         let mut events = EventSink::new(api.client.clone(), None, shared.clone());
         if timeline {
             events = events.with_timeline();

@@ -41,7 +41,6 @@ use capi_lb_providers::{
     DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MembersOutcome, MembersRequest,
     Progress, Provider, ProviderError,
 };
-use kube::core::ApiResource;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -330,14 +329,20 @@ impl Drop for ReconcileTimer<'_> {
 
 /// A provider whose every call is counted and timed.
 pub struct MeteredProvider {
+    /// The provider's name (its catalog entry's), the metrics' `provider` label.
+    name: &'static str,
     inner: Arc<dyn Provider>,
     metrics: Arc<Metrics>,
 }
 
 impl MeteredProvider {
-    /// Measure `inner`'s calls into `metrics`.
-    pub fn new(inner: Arc<dyn Provider>, metrics: Arc<Metrics>) -> Self {
-        Self { inner, metrics }
+    /// Measure the calls of `inner`, the provider named `name`, into `metrics`.
+    pub fn new(name: &'static str, inner: Arc<dyn Provider>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            name,
+            inner,
+            metrics,
+        }
     }
 }
 
@@ -355,20 +360,12 @@ fn result_of<T>(
 
 #[async_trait]
 impl Provider for MeteredProvider {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn infrastructure_resource(&self) -> ApiResource {
-        self.inner.infrastructure_resource()
-    }
-
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
         let started = Instant::now();
         let result = self.inner.ensure(request).await;
         let outcome = result_of(&result, |o| &o.progress);
         self.metrics
-            .provider_call(self.inner.name(), "ensure", outcome, started);
+            .provider_call(self.name, "ensure", outcome, started);
         result
     }
 
@@ -380,7 +377,7 @@ impl Provider for MeteredProvider {
         let result = self.inner.converge_members(request).await;
         let outcome = result_of(&result, |o| &o.progress);
         self.metrics
-            .provider_call(self.inner.name(), "converge_members", outcome, started);
+            .provider_call(self.name, "converge_members", outcome, started);
         result
     }
 
@@ -389,7 +386,7 @@ impl Provider for MeteredProvider {
         let result = self.inner.delete(request).await;
         let outcome = result_of(&result, |o| &o.progress);
         self.metrics
-            .provider_call(self.inner.name(), "delete", outcome, started);
+            .provider_call(self.name, "delete", outcome, started);
         result
     }
 }
@@ -553,7 +550,9 @@ mod tests {
         let cloud = capi_lb_providers::inmemory::InMemoryCloud::new(Arc::new(
             capi_lb_providers::clock::SystemClock,
         ));
+        let entry = &capi_lb_providers::inmemory::ENTRY;
         let provider = MeteredProvider::new(
+            entry.name,
             Arc::new(capi_lb_providers::inmemory::InMemoryProvider::new(cloud)),
             metrics.clone(),
         );
@@ -564,7 +563,7 @@ mod tests {
             cluster_name: None,
         };
         // Not an InMemoryLoadBalancer: a permanent error, counted as such.
-        let infra = kube::core::DynamicObject::new("cp", &provider.infrastructure_resource());
+        let infra = kube::core::DynamicObject::new("cp", &(entry.infrastructure)());
         let _ = provider
             .ensure(EnsureRequest {
                 identity: &identity,

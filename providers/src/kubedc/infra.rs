@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::core::DynamicObject;
 use kube::{Resource, ResourceExt};
 
-use super::cluster::Remotes;
+use super::remote::Remotes;
 use super::step::Step;
 use crate::error::{ProviderError, read_infrastructure};
 use crate::lbservice;

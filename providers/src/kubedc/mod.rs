@@ -23,16 +23,17 @@
 //! The files, lowest first (each uses only those above it; this one holds the [`KubeDcProvider`],
 //! its catalog entry and its `Provider` impl, which delegates to the others):
 //! - `reason`: the condition reasons; `step`: `Step`, polls and API errors;
+//! - `remote`: the cluster kube-dc is in (this one, or one reached through a kubeconfig Secret);
 //! - `infra`: what the `KubeDCLoadBalancer` says, derived names, labels and ownership;
 //! - `eip` (the EIp, and what to say while it is not ready) and `service` (the LoadBalancer Service);
 //! - `members` (the Service's endpoints, for `converge_members`), then `delete`.
 
-mod cluster;
 mod delete;
 mod eip;
 mod infra;
 mod members;
 pub mod reason;
+mod remote;
 mod service;
 mod step;
 
@@ -47,31 +48,34 @@ use kube::ResourceExt;
 use kube::core::ApiResource;
 use serde_json::{Map, json};
 
-use crate::catalog::{Dependencies, Entry, OwnedKind};
 use crate::clock::SharedClock;
+use crate::entry::{Entry, OwnedKind};
 use crate::error::ProviderError;
 use crate::lbservice::Ingress;
 use crate::provider::{
     DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MembersOutcome, MembersRequest,
     Progress, Provider,
 };
-use cluster::Remotes;
 pub use eip::STUCK_AFTER;
 use infra::Infra;
 pub use infra::derived_name;
+use remote::Remotes;
 pub use service::{BIND_ON_DEFAULT_GW, BIND_ON_EIP, DEFAULT_GW};
 use step::{POLL, Step};
 
-/// Name of the kube-dc provider for `--providers`.
-pub const NAME: &str = "kubedc";
 /// The kube-dc provider's catalog entry.
 pub const ENTRY: Entry = Entry {
-    name: NAME,
+    name: "kubedc",
     title: "kube-dc provider",
     docs: "docs/providers/kubedc.md",
-    infrastructure: infrastructure_resource,
+    infrastructure: || ApiResource::erase::<KubeDCLoadBalancer>(&()),
     crd: <KubeDCLoadBalancer as kube::CustomResourceExt>::crd,
-    build,
+    build: |dependencies| {
+        Arc::new(KubeDcProvider::new(
+            dependencies.client.clone(),
+            dependencies.clock.clone(),
+        ))
+    },
     owned_kinds: &[OwnedKind {
         group: "kube-dc.com",
         version: "v1",
@@ -109,17 +113,6 @@ pub const ENTRY: Entry = Entry {
     reasons: reason::ALL,
 };
 
-fn infrastructure_resource() -> ApiResource {
-    ApiResource::erase::<KubeDCLoadBalancer>(&())
-}
-
-fn build(dependencies: &Dependencies) -> Arc<dyn Provider> {
-    Arc::new(KubeDcProvider::new(
-        dependencies.client.clone(),
-        dependencies.clock.clone(),
-    ))
-}
-
 /// The kube-dc provider.
 #[derive(Clone)]
 pub struct KubeDcProvider {
@@ -147,14 +140,6 @@ impl KubeDcProvider {
 
 #[async_trait]
 impl Provider for KubeDcProvider {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn infrastructure_resource(&self) -> ApiResource {
-        infrastructure_resource()
-    }
-
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
         let identity = request.identity;
         let mut changes = Vec::new();

@@ -4,19 +4,19 @@
 use crate::provider::Reason;
 
 /// kube-dc has not allocated the EIp yet.
-pub const EIP_NOT_READY: Reason = Reason::wait("EIpNotReady");
+pub const EIP_NOT_READY: Reason = Reason::normal("EIpNotReady");
 /// The EIp has been pending for long (public IP quota exhausted, or kube-dc stuck).
 pub const EIP_STUCK: Reason = Reason::problem("EIpStuck");
 /// The EIp named in `spec.eipName` does not exist.
 pub const EIP_NOT_FOUND: Reason = Reason::problem("EIpNotFound");
 /// kube-dc has not put the EIp's address on the Service yet.
-pub const SERVICE_WITHOUT_INGRESS: Reason = Reason::wait("ServiceWithoutIngress");
+pub const SERVICE_WITHOUT_INGRESS: Reason = Reason::normal("ServiceWithoutIngress");
 /// kube-dc's CRDs are not installed in this cluster.
 pub const KUBEDC_NOT_INSTALLED: Reason = Reason::problem("KubeDCNotInstalled");
 /// The Secret (or its key) with the kubeconfig of `spec.cluster` does not exist.
 pub const KUBECONFIG_NOT_FOUND: Reason = Reason::problem("KubeconfigNotFound");
 /// An object the provider would create exists and is not capi-lb's.
-pub const NAME_CONFLICT: Reason = Reason::problem(capi_lb_api::constants::reason::NAME_CONFLICT);
+pub const NAME_CONFLICT: Reason = capi_lb_api::constants::reason::NAME_CONFLICT;
 
 /// Every reason above.
 pub const ALL: &[Reason] = &[

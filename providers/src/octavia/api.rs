@@ -582,7 +582,7 @@ impl Session {
 
     /// Send `request` and require success: 409 (an object is PENDING) waits on the re-look schedule,
     /// 5xx backs off, quota and configuration rejections are reported with their reason.
-    pub async fn expect(
+    pub async fn require(
         &self,
         observer: Option<&dyn ApiObserver>,
         operation: &str,
@@ -595,10 +595,10 @@ impl Session {
         Err(self.failure(operation, &reply))
     }
 
-    /// Send `request` and require success like [`Session::expect`], except that 404 is `Ok(None)`:
+    /// Send `request` and require success like [`Session::require`], except that 404 is `Ok(None)`:
     /// the object is already gone, which is fine for a delete (or a read of an object that may be
     /// gone). Anything else that is not 2xx is reported as [`Session::failure`] says.
-    pub async fn expect_or_gone(
+    pub async fn require_or_gone(
         &self,
         observer: Option<&dyn ApiObserver>,
         operation: &str,

@@ -10,10 +10,10 @@ use serde_json::{Map, Value, json};
 
 use super::OctaviaProvider;
 use super::api::{ApiVersion, Request, Session};
+use super::call::Call;
 use super::documents::{Tree, TreeListener, TreePool};
 use super::naming::child_name;
 use super::reason;
-use super::run::Run;
 use super::settings::{Settings, with};
 use super::stop::Stop;
 use crate::provider::{Listener, Progress};
@@ -30,13 +30,13 @@ impl OctaviaProvider {
     /// Body of a listener with its default pool and health monitor (single-call create).
     pub(super) fn listener_body(
         &self,
-        run: &Run<'_>,
+        call: &Call<'_>,
         listener: &Listener,
         version: ApiVersion,
     ) -> Value {
-        let name = child_name(&run.lb_name(), listener);
-        let settings = Settings::new(&run.infra, listener, version);
-        let tags = run.tags();
+        let name = child_name(&call.lb_name(), listener);
+        let settings = Settings::new(&call.infra, listener, version);
+        let tags = call.tags();
         let protocol = listener.protocol.as_str();
         let mut monitor = with(settings.monitor, json!({ "name": name }));
         let mut pool = with(settings.pool, json!({ "name": name, "protocol": protocol }));
@@ -65,13 +65,13 @@ impl OctaviaProvider {
     pub(super) async fn converge_children(
         &self,
         session: &Session,
-        run: &mut Run<'_>,
+        call: &mut Call<'_>,
         tree: &Tree,
         listeners: &[Listener],
     ) -> Result<Progress, Stop> {
-        let lb = run.lb_name();
+        let lb = call.lb_name();
         let lb_id = tree.id.clone();
-        let previous: BTreeMap<i32, ListenerStatus> = run
+        let previous: BTreeMap<i32, ListenerStatus> = call
             .status
             .listeners
             .iter()
@@ -81,7 +81,7 @@ impl OctaviaProvider {
         let mut write: Option<Write> = None;
         for listener in listeners {
             let name = child_name(&lb, listener);
-            let settings = Settings::new(&run.infra, listener, session.version);
+            let settings = Settings::new(&call.infra, listener, session.version);
             let mut entry = previous
                 .get(&listener.port)
                 .cloned()
@@ -96,7 +96,7 @@ impl OctaviaProvider {
             {
                 None if write.is_none() => {
                     let (created, next) =
-                        self.create_listener(run, listener, &lb_id, &settings, session.version);
+                        self.create_listener(call, listener, &lb_id, &settings, session.version);
                     entry = created;
                     write = Some(next);
                 }
@@ -110,7 +110,7 @@ impl OctaviaProvider {
                             found,
                             settings: &settings,
                         };
-                        write = next_write(run, &port, session.version, &mut entry);
+                        write = next_write(call, &port, session.version, &mut entry);
                     }
                 }
             }
@@ -119,7 +119,7 @@ impl OctaviaProvider {
         if write.is_none() {
             write = remove_stale(&lb, tree, listeners);
         }
-        run.status.listeners = statuses;
+        call.status.listeners = statuses;
         let Some(Write {
             operation,
             request,
@@ -132,24 +132,24 @@ impl OctaviaProvider {
         // A delete of an object already gone has done its job.
         let sent = if operation.ends_with(".delete") {
             session
-                .expect_or_gone(self.observer(), operation, request)
+                .require_or_gone(self.observer(), operation, request)
                 .await
                 .map(|_| ())
         } else {
             session
-                .expect(self.observer(), operation, request)
+                .require(self.observer(), operation, request)
                 .await
                 .map(|_| ())
         };
         if let Err(stop) = sent {
-            run.status.listeners = previous.into_values().collect();
+            call.status.listeners = previous.into_values().collect();
             return Err(stop);
         }
-        run.changes.push(what.clone());
+        call.changes.push(what.clone());
         Ok(Progress::pending_because(
             reason::LOAD_BALANCER_PENDING,
             what,
-            run.began(),
+            call.began(),
         ))
     }
 
@@ -158,13 +158,13 @@ impl OctaviaProvider {
     /// then its pool, then its monitor.
     fn create_listener(
         &self,
-        run: &Run<'_>,
+        call: &Call<'_>,
         listener: &Listener,
         lb_id: &str,
         settings: &Settings,
         version: ApiVersion,
     ) -> (ListenerStatus, Write) {
-        let mut body = self.listener_body(run, listener, version);
+        let mut body = self.listener_body(call, listener, version);
         if let Value::Object(o) = &mut body {
             o.remove("default_pool");
             o.insert("loadbalancer_id".into(), json!(lb_id));
@@ -221,7 +221,7 @@ fn with_fields(body: Value, extra: Value) -> Value {
 /// The next write of a port whose listener exists: its pool, else its monitor, else the settings
 /// that changed; `entry` records what the write applies.
 fn next_write(
-    run: &Run<'_>,
+    call: &Call<'_>,
     port: &Port<'_>,
     version: ApiVersion,
     entry: &mut ListenerStatus,
@@ -229,7 +229,7 @@ fn next_write(
     let wanted = port.settings.applied();
     let applied = entry.applied.clone().unwrap_or_default();
     let tags = if version >= ApiVersion::TAGS {
-        json!({ "tags": run.tags() })
+        json!({ "tags": call.tags() })
     } else {
         json!({})
     };

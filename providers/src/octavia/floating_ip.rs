@@ -9,10 +9,10 @@ use serde_json::{Value, json};
 
 use super::OctaviaProvider;
 use super::api::{Request, Session};
+use super::call::Call;
 use super::documents::{FloatingIp, LbRecord, decode};
 use super::naming::{description, fip_owned, fip_tags, fip_uid_tag};
 use super::reason;
-use super::run::Run;
 use super::settings::Infra;
 use super::stop::Stop;
 use crate::provider::{LoadBalancerIdentity, Progress};
@@ -21,15 +21,15 @@ use crate::provider::{LoadBalancerIdentity, Progress};
 const FIP_FRESH: Duration = Duration::from_secs(600);
 
 /// Whether the status shows the floating IP the spec wants (or none, when it wants none).
-fn in_place(run: &Run<'_>, wanted: &Option<WantedFloatingIp>) -> bool {
+fn in_place(call: &Call<'_>, wanted: &Option<WantedFloatingIp>) -> bool {
     match wanted {
-        None => run.status.floating_ip_id.is_none(),
+        None => call.status.floating_ip_id.is_none(),
         Some(w) => {
-            run.status.floating_ip_id.is_some()
+            call.status.floating_ip_id.is_some()
                 && w.address
                     .as_ref()
-                    .is_none_or(|a| run.status.floating_ip.as_ref() == Some(a))
-                && (w.network_id.is_some() == run.status.floating_ip_allocated)
+                    .is_none_or(|a| call.status.floating_ip.as_ref() == Some(a))
+                && (w.network_id.is_some() == call.status.floating_ip_allocated)
         }
     }
 }
@@ -46,7 +46,7 @@ impl OctaviaProvider {
             request = request.query(k, v.clone());
         }
         let body = session
-            .expect(self.observer(), "floatingip.list", request)
+            .require(self.observer(), "floatingip.list", request)
             .await?;
         decode(
             body.get("floatingips").cloned().unwrap_or(json!([])),
@@ -63,11 +63,11 @@ impl OctaviaProvider {
         .network();
         match port {
             None => session
-                .expect_or_gone(self.observer(), "floatingip.update", request)
+                .require_or_gone(self.observer(), "floatingip.update", request)
                 .await
                 .map(|_| ()),
             Some(_) => session
-                .expect(self.observer(), "floatingip.update", request)
+                .require(self.observer(), "floatingip.update", request)
                 .await
                 .map(|_| ()),
         }
@@ -80,15 +80,15 @@ impl OctaviaProvider {
     pub(super) async fn converge_floating_ip(
         &self,
         session: &Session,
-        run: &mut Run<'_>,
+        call: &mut Call<'_>,
     ) -> Result<Progress, Stop> {
-        let wanted = run.infra.spec.floating_ip.clone();
-        if wanted.is_none() && run.status.floating_ip_id.is_none() {
+        let wanted = call.infra.spec.floating_ip.clone();
+        if wanted.is_none() && call.status.floating_ip_id.is_none() {
             // No floating IP wanted or held: Neutron is not involved at all.
             return Ok(Progress::Done);
         }
-        let in_place = in_place(run, &wanted);
-        let key = run.status.load_balancer_id.clone().unwrap_or_default();
+        let in_place = in_place(call, &wanted);
+        let key = call.status.load_balancer_id.clone().unwrap_or_default();
         let recently = self
             .fip_checked
             .lock()
@@ -98,10 +98,10 @@ impl OctaviaProvider {
             return Ok(Progress::Done);
         }
         session.network().await?;
-        let Some(port) = run.status.vip_port_id.clone() else {
+        let Some(port) = call.status.vip_port_id.clone() else {
             // Adopted by an older capi-lb, or the port was not reported yet: read it.
             let body = session
-                .expect(
+                .require(
                     self.observer(),
                     "loadbalancer.get",
                     Request::get(format!("lbaas/loadbalancers/{key}")),
@@ -111,39 +111,39 @@ impl OctaviaProvider {
                 body.get("loadbalancer").cloned().unwrap_or(Value::Null),
                 "loadbalancer.get",
             )?;
-            run.status.vip_port_id = record.vip_port_id;
-            return Ok(Progress::pending("reading the VIP port", run.relook()));
+            call.status.vip_port_id = record.vip_port_id;
+            return Ok(Progress::pending("reading the VIP port", call.relook()));
         };
         // What is on our VIP port now (only ever ours, or something someone put there by hand).
         let on_port = self
             .floating_ips(session, &[("port_id", port.clone())])
             .await?;
         // Release a previous floating IP the spec no longer asks for.
-        let previous = self.release_candidates(session, run, &wanted).await?;
+        let previous = self.release_candidates(session, call, &wanted).await?;
         if let Some(progress) = previous {
             return Ok(progress);
         }
         let Some(wanted) = wanted else {
-            run.status.floating_ip = None;
-            run.status.floating_ip_id = None;
-            run.status.floating_ip_allocated = false;
+            call.status.floating_ip = None;
+            call.status.floating_ip_id = None;
+            call.status.floating_ip_allocated = false;
             self.mark_fip_checked(&key);
             return Ok(Progress::Done);
         };
         let fip = if let Some(address) = &wanted.address {
-            let fip = self.given_fip(session, run, address, &port).await?;
-            run.status.floating_ip_allocated = false;
+            let fip = self.given_fip(session, call, address, &port).await?;
+            call.status.floating_ip_allocated = false;
             fip
         } else {
             let network = wanted.network_id.clone().unwrap_or_default();
             let fip = self
-                .allocated_fip(session, run, &network, &port, &on_port)
+                .allocated_fip(session, call, &network, &port, &on_port)
                 .await?;
-            run.status.floating_ip_allocated = true;
+            call.status.floating_ip_allocated = true;
             fip
         };
-        run.status.floating_ip = Some(fip.floating_ip_address.clone());
-        run.status.floating_ip_id = Some(fip.id.clone());
+        call.status.floating_ip = Some(fip.floating_ip_address.clone());
+        call.status.floating_ip_id = Some(fip.id.clone());
         self.mark_fip_checked(&key);
         Ok(Progress::Done)
     }
@@ -153,7 +153,7 @@ impl OctaviaProvider {
     async fn given_fip(
         &self,
         session: &Session,
-        run: &mut Run<'_>,
+        call: &mut Call<'_>,
         address: &str,
         port: &str,
     ) -> Result<FloatingIp, Stop> {
@@ -180,7 +180,7 @@ impl OctaviaProvider {
             }
             None => {
                 self.set_port(session, &fip.id, Some(port)).await?;
-                run.changes
+                call.changes
                     .push(format!("associated floating IP {address} with the VIP"));
             }
         }
@@ -193,12 +193,12 @@ impl OctaviaProvider {
     async fn allocated_fip(
         &self,
         session: &Session,
-        run: &mut Run<'_>,
+        call: &mut Call<'_>,
         network: &str,
         port: &str,
         on_port: &[FloatingIp],
     ) -> Result<FloatingIp, Stop> {
-        let ours = |f: &FloatingIp| fip_owned(&f.tags, f.description.as_deref(), run.identity);
+        let ours = |f: &FloatingIp| fip_owned(&f.tags, f.description.as_deref(), call.identity);
         let mine = on_port.iter().find(|f| ours(f)).cloned();
         if mine.is_none()
             && let Some(other) = on_port.first()
@@ -217,26 +217,26 @@ impl OctaviaProvider {
             None => {
                 // One allocated earlier but left unassociated (a crash between the calls).
                 let tagged = self
-                    .floating_ips(session, &[("tags", fip_uid_tag(run.identity))])
+                    .floating_ips(session, &[("tags", fip_uid_tag(call.identity))])
                     .await?;
                 match tagged
                     .into_iter()
-                    .find(|f| fip_owned(&f.tags, f.description.as_deref(), run.identity))
+                    .find(|f| fip_owned(&f.tags, f.description.as_deref(), call.identity))
                 {
                     Some(fip) => {
                         self.set_port(session, &fip.id, Some(port)).await?;
-                        run.changes.push(format!(
+                        call.changes.push(format!(
                             "associated floating IP {} (found by its tags) with the VIP",
                             fip.floating_ip_address
                         ));
                         fip
                     }
-                    None => self.allocate(session, run, network, port).await?,
+                    None => self.allocate(session, call, network, port).await?,
                 }
             }
         };
-        if !fip.tags.contains(&fip_uid_tag(run.identity)) {
-            self.tag_fip(session, run, &fip).await?;
+        if !fip.tags.contains(&fip_uid_tag(call.identity)) {
+            self.tag_fip(session, call, &fip).await?;
         }
         Ok(fip)
     }
@@ -250,12 +250,12 @@ impl OctaviaProvider {
     async fn allocate(
         &self,
         session: &Session,
-        run: &mut Run<'_>,
+        call: &mut Call<'_>,
         network: &str,
         port: &str,
     ) -> Result<FloatingIp, Stop> {
         let body = session
-            .expect(
+            .require(
                 self.observer(),
                 "floatingip.create",
                 Request::post(
@@ -263,7 +263,7 @@ impl OctaviaProvider {
                     json!({ "floatingip": {
                         "floating_network_id": network,
                         "port_id": port,
-                        "description": description(run.identity),
+                        "description": description(call.identity),
                     }}),
                 )
                 .network(),
@@ -273,7 +273,7 @@ impl OctaviaProvider {
             body.get("floatingip").cloned().unwrap_or(Value::Null),
             "floatingip.create",
         )?;
-        run.changes.push(format!(
+        call.changes.push(format!(
             "allocated floating IP {} from network {network} for the VIP",
             fip.floating_ip_address
         ));
@@ -283,16 +283,16 @@ impl OctaviaProvider {
     async fn tag_fip(
         &self,
         session: &Session,
-        run: &Run<'_>,
+        call: &Call<'_>,
         fip: &FloatingIp,
     ) -> Result<(), Stop> {
         session
-            .expect(
+            .require(
                 self.observer(),
                 "floatingip.tags",
                 Request::put(
                     format!("floatingips/{}/tags", fip.id),
-                    json!({ "tags": fip_tags(run.identity) }),
+                    json!({ "tags": fip_tags(call.identity) }),
                 )
                 .network(),
             )
@@ -305,36 +305,40 @@ impl OctaviaProvider {
     async fn release_candidates(
         &self,
         session: &Session,
-        run: &mut Run<'_>,
+        call: &mut Call<'_>,
         wanted: &Option<WantedFloatingIp>,
     ) -> Result<Option<Progress>, Stop> {
-        let Some(id) = run.status.floating_ip_id.clone() else {
+        let Some(id) = call.status.floating_ip_id.clone() else {
             return Ok(None);
         };
         let still_wanted = match wanted {
             None => false,
             Some(w) => match &w.address {
                 Some(a) => {
-                    !run.status.floating_ip_allocated && run.status.floating_ip.as_ref() == Some(a)
+                    !call.status.floating_ip_allocated
+                        && call.status.floating_ip.as_ref() == Some(a)
                 }
-                None => run.status.floating_ip_allocated,
+                None => call.status.floating_ip_allocated,
             },
         };
         if still_wanted {
             return Ok(None);
         }
-        let allocated = run.status.floating_ip_allocated;
-        let address = run.status.floating_ip.clone().unwrap_or_default();
+        let allocated = call.status.floating_ip_allocated;
+        let address = call.status.floating_ip.clone().unwrap_or_default();
         self.release(session, &id, allocated).await?;
-        run.changes.push(if allocated {
+        call.changes.push(if allocated {
             format!("released floating IP {address} (no longer in the spec)")
         } else {
             format!("disassociated floating IP {address} (no longer in the spec; kept)")
         });
-        run.status.floating_ip = None;
-        run.status.floating_ip_id = None;
-        run.status.floating_ip_allocated = false;
-        Ok(Some(Progress::pending("floating IP released", run.began())))
+        call.status.floating_ip = None;
+        call.status.floating_ip_id = None;
+        call.status.floating_ip_allocated = false;
+        Ok(Some(Progress::pending(
+            "floating IP released",
+            call.began(),
+        )))
     }
 
     /// Delete an allocated floating IP, or disassociate a given one (404: already gone).
@@ -343,7 +347,7 @@ impl OctaviaProvider {
             return self.set_port(session, id, None).await;
         }
         session
-            .expect_or_gone(
+            .require_or_gone(
                 self.observer(),
                 "floatingip.delete",
                 Request::delete(format!("floatingips/{id}")).network(),

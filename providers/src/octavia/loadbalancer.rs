@@ -10,11 +10,11 @@ use serde_json::{Value, json};
 
 use super::OctaviaProvider;
 use super::api::{ApiVersion, Request, Session};
+use super::call::Call;
 use super::documents::{LbRecord, Tree, decode};
 use super::members::{member_bodies, plan};
 use super::naming::{description, lb_name, owned, uid_tag};
 use super::reason;
-use super::run::Run;
 use super::settings::Settings;
 use super::stop::Stop;
 use crate::provider::{DesiredMember, Listener, LoadBalancerIdentity, Progress};
@@ -34,7 +34,7 @@ impl OctaviaProvider {
             Request::get("lbaas/loadbalancers").query("name", lb_name(identity))
         };
         let body = session
-            .expect(self.observer(), "loadbalancer.list", request)
+            .require(self.observer(), "loadbalancer.list", request)
             .await?;
         let list: Vec<LbRecord> = decode(
             body.get("loadbalancers").cloned().unwrap_or(json!([])),
@@ -49,23 +49,23 @@ impl OctaviaProvider {
     }
 
     /// Find the load balancer: the one in the status, else adopt one found by its tags.
-    async fn locate(&self, session: &Session, run: &mut Run<'_>) -> Result<Option<Tree>, Stop> {
-        if let Some(id) = run.status.load_balancer_id.clone() {
+    async fn locate(&self, session: &Session, call: &mut Call<'_>) -> Result<Option<Tree>, Stop> {
+        if let Some(id) = call.status.load_balancer_id.clone() {
             // An ID from the status is trusted once this process has seen its tags (it created,
             // adopted or checked it); a status naming a load balancer that is not ours is ignored.
             let trusted = self.verified.lock().is_ok_and(|v| v.contains(&id))
-                || self.verify(session, run, &id).await?;
+                || self.verify(session, call, &id).await?;
             if trusted {
                 if let Some(tree) = self.tree(session, &id, false).await? {
                     return Ok(Some(tree));
                 }
-                run.changes
+                call.changes
                     .push(format!("Octavia load balancer {id} is gone; looking again"));
             }
-            run.forget_lb();
+            call.forget_lb();
         }
         let found = self
-            .find_owned(session, run.identity, run.infra.uid.as_deref())
+            .find_owned(session, call.identity, call.infra.uid.as_deref())
             .await?;
         let Some(record) = found
             .into_iter()
@@ -73,10 +73,10 @@ impl OctaviaProvider {
         else {
             return Ok(None);
         };
-        run.status.load_balancer_id = Some(record.id.clone());
-        run.status.vip_address = record.vip_address.clone();
-        run.status.vip_port_id = record.vip_port_id.clone();
-        run.changes.push(format!(
+        call.status.load_balancer_id = Some(record.id.clone());
+        call.status.vip_address = record.vip_address.clone();
+        call.status.vip_port_id = record.vip_port_id.clone();
+        call.changes.push(format!(
             "adopted Octavia load balancer {} (found by its ownership tags)",
             record.id
         ));
@@ -92,9 +92,9 @@ impl OctaviaProvider {
 
     /// Whether load balancer `id` (from the status) carries this LoadBalancer's ownership tags.
     /// Gone counts as ours (nothing to protect); not ours is reported in the changes.
-    async fn verify(&self, session: &Session, run: &mut Run<'_>, id: &str) -> Result<bool, Stop> {
+    async fn verify(&self, session: &Session, call: &mut Call<'_>, id: &str) -> Result<bool, Stop> {
         let Some(body) = session
-            .expect_or_gone(
+            .require_or_gone(
                 self.observer(),
                 "loadbalancer.get",
                 Request::get(format!("lbaas/loadbalancers/{id}")),
@@ -107,11 +107,11 @@ impl OctaviaProvider {
             body.get("loadbalancer").cloned().unwrap_or(Value::Null),
             "loadbalancer.get",
         )?;
-        if owned(&record, run.identity, run.infra.uid.as_deref()) {
+        if owned(&record, call.identity, call.infra.uid.as_deref()) {
             self.mark_verified(id);
             return Ok(true);
         }
-        run.changes.push(format!(
+        call.changes.push(format!(
             "the status names Octavia load balancer {id}, which does not carry this LoadBalancer's ownership tags; it is left alone"
         ));
         Ok(false)
@@ -121,17 +121,17 @@ impl OctaviaProvider {
     /// serve (single-call create), and how many members it has.
     fn lb_body(
         &self,
-        run: &Run<'_>,
+        call: &Call<'_>,
         listeners: &[Listener],
         members: &[DesiredMember],
         version: ApiVersion,
     ) -> (Value, usize) {
-        let spec = &run.infra.spec;
+        let spec = &call.infra.spec;
         let mut count = 0;
         let listeners: Vec<Value> = listeners
             .iter()
             .map(|l| {
-                let mut body = self.listener_body(run, l, version);
+                let mut body = self.listener_body(call, l, version);
                 // Only members to serve: nothing exists yet to keep or drain.
                 let members = plan(members, &[], l.target_port);
                 count += members.len();
@@ -140,15 +140,15 @@ impl OctaviaProvider {
                 {
                     pool.insert(
                         "members".into(),
-                        json!(member_bodies(run, &members, version)),
+                        json!(member_bodies(call, &members, version)),
                     );
                 }
                 body
             })
             .collect();
         let mut lb = json!({
-            "name": run.lb_name(),
-            "description": description(run.identity),
+            "name": call.lb_name(),
+            "description": description(call.identity),
             "listeners": listeners,
         });
         if let Value::Object(o) = &mut lb {
@@ -175,7 +175,7 @@ impl OctaviaProvider {
                 o.insert("availability_zone".into(), json!(zone));
             }
             if version >= ApiVersion::TAGS {
-                o.insert("tags".into(), json!(run.tags()));
+                o.insert("tags".into(), json!(call.tags()));
             }
         }
         (lb, count)
@@ -186,18 +186,18 @@ impl OctaviaProvider {
     async fn create(
         &self,
         session: &Session,
-        run: &mut Run<'_>,
+        call: &mut Call<'_>,
         listeners: &[Listener],
         members: &[DesiredMember],
     ) -> Result<Progress, Stop> {
         let send = |lb: Value| {
-            session.expect(
+            session.require(
                 self.observer(),
                 "loadbalancer.create",
                 Request::post("lbaas/loadbalancers", json!({ "loadbalancer": lb })),
             )
         };
-        let (lb, mut member_count) = self.lb_body(run, listeners, members, session.version);
+        let (lb, mut member_count) = self.lb_body(call, listeners, members, session.version);
         let body = match send(lb).await {
             // Octavia refuses the whole create for one member it does not accept (a reserved
             // address, say): the load balancer is created without members instead, so it exists
@@ -206,7 +206,7 @@ impl OctaviaProvider {
                 reason: Some(why), ..
             })) if member_count > 0 && why == reason::REQUEST_REJECTED => {
                 member_count = 0;
-                send(self.lb_body(run, listeners, &[], session.version).0).await?
+                send(self.lb_body(call, listeners, &[], session.version).0).await?
             }
             sent => sent?,
         };
@@ -214,86 +214,88 @@ impl OctaviaProvider {
             body.get("loadbalancer").cloned().unwrap_or(Value::Null),
             "loadbalancer.create",
         )?;
-        run.created = true;
+        call.created = true;
         self.mark_verified(&record.id);
         // The members as Octavia took them, per pool: what `converge_members` would otherwise read
         // back once the load balancer is ACTIVE.
         self.remember_created_members(&record);
-        run.status.load_balancer_id = Some(record.id.clone());
-        run.status.vip_address = record.vip_address.clone();
-        run.status.vip_port_id = record.vip_port_id.clone();
-        run.status.provisioning_status = Some(record.provisioning_status.clone());
-        run.status.ready = false;
-        run.status.listeners = listeners
+        call.status.load_balancer_id = Some(record.id.clone());
+        call.status.vip_address = record.vip_address.clone();
+        call.status.vip_port_id = record.vip_port_id.clone();
+        call.status.provisioning_status = Some(record.provisioning_status.clone());
+        call.status.ready = false;
+        call.status.listeners = listeners
             .iter()
             .map(|l| ListenerStatus {
                 port: l.port,
-                applied: Some(Settings::new(&run.infra, l, session.version).applied()),
+                applied: Some(Settings::new(&call.infra, l, session.version).applied()),
                 ..Default::default()
             })
             .collect();
-        run.changes.push(format!(
+        call.changes.push(format!(
             "created Octavia load balancer {} with {} listener(s) and {member_count} member(s)",
             record.id,
             listeners.len()
         ));
-        Ok(run.pending_after_write("PENDING_CREATE"))
+        Ok(call.pending_after_write("PENDING_CREATE"))
     }
 
     /// `ensure`: the load balancer, then its children, then its floating IP; one write per call.
     pub(super) async fn ensure_inner(
         &self,
-        run: &mut Run<'_>,
+        call: &mut Call<'_>,
         listeners: &[Listener],
         members: &[DesiredMember],
     ) -> Result<Progress, Stop> {
-        let session = self.session(&run.infra).await?;
-        run.status.api_version = Some(session.version.to_string());
-        run.infra.check_version(session.version)?;
-        let Some(tree) = self.locate(&session, run).await? else {
-            return self.create(&session, run, listeners, members).await;
+        let session = self.session(&call.infra).await?;
+        call.status.api_version = Some(session.version.to_string());
+        call.infra.check_version(session.version)?;
+        let Some(tree) = self.locate(&session, call).await? else {
+            return self.create(&session, call, listeners, members).await;
         };
-        run.status.provisioning_status = Some(tree.provisioning_status.clone());
-        run.status.operating_status = Some(tree.operating_status.clone());
+        call.status.provisioning_status = Some(tree.provisioning_status.clone());
+        call.status.operating_status = Some(tree.operating_status.clone());
         match tree.provisioning_status.as_str() {
-            "ACTIVE" => run.status.pending_since = None,
-            "ERROR" => return self.on_error(&session, run, &tree).await,
+            "ACTIVE" => call.status.pending_since = None,
+            "ERROR" => return self.on_error(&session, call, &tree).await,
             "DELETED" => {
-                run.forget_lb();
+                call.forget_lb();
                 return Ok(Progress::pending(
                     "Octavia load balancer deleted",
-                    run.relook(),
+                    call.relook(),
                 ));
             }
             // A provisioned load balancer being updated (members, a listener, a pool) keeps
             // serving with its former configuration until Octavia applies the new one.
-            "PENDING_UPDATE" if run.infra.status.ready => return Ok(run.pending("PENDING_UPDATE")),
+            "PENDING_UPDATE" if call.infra.status.ready => {
+                return Ok(call.pending("PENDING_UPDATE"));
+            }
             state => {
-                run.status.ready = false;
-                return Ok(run.pending(state));
+                call.status.ready = false;
+                return Ok(call.pending(state));
             }
         }
         let mut progress = self
-            .converge_children(&session, run, &tree, listeners)
+            .converge_children(&session, call, &tree, listeners)
             .await?;
         if progress.is_done() {
-            progress = self.converge_floating_ip(&session, run).await?;
+            progress = self.converge_floating_ip(&session, call).await?;
         }
         // Once provisioned, a change being applied (a port added, settings, a floating IP) does
         // not take the load balancer out of service: `ready` stays until ERROR, DELETED or a
         // state other than PENDING_UPDATE says otherwise.
-        run.status.ready = progress.is_done() || run.infra.status.ready;
+        call.status.ready = progress.is_done() || call.infra.status.ready;
         Ok(progress)
     }
 
     async fn on_error(
         &self,
         session: &Session,
-        run: &mut Run<'_>,
+        call: &mut Call<'_>,
         tree: &Tree,
     ) -> Result<Progress, Stop> {
-        run.status.ready = false;
-        if !run.infra.spec.recreate_on_error {
+        call.status.ready = false;
+        if !call.infra.spec.recreate_on_error {
             return Ok(Progress::pending_because(
                 reason::LOAD_BALANCER_ERROR,
                 format!(
@@ -304,7 +306,7 @@ impl OctaviaProvider {
             ));
         }
         self.delete_lb(session, &tree.id).await?;
-        run.changes.push(format!(
+        call.changes.push(format!(
             "deleting Octavia load balancer {} in ERROR to recreate it (recreateOnError)",
             tree.id
         ));
@@ -314,7 +316,7 @@ impl OctaviaProvider {
                 "Octavia load balancer {} was in ERROR; deleting it to recreate it",
                 tree.id
             ),
-            run.began(),
+            call.began(),
         ))
     }
 
@@ -322,7 +324,7 @@ impl OctaviaProvider {
     pub(super) async fn delete_lb(&self, session: &Session, id: &str) -> Result<(), Stop> {
         self.forget_tree(id);
         session
-            .expect_or_gone(
+            .require_or_gone(
                 self.observer(),
                 "loadbalancer.delete",
                 Request::delete(format!("lbaas/loadbalancers/{id}")).query("cascade", "true"),

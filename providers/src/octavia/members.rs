@@ -10,10 +10,10 @@ use serde_json::{Value, json};
 
 use super::OctaviaProvider;
 use super::api::{ApiVersion, Request, Session};
+use super::call::Call;
 use super::documents::{LbRecord, PoolMember, TreePool, decode};
 use super::naming::child_name;
 use super::reason;
-use super::run::Run;
 use super::stop::Stop;
 use crate::provider::{DesiredMember, Listener, MemberIntent, MemberState, MemberStatus, Progress};
 
@@ -53,7 +53,7 @@ impl OctaviaProvider {
             return Ok(members.clone());
         }
         let body = session
-            .expect(
+            .require(
                 self.observer(),
                 "member.list",
                 Request::get(format!("lbaas/pools/{}/members", pool.id)),
@@ -88,22 +88,22 @@ impl OctaviaProvider {
     /// does, `out` gets each member's state.
     pub(super) async fn converge_members_inner(
         &self,
-        run: &mut Run<'_>,
+        call: &mut Call<'_>,
         listeners: &[Listener],
         desired: &[DesiredMember],
         out: &mut Vec<MemberStatus>,
     ) -> Result<Progress, Stop> {
-        let Some(id) = run.status.load_balancer_id.clone() else {
+        let Some(id) = call.status.load_balancer_id.clone() else {
             return Ok(Progress::pending(
                 "no Octavia load balancer yet",
-                run.relook(),
+                call.relook(),
             ));
         };
-        let session = self.session(&run.infra).await?;
+        let session = self.session(&call.infra).await?;
         let Some(tree) = self.tree(&session, &id, true).await? else {
             return Ok(Progress::pending(
                 format!("Octavia load balancer {id} is gone"),
-                run.relook(),
+                call.relook(),
             ));
         };
         // While Octavia applies an update (PENDING_UPDATE) nothing can be written, but the tree
@@ -112,10 +112,10 @@ impl OctaviaProvider {
         // PENDING_DELETE, ERROR) have no members worth reporting.
         let updating = tree.provisioning_status == "PENDING_UPDATE";
         if tree.provisioning_status != "ACTIVE" && !updating {
-            run.status.provisioning_status = Some(tree.provisioning_status.clone());
-            return Ok(run.pending(&tree.provisioning_status));
+            call.status.provisioning_status = Some(tree.provisioning_status.clone());
+            return Ok(call.pending(&tree.provisioning_status));
         }
-        let lb = run.lb_name();
+        let lb = call.lb_name();
         let bad = not_ip(desired);
         let mut state = States::new();
         let mut count = 0;
@@ -139,8 +139,8 @@ impl OctaviaProvider {
             // Octavia has deleted it); the others keep theirs.
             if wanted != known && !updating && wrote.is_none() {
                 self.forget_tree(&id);
-                self.write_members(&session, run, pool, &wanted).await?;
-                run.changes.push(format!(
+                self.write_members(&session, call, pool, &wanted).await?;
+                call.changes.push(format!(
                     "members of port {}: {}",
                     listener.port,
                     describe_change(&known, &wanted)
@@ -161,7 +161,7 @@ impl OctaviaProvider {
                     .map(|m| (&m.name, &m.address)),
             );
         }
-        run.status.member_count = i32::try_from(count).unwrap_or(i32::MAX);
+        call.status.member_count = i32::try_from(count).unwrap_or(i32::MAX);
         *out = state
             .into_iter()
             .map(|(name, (address, state))| MemberStatus {
@@ -174,17 +174,17 @@ impl OctaviaProvider {
             return Ok(Progress::pending_because(
                 reason::LOAD_BALANCER_PENDING,
                 format!("updating the members of port {port}"),
-                run.began(),
+                call.began(),
             ));
         }
         if updating {
-            run.status.provisioning_status = Some(tree.provisioning_status.clone());
-            return Ok(run.pending(&tree.provisioning_status));
+            call.status.provisioning_status = Some(tree.provisioning_status.clone());
+            return Ok(call.pending(&tree.provisioning_status));
         }
         if let Some(port) = pending_pool {
             return Ok(Progress::pending(
                 format!("waiting for the pool of port {port}"),
-                run.relook(),
+                call.relook(),
             ));
         }
         if !bad.is_empty() {
@@ -198,7 +198,10 @@ impl OctaviaProvider {
             ));
         }
         if out.iter().any(|m| m.state == MemberState::Adding) {
-            return Ok(Progress::pending("members being provisioned", run.relook()));
+            return Ok(Progress::pending(
+                "members being provisioned",
+                call.relook(),
+            ));
         }
         Ok(Progress::Done)
     }
@@ -207,13 +210,13 @@ impl OctaviaProvider {
     async fn write_members(
         &self,
         session: &Session,
-        run: &Run<'_>,
+        call: &Call<'_>,
         pool: &TreePool,
         wanted: &[PoolMember],
     ) -> Result<(), Stop> {
-        let members = member_bodies(run, wanted, session.version);
+        let members = member_bodies(call, wanted, session.version);
         session
-            .expect(
+            .require(
                 self.observer(),
                 "member.batch-update",
                 Request::put(
@@ -232,11 +235,11 @@ impl OctaviaProvider {
 /// The request bodies of `members` (with capi-lb's tags where the API has them), for a batch
 /// member update or a pool created with its members.
 pub(super) fn member_bodies(
-    run: &Run<'_>,
+    call: &Call<'_>,
     members: &[PoolMember],
     version: ApiVersion,
 ) -> Vec<Value> {
-    let tags = (version >= ApiVersion::TAGS).then(|| run.tags());
+    let tags = (version >= ApiVersion::TAGS).then(|| call.tags());
     members
         .iter()
         .map(|m| {

@@ -28,13 +28,14 @@
 //!   record of the wait it is measured from);
 //! - `api`: credentials, Keystone sessions and the metered request path;
 //! - `documents`: what Octavia and Neutron answer; `naming`: names, tags and ownership;
-//! - `settings`: what the spec asks for; `run`: one call in progress, and how soon it looks again;
+//! - `settings`: what the spec asks for; `call`: one call in progress, and how soon it looks again;
 //! - `tree`: the status tree of a load balancer, cached for the rest of a reconcile;
 //! - `children` (listeners, pools, health monitors), `members` (member convergence) and
 //!   `floating_ip` (Neutron);
 //! - `loadbalancer` (the load balancer itself, and `ensure`), then `delete`.
 
 pub mod api;
+mod call;
 mod children;
 mod delete;
 mod documents;
@@ -44,7 +45,6 @@ mod members;
 mod naming;
 pub mod reason;
 mod relook;
-mod run;
 mod settings;
 mod stop;
 mod tree;
@@ -60,8 +60,8 @@ use kube::ResourceExt;
 use kube::core::ApiResource;
 use serde_json::{Map, json};
 
-use crate::catalog::{Dependencies, Entry};
 use crate::clock::SharedClock;
+use crate::entry::Entry;
 use crate::error::{INVALID_CONFIGURATION, ProviderError};
 use crate::observe::ApiObserver;
 use crate::provider::{
@@ -69,28 +69,32 @@ use crate::provider::{
     Provider,
 };
 use api::{Session, Sessions};
+use call::Call;
 pub use documents::{PoolMember, Tree};
 pub use members::plan;
 pub use naming::lb_name;
 use naming::uid_tag;
 use relook::Waits;
 pub use relook::{FIRST_LOOK, MAX_LOOK, relook};
-use run::Run;
 use settings::Infra;
 pub use stop::Stop;
 use stop::done_or_wait;
 
-/// Name of the Octavia provider for `--providers`.
-pub const NAME: &str = "octavia";
-
 /// The Octavia provider's catalog entry.
 pub const ENTRY: Entry = Entry {
-    name: NAME,
+    name: "octavia",
     title: "Octavia provider",
     docs: "docs/providers/octavia.md",
-    infrastructure: infrastructure_resource,
+    infrastructure: || ApiResource::erase::<OctaviaLoadBalancer>(&()),
     crd: <OctaviaLoadBalancer as kube::CustomResourceExt>::crd,
-    build,
+    build: |dependencies| {
+        let provider =
+            OctaviaProvider::new(dependencies.client.clone(), dependencies.clock.clone());
+        Arc::new(match &dependencies.observer {
+            Some(observer) => provider.with_observer(observer.clone()),
+            None => provider,
+        })
+    },
     owned_kinds: &[],
     calls: &[
         (
@@ -108,19 +112,6 @@ pub const ENTRY: Entry = Entry {
     ],
     reasons: reason::ALL,
 };
-
-fn infrastructure_resource() -> ApiResource {
-    ApiResource::erase::<OctaviaLoadBalancer>(&())
-}
-
-fn build(dependencies: &Dependencies) -> Arc<dyn Provider> {
-    let mut provider =
-        OctaviaProvider::new(dependencies.client.clone(), dependencies.clock.clone());
-    if let Some(observer) = &dependencies.observer {
-        provider = provider.with_observer(observer.clone());
-    }
-    Arc::new(provider)
-}
 
 /// The Octavia provider.
 pub struct OctaviaProvider {
@@ -192,14 +183,6 @@ impl OctaviaProvider {
 
 #[async_trait]
 impl Provider for OctaviaProvider {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn infrastructure_resource(&self) -> ApiResource {
-        infrastructure_resource()
-    }
-
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
         let mut infra = Infra::read(request.infra, request.identity)?;
         let unsupported =
@@ -211,26 +194,26 @@ impl Provider for OctaviaProvider {
             ));
         }
         let _guard = self.lock(&request.identity.uid).await;
-        let mut run = Run::new(infra, request.identity, self.clock.now(), &self.waits);
+        let mut call = Call::new(infra, request.identity, self.clock.now(), &self.waits);
         let result = self
-            .ensure_inner(&mut run, request.listeners, request.members)
+            .ensure_inner(&mut call, request.listeners, request.members)
             .await;
-        let progress = done_or_wait(result, || run.relook())?;
+        let progress = done_or_wait(result, || call.relook())?;
         // A problem someone has to act on (credentials, quota, a floating IP in the way) is
         // reported as one, never hidden behind a load balancer that may still be serving.
         let problem =
             matches!(&progress, crate::Progress::Pending { reason: Some(r), .. } if r.is_problem());
         if problem {
-            run.status.ready = false;
+            call.status.ready = false;
         }
 
         Ok(EnsureOutcome {
-            serving: !progress.is_done() && !problem && run.status.ready,
+            serving: !progress.is_done() && !problem && call.status.ready,
             progress,
-            addresses: run.addresses(),
-            created: run.created,
-            changes: run.changes.clone(),
-            status: run.status_map(),
+            addresses: call.addresses(),
+            created: call.created,
+            changes: call.changes.clone(),
+            status: call.status_map(),
             unsupported,
         })
     }
@@ -241,24 +224,24 @@ impl Provider for OctaviaProvider {
     ) -> Result<MembersOutcome, ProviderError> {
         let infra = Infra::read(request.infra, request.identity)?;
         let _guard = self.lock(&request.identity.uid).await;
-        let mut run = Run::new(infra, request.identity, self.clock.now(), &self.waits);
+        let mut call = Call::new(infra, request.identity, self.clock.now(), &self.waits);
         let mut members = Vec::new();
         let result = self
-            .converge_members_inner(&mut run, request.listeners, request.members, &mut members)
+            .converge_members_inner(&mut call, request.listeners, request.members, &mut members)
             .await;
-        let progress = done_or_wait(result, || run.relook())?;
+        let progress = done_or_wait(result, || call.relook())?;
         let mut status = Map::new();
-        status.insert("memberCount".into(), json!(run.status.member_count));
-        if run.status.pending_since != run.infra.status.pending_since {
+        status.insert("memberCount".into(), json!(call.status.member_count));
+        if call.status.pending_since != call.infra.status.pending_since {
             status.insert(
                 "pendingSince".into(),
-                json!(run.status.pending_since.clone()),
+                json!(call.status.pending_since.clone()),
             );
         }
         Ok(MembersOutcome {
             progress,
             members,
-            changes: run.changes,
+            changes: call.changes,
             status,
         })
     }

@@ -18,7 +18,7 @@ pub const PROVIDER_OR_FLAVOR_NOT_FOUND: Reason = Reason::problem("ProviderOrFlav
 /// Octavia refused a request as invalid.
 pub const REQUEST_REJECTED: Reason = Reason::problem("RequestRejected");
 /// The load balancer (or a child) is PENDING_*; Octavia refuses writes until it is not.
-pub const LOAD_BALANCER_PENDING: Reason = Reason::wait("LoadBalancerPending");
+pub const LOAD_BALANCER_PENDING: Reason = Reason::normal("LoadBalancerPending");
 /// The load balancer is in ERROR (terminal) and `recreateOnError` is off.
 pub const LOAD_BALANCER_ERROR: Reason = Reason::problem("LoadBalancerError");
 /// The cloud's Octavia API is too old for a feature the spec uses.

@@ -35,7 +35,7 @@ impl OctaviaProvider {
             return Ok(Some(tree.clone()));
         }
         let Some(body) = session
-            .expect_or_gone(
+            .require_or_gone(
                 self.observer(),
                 "loadbalancer.status",
                 Request::get(format!("lbaas/loadbalancers/{id}/status")),

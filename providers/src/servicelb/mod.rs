@@ -39,9 +39,9 @@ use kube::ResourceExt;
 use kube::core::ApiResource;
 use serde_json::{Map, json};
 
-use crate::catalog::{Dependencies, Entry};
 use crate::clock::SharedClock;
 use crate::endpoints;
+use crate::entry::Entry;
 use crate::error::ProviderError;
 use crate::lbservice::delete::{delete_services, selector};
 use crate::lbservice::members::MemberPublication;
@@ -52,16 +52,19 @@ use crate::provider::{
 };
 use service::{Infra, desired_service, source_ranges};
 
-/// Name of the Service provider for `--providers`.
-pub const NAME: &str = "service";
 /// The Service provider's catalog entry.
 pub const ENTRY: Entry = Entry {
-    name: NAME,
+    name: "service",
     title: "Service provider (MetalLB, kube-vip, cloud controllers)",
     docs: "docs/providers/service.md",
-    infrastructure: infrastructure_resource,
+    infrastructure: || ApiResource::erase::<ServiceLoadBalancer>(&()),
     crd: <ServiceLoadBalancer as kube::CustomResourceExt>::crd,
-    build,
+    build: |dependencies| {
+        Arc::new(ServiceProvider::new(
+            dependencies.client.clone(),
+            dependencies.clock.clone(),
+        ))
+    },
     owned_kinds: &[],
     calls: &[
         (
@@ -87,17 +90,6 @@ pub const ENTRY: Entry = Entry {
 const POLL: Duration = Duration::from_secs(10);
 /// How often to look again while a name is taken or nothing implements the class.
 const SLOW_POLL: Duration = Duration::from_secs(60);
-
-fn infrastructure_resource() -> ApiResource {
-    ApiResource::erase::<ServiceLoadBalancer>(&())
-}
-
-fn build(dependencies: &Dependencies) -> Arc<dyn Provider> {
-    Arc::new(ServiceProvider::new(
-        dependencies.client.clone(),
-        dependencies.clock.clone(),
-    ))
-}
 
 /// The Service provider.
 #[derive(Clone)]
@@ -145,14 +137,6 @@ fn requested_address(infra: &Infra, service: &Service, ingress: &Ingress) -> Pro
 
 #[async_trait]
 impl Provider for ServiceProvider {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn infrastructure_resource(&self) -> ApiResource {
-        infrastructure_resource()
-    }
-
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
         let identity = request.identity;
         let infra = Infra::read(request.infra, identity)?;

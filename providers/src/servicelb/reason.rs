@@ -5,7 +5,7 @@
 use crate::provider::Reason;
 
 /// The Service has no address yet; its implementation has not answered so far.
-pub const ADDRESS_PENDING: Reason = Reason::wait("AddressPending");
+pub const ADDRESS_PENDING: Reason = Reason::normal("AddressPending");
 /// Nothing has given the Service an address within `spec.addressTimeoutSeconds`: no controller
 /// seems to implement its class.
 pub const NO_IMPLEMENTATION: Reason = Reason::problem("NoImplementation");
@@ -15,7 +15,7 @@ pub const ADDRESS_NOT_ASSIGNED: Reason = Reason::problem("AddressNotAssigned");
 /// The implementation gave the Service an address other than `spec.loadBalancerIP`.
 pub const REQUESTED_ADDRESS_NOT_ASSIGNED: Reason = Reason::problem("RequestedAddressNotAssigned");
 /// A Service with the provider's name exists and is not capi-lb's.
-pub const NAME_CONFLICT: Reason = Reason::problem(capi_lb_api::constants::reason::NAME_CONFLICT);
+pub const NAME_CONFLICT: Reason = capi_lb_api::constants::reason::NAME_CONFLICT;
 
 /// Every reason above.
 pub const ALL: &[Reason] = &[

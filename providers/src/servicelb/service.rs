@@ -220,7 +220,7 @@ mod tests {
     }
 
     fn infra(spec: serde_json::Value) -> Infra {
-        let mut object = DynamicObject::new("metal", &crate::servicelb::infrastructure_resource())
+        let mut object = DynamicObject::new("metal", &(crate::servicelb::ENTRY.infrastructure)())
             .within("ns")
             .data(json!({ "spec": spec }));
         object.metadata.uid = Some("infra-uid".into());
@@ -326,7 +326,7 @@ mod tests {
 
     #[test]
     fn an_invalid_spec_is_a_permanent_error_naming_the_field() {
-        let mut object = DynamicObject::new("metal", &crate::servicelb::infrastructure_resource())
+        let mut object = DynamicObject::new("metal", &(crate::servicelb::ENTRY.infrastructure)())
             .within("ns")
             .data(json!({"spec": {"loadBalancerIP": "not-an-ip"}}));
         object.metadata.uid = Some("u".into());

@@ -157,7 +157,7 @@ mod tests {
     use crate::provider::Reason;
 
     fn infra(spec: serde_json::Value) -> Infra {
-        let object = DynamicObject::new("metal", &crate::servicelb::infrastructure_resource())
+        let object = DynamicObject::new("metal", &(crate::servicelb::ENTRY.infrastructure)())
             .within("ns")
             .data(json!({ "spec": spec }));
         Infra::read(&object, &identity()).unwrap()

@@ -1,4 +1,4 @@
-//! `capi-lb bench external-endpoints`: how long an ingress IP change of one Service takes to reach its `-ext`
+//! `capi-lb-bench external-endpoints`: how long an ingress IP change of one Service takes to reach its `-ext`
 //! EndpointSlice, and how many writes it costs, with N LoadBalancer Services in the cluster. The
 //! cluster is the in-memory API (kube-fake-client behind capi-lb's layer); the measured span is from
 //! the moment the Service's new status is stored to the moment the reconcile that a watch event would
@@ -12,7 +12,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::sim::world::{World, WorldError};
+use capi_lb::sim::world::{World, WorldError};
 
 /// Results of one run of the external endpoints benchmark.
 #[derive(Clone, Debug, PartialEq)]

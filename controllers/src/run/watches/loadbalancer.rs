@@ -1,5 +1,5 @@
-//! The watches that trigger the LoadBalancer controller, grouped by what they watch, over the
-//! [`Triggers`] index the LoadBalancer watch keeps.
+//! The LoadBalancer controller with the watches that trigger it, grouped by what they watch, over
+//! the [`Triggers`] index the LoadBalancer watch keeps, and the caches its reconciles read.
 
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
@@ -25,16 +25,17 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-use super::{RunError, RunOptions, api, backoff, dynamic_api, installed};
+use super::{api, dynamic_api, installed, watch};
 use crate::cache::{self, Caches, ObjectCache};
 use crate::kinds::CapiKinds;
 use crate::loadbalancer::triggers::{self, Triggers, Watched};
+use crate::run::{RunError, RunOptions, backoff};
 use crate::telemetry::{Health, Metrics};
 
 /// The LoadBalancer controller with every watch that triggers it (see the module docs), and the
 /// LoadBalancer cache. The LoadBalancer watch also keeps the index the other watches' triggers
 /// read.
-pub(super) async fn loadbalancer_controller(
+pub(in crate::run) async fn loadbalancer_controller(
     client: &kube::Client,
     options: &RunOptions,
     registry: &ProviderRegistry,
@@ -85,20 +86,6 @@ pub(super) async fn loadbalancer_controller(
     let controller = watches.cluster_api(controller, capi, options.resync);
     let controller = watches.dns_endpoints(controller, options.resync).await?;
     Ok((controller, store, watches.caches))
-}
-
-/// A watch of `api` that backs off on its own after errors ([`backoff::for_watch`]): its changed
-/// and deleted objects, for a trigger.
-pub(super) fn watch<K>(
-    api: kube::Api<K>,
-    config: watcher::Config,
-) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    watcher(api, config)
-        .backoff(backoff::for_watch())
-        .touched_objects()
 }
 
 /// Objects per page of the lists of the cached watches and the LoadBalancers' own (kube-runtime's
@@ -375,7 +362,7 @@ impl Watches<'_> {
 }
 
 /// The managed object gauges follow the LoadBalancer cache.
-pub(super) fn observe_cache(
+pub(in crate::run) fn observe_cache(
     store: Store<Watched>,
     metrics: Arc<Metrics>,
 ) -> tokio::task::JoinHandle<()> {

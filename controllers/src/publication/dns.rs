@@ -15,17 +15,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use capi_lb_api::LoadBalancer;
-use capi_lb_api::conditions::DesiredCondition;
 use capi_lb_api::constants::{FIELD_MANAGER, LABEL_MANAGED_BY, MANAGED_BY_VALUE};
-use capi_lb_api::constants::{condition as c, reason as r};
 use capi_lb_api::externaldns::{DNSEndpoint, DNSEndpointSpec, Endpoint, ProviderSpecificProperty};
 use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 
+use super::{controller_ref, delete_exact, managed_labels};
 use crate::error::{Result, kube_err};
-use crate::publication::{controller_ref, delete_exact, managed_labels};
 
 /// A DNS name capi-lb publishes: a DNS subdomain of lowercase labels, optionally under `*.`.
 pub fn is_hostname(name: &str) -> bool {
@@ -244,11 +242,33 @@ fn claimed_elsewhere(
     out
 }
 
+/// How the names of a [`publish`] stand: the facts the `DNSPublished` condition is decided from
+/// (`crate::conditions::dns_condition`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum DnsState {
+    /// ExternalDNS's `DNSEndpoint` CRD is not installed.
+    CrdMissing,
+    /// The `DNSEndpoint` `endpoint` (`namespace/name`) exists and is not `owner`'s.
+    NameConflict { endpoint: String, owner: String },
+    /// No names are asked for (any more): nothing is published.
+    Disabled,
+    /// A name asked for is not a DNS name.
+    InvalidHostname(String),
+    /// Names another owner's `DNSEndpoint` publishes: (name, `namespace/name` of theirs).
+    HostnameConflict(Vec<(String, String)>),
+    /// The load balancer has no address: the `DNSEndpoint` has no records.
+    NoAddress,
+    /// ExternalDNS processed the `DNSEndpoint` `endpoint`, whose records are `records`.
+    Observed { endpoint: String, records: String },
+    /// ExternalDNS has not processed `generation` of the `DNSEndpoint` `endpoint` yet.
+    NotObserved { endpoint: String, generation: i64 },
+}
+
 /// How the DNS publication stands after [`publish`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct Published {
-    /// The `DNSPublished` condition; `None` when nothing is wanted and `report_off` was false.
-    pub condition: Option<DesiredCondition>,
+    /// How the names stand; `None` when nothing is wanted and `report_off` was false.
+    pub state: Option<DnsState>,
     /// What changed, for Events.
     pub changes: Vec<String>,
     /// A `DNSEndpoint` of `owner`'s exists now.
@@ -271,7 +291,7 @@ pub async fn publish(
     let uid = owner.reference.uid.as_str();
     let api: Api<DNSEndpoint> = Api::namespaced(client.clone(), namespace);
     let mut out = Published {
-        condition: None,
+        state: None,
         changes: Vec::new(),
         exists: false,
     };
@@ -284,11 +304,7 @@ pub async fn publish(
         Ok(list) => list.items,
         Err(kube::Error::Api(e)) if e.code == 404 => {
             if wanted.is_some() {
-                out.condition = Some(DesiredCondition::false_(
-                    c::DNS_PUBLISHED,
-                    r::DNS_ENDPOINT_CRD_MISSING,
-                    "ExternalDNS's DNSEndpoint CRD (dnsendpoints.externaldns.k8s.io) is not installed: install it with ExternalDNS (--source=crd), then restart capi-lb so that it watches DNSEndpoints",
-                ));
+                out.state = Some(DnsState::CrdMissing);
             }
             return Ok(out);
         }
@@ -302,14 +318,10 @@ pub async fn publish(
         && !owned_by(found, uid)
     {
         if wanted.is_some() {
-            out.condition = Some(DesiredCondition::false_(
-                c::DNS_PUBLISHED,
-                r::NAME_CONFLICT,
-                format!(
-                    "DNSEndpoint {namespace}/{name} exists and is not {}'s; it was left untouched. Delete or rename it",
-                    owner.describe
-                ),
-            ));
+            out.state = Some(DnsState::NameConflict {
+                endpoint: format!("{namespace}/{name}"),
+                owner: owner.describe.clone(),
+            });
         }
         return Ok(out);
     }
@@ -319,23 +331,13 @@ pub async fn publish(
             out.changes.push(format!("deleted DNSEndpoint {name}"));
         }
         if report_off {
-            out.condition = Some(DesiredCondition::false_(
-                c::DNS_PUBLISHED,
-                r::DNS_DISABLED,
-                "no DNS names are asked for: nothing is published",
-            ));
+            out.state = Some(DnsState::Disabled);
         }
         return Ok(out);
     };
     if let Some(bad) = wanted.names.iter().find(|n| !is_hostname(n)) {
         out.exists = existing.is_some();
-        out.condition = Some(DesiredCondition::false_(
-            c::DNS_PUBLISHED,
-            r::INVALID_HOSTNAME,
-            format!(
-                "{bad:?} is not a DNS name (lowercase labels of letters, digits and '-', at most 253 characters, optionally under \"*.\"); nothing was changed"
-            ),
-        ));
+        out.state = Some(DnsState::InvalidHostname(bad.clone()));
         return Ok(out);
     }
     let conflicts = claimed_elsewhere(&wanted.names, &listed, uid, existing.as_ref());
@@ -371,7 +373,7 @@ pub async fn publish(
     };
     out.exists = true;
     // ExternalDNS's status write triggers the next pass through the DNSEndpoint watch.
-    out.condition = Some(condition(&stored, &conflicts, addresses.is_empty()));
+    out.state = Some(state(&stored, conflicts, addresses.is_empty()));
     Ok(out)
 }
 
@@ -403,61 +405,32 @@ fn describe(records: &[Endpoint]) -> String {
         .join("; ")
 }
 
-/// The `DNSPublished` condition of the stored `DNSEndpoint`.
-fn condition(
-    stored: &DNSEndpoint,
-    conflicts: &[(String, String)],
-    no_address: bool,
-) -> DesiredCondition {
+/// How the names of the stored `DNSEndpoint` stand.
+fn state(stored: &DNSEndpoint, conflicts: Vec<(String, String)>, no_address: bool) -> DnsState {
     if !conflicts.is_empty() {
-        return DesiredCondition::false_(
-            c::DNS_PUBLISHED,
-            r::HOSTNAME_CONFLICT,
-            format!(
-                "not published, already published by another LoadBalancer's DNSEndpoint: {}",
-                conflicts
-                    .iter()
-                    .map(|(n, o)| format!("{n} ({o})"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        );
+        return DnsState::HostnameConflict(conflicts);
     }
     if no_address {
-        return DesiredCondition::false_(
-            c::DNS_PUBLISHED,
-            r::WAITING_FOR_ADDRESS,
-            "the load balancer has no address yet: the DNSEndpoint has no records",
-        );
+        return DnsState::NoAddress;
     }
     let generation = stored.meta().generation;
     let observed = stored.status.as_ref().and_then(|s| s.observed_generation);
     if generation.is_some() && observed >= generation {
-        DesiredCondition::true_(
-            c::DNS_PUBLISHED,
-            r::DNS_RECORDS_OBSERVED,
-            format!(
-                "ExternalDNS processed DNSEndpoint {}: {}",
-                stored.name_any(),
-                describe(&stored.spec.endpoints)
-            ),
-        )
+        DnsState::Observed {
+            endpoint: stored.name_any(),
+            records: describe(&stored.spec.endpoints),
+        }
     } else {
-        DesiredCondition::false_(
-            c::DNS_PUBLISHED,
-            r::DNS_NOT_OBSERVED,
-            format!(
-                "ExternalDNS has not processed DNSEndpoint {} (generation {}) yet: is it running with --source=crd (and a --label-filter matching spec.dns.labels)?",
-                stored.name_any(),
-                generation.unwrap_or_default()
-            ),
-        )
+        DnsState::NotObserved {
+            endpoint: stored.name_any(),
+            generation: generation.unwrap_or_default(),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use capi_lb_api::constants::LABEL_LB_NAME;
+    use capi_lb_api::constants::{LABEL_LB_NAME, reason as r};
     use capi_lb_api::loadbalancer::{ApiEndpoint, DnsProperty, DnsPublication};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
@@ -670,7 +643,7 @@ mod tests {
         );
         stored.metadata.generation = Some(2);
         let reason = |s: &DNSEndpoint, conflicts: &[(String, String)], none: bool| {
-            let c = condition(s, conflicts, none);
+            let c = crate::conditions::dns_condition(&state(s, conflicts.to_vec(), none));
             (c.status, c.reason)
         };
         assert_eq!(reason(&stored, &[], false), (false, r::DNS_NOT_OBSERVED));

@@ -9,9 +9,9 @@
 //! file, so that it outlives the process too (`capi-lb run --inmemory-state`, for demos and the
 //! warm-restart benchmark).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -26,24 +26,32 @@ use jiff::Timestamp;
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::{Map, Value, json};
 
-use crate::catalog::{Dependencies, Entry};
-use crate::clock::{SharedClock, after, until};
+use crate::clock::{after, until};
+use crate::entry::Entry;
+
+mod cloud;
 use crate::error::{INVALID_CONFIGURATION, ProviderError, read_infrastructure};
 use crate::provider::{
-    DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, Listener, MemberIntent,
-    MemberState, MemberStatus, MembersOutcome, MembersRequest, Progress, Provider,
+    DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MemberIntent, MemberState,
+    MemberStatus, MembersOutcome, MembersRequest, Progress, Provider,
 };
+use cloud::CloudState;
+pub use cloud::{CloudLoadBalancer, CloudMember, InMemoryCloud};
 
-/// Name of the in-memory provider for `--providers`.
-pub const NAME: &str = "inmemory";
-/// The in-memory provider's catalog entry.
+/// The in-memory provider's catalog entry. It builds the provider over a new cloud; a simulation
+/// or `capi-lb run --inmemory-state` puts one over a cloud that outlives it instead
+/// (`ProviderRegistry::replace` with [`InMemoryProvider::new`]).
 pub const ENTRY: Entry = Entry {
-    name: NAME,
+    name: "inmemory",
     title: "in-memory provider",
     docs: "docs/providers/inmemory.md",
-    infrastructure: infrastructure_resource,
+    infrastructure: || ApiResource::erase::<InMemoryLoadBalancer>(&()),
     crd: <InMemoryLoadBalancer as kube::CustomResourceExt>::crd,
-    build,
+    build: |dependencies| {
+        Arc::new(InMemoryProvider::new(InMemoryCloud::new(
+            dependencies.clock.clone(),
+        )))
+    },
     owned_kinds: &[],
     calls: &[
         (
@@ -60,223 +68,10 @@ pub const ENTRY: Entry = Entry {
     reasons: &[],
 };
 
-fn infrastructure_resource() -> ApiResource {
-    ApiResource::erase::<InMemoryLoadBalancer>(&())
-}
-
-fn build(dependencies: &Dependencies) -> Arc<dyn Provider> {
-    let cloud = dependencies
-        .cloud
-        .clone()
-        .unwrap_or_else(|| InMemoryCloud::new(dependencies.clock.clone()));
-    Arc::new(InMemoryProvider::new(cloud))
-}
-
 /// Reason of an injected permanent failure.
 pub const INJECTED_FAILURE: &str = "InjectedFailure";
 /// Reason when an address pool has no free address.
 pub const POOL_EXHAUSTED: &str = "AddressPoolExhausted";
-
-/// A load balancer in the in-memory cloud.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct CloudLoadBalancer {
-    /// Provider ID, `imlb-0001`.
-    pub id: String,
-    /// Ownership tags.
-    pub tags: BTreeMap<String, String>,
-    /// Allocated addresses (IPs first, then the hostname).
-    pub addresses: Vec<LoadBalancerAddress>,
-    /// Configured listeners.
-    pub listeners: Vec<Listener>,
-    /// Source CIDRs allowed to connect; empty allows every source.
-    pub source_ranges: Vec<String>,
-    /// Members by target name.
-    pub members: BTreeMap<String, CloudMember>,
-    /// When provisioning completes.
-    pub ready_at: Timestamp,
-    /// Provisioning delay of this load balancer.
-    pub delay: Duration,
-    /// When deletion was requested.
-    pub deleting_since: Option<Timestamp>,
-}
-
-/// A member in the in-memory cloud.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct CloudMember {
-    /// Address traffic goes to.
-    pub address: String,
-    /// State.
-    pub state: MemberState,
-    /// When an `Adding` member becomes `Active`.
-    pub active_at: Timestamp,
-}
-
-#[derive(Debug, Default)]
-struct CloudState {
-    next_id: u64,
-    load_balancers: BTreeMap<String, CloudLoadBalancer>,
-    /// Injected transient failures already returned, by (infrastructure object UID, failure index).
-    failures_returned: HashMap<(String, usize), u32>,
-    /// Calls made to the cloud (every provider method counts one).
-    calls: u64,
-}
-
-/// What [`InMemoryCloud::save`] keeps (calls and injected failures are not kept).
-#[derive(serde::Deserialize)]
-struct Saved {
-    next_id: u64,
-    load_balancers: BTreeMap<String, CloudLoadBalancer>,
-}
-
-#[derive(serde::Serialize)]
-struct SavedRef<'a> {
-    next_id: u64,
-    load_balancers: &'a BTreeMap<String, CloudLoadBalancer>,
-}
-
-impl<'a> SavedRef<'a> {
-    fn of(state: &'a CloudState) -> Self {
-        Self {
-            next_id: state.next_id,
-            load_balancers: &state.load_balancers,
-        }
-    }
-}
-
-/// The in-memory cloud: shared state behind every [`InMemoryProvider`] built from it.
-#[derive(Clone, Debug)]
-pub struct InMemoryCloud {
-    state: Arc<Mutex<CloudState>>,
-    clock: SharedClock,
-}
-
-impl InMemoryCloud {
-    /// An empty cloud using `clock` for delays.
-    pub fn new(clock: SharedClock) -> Self {
-        Self {
-            state: Arc::new(Mutex::new(CloudState::default())),
-            clock,
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, CloudState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Every load balancer in the cloud.
-    pub fn load_balancers(&self) -> Vec<CloudLoadBalancer> {
-        self.lock().load_balancers.values().cloned().collect()
-    }
-
-    /// Number of provider calls made so far.
-    pub fn calls(&self) -> u64 {
-        self.lock().calls
-    }
-
-    /// The cloud saved in `path` by [`InMemoryCloud::save`], or an empty one when there is no
-    /// such file.
-    pub fn load(clock: SharedClock, path: &std::path::Path) -> std::io::Result<Self> {
-        let cloud = Self::new(clock);
-        match std::fs::read(path) {
-            Ok(bytes) => {
-                let saved: Saved = serde_json::from_slice(&bytes).map_err(|e| {
-                    std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        format!("{}: {e}", path.display()),
-                    )
-                })?;
-                let mut state = cloud.lock();
-                state.next_id = saved.next_id;
-                state.load_balancers = saved.load_balancers;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-        Ok(cloud)
-    }
-
-    /// A fingerprint of what [`InMemoryCloud::save`] writes: it changes when that does. Computed
-    /// by serialising into a hasher, so no copy of the cloud is made.
-    pub fn fingerprint(&self) -> u64 {
-        use std::hash::Hasher;
-        struct Hashing(std::collections::hash_map::DefaultHasher);
-        impl std::io::Write for Hashing {
-            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-                self.0.write(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut hashing = Hashing(std::collections::hash_map::DefaultHasher::new());
-        let state = self.lock();
-        // Plain data with string keys into a writer that cannot fail: serialising cannot fail.
-        let _ = serde_json::to_writer(&mut hashing, &SavedRef::of(&state));
-        hashing.0.finish()
-    }
-
-    /// Write the cloud's load balancers as JSON to `path` atomically (a temporary file renamed over
-    /// it), streamed from the state rather than built in memory first.
-    pub fn save(&self, path: &std::path::Path) -> std::io::Result<()> {
-        use std::io::Write;
-        let mut temporary = path.as_os_str().to_owned();
-        temporary.push(".tmp");
-        let mut file = std::io::BufWriter::new(std::fs::File::create(&temporary)?);
-        {
-            let state = self.lock();
-            serde_json::to_writer(&mut file, &SavedRef::of(&state))?;
-        }
-        file.flush()?;
-        drop(file);
-        std::fs::rename(&temporary, path)
-    }
-
-    /// Put a load balancer into the cloud as if someone else created it (tests: a foreign load
-    /// balancer with the same name must never be adopted). Returns its ID.
-    pub fn insert_foreign(&self, tags: BTreeMap<String, String>, address: &str) -> String {
-        let now = self.clock.now();
-        let mut state = self.lock();
-        state.next_id += 1;
-        let id = format!("imlb-{:04}", state.next_id);
-        state.load_balancers.insert(
-            id.clone(),
-            CloudLoadBalancer {
-                id: id.clone(),
-                tags,
-                addresses: vec![LoadBalancerAddress::ip(address)],
-                listeners: Vec::new(),
-                source_ranges: Vec::new(),
-                members: BTreeMap::new(),
-                ready_at: now,
-                delay: Duration::ZERO,
-                deleting_since: None,
-            },
-        );
-        id
-    }
-}
-
-impl InMemoryCloud {
-    /// Put an active member into load balancer `id` behind the controller's back (tests: a member
-    /// no target claims must be removed). Returns false when there is no such load balancer.
-    pub fn insert_member(&self, id: &str, name: &str, address: &str) -> bool {
-        let now = self.clock.now();
-        let mut state = self.lock();
-        let Some(lb) = state.load_balancers.get_mut(id) else {
-            return false;
-        };
-        lb.members.insert(
-            name.to_string(),
-            CloudMember {
-                address: address.to_string(),
-                state: MemberState::Active,
-                active_at: now,
-            },
-        );
-        true
-    }
-}
 
 /// The in-memory provider.
 #[derive(Clone, Debug)]
@@ -474,14 +269,6 @@ fn pending(message: impl Into<String>, retry_after: Duration) -> Progress {
 
 #[async_trait]
 impl Provider for InMemoryProvider {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn infrastructure_resource(&self) -> ApiResource {
-        infrastructure_resource()
-    }
-
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
         let (spec, now, mut state) = self.begin(request.infra, ProviderOperation::Ensure)?;
         let delay = delay_of(&spec);
@@ -751,7 +538,7 @@ impl Provider for InMemoryProvider {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::clock::SystemClock;
+    use crate::clock::{SharedClock, SystemClock};
 
     #[test]
     fn a_saved_cloud_loads_with_its_load_balancers_and_next_id() {

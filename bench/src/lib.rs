@@ -1,4 +1,5 @@
-//! `capi-lb bench`: the measurements behind `docs/benchmarks.md`.
+//! capi-lb's benchmarks, the measurements behind `docs/benchmarks.md`, run by the `capi-lb-bench`
+//! binary (kept out of the shipped `capi-lb` binary):
 //!
 //! - [`external`]: an ingress IP change reaching a Service's `-ext` EndpointSlice, in the in-memory
 //!   API;
@@ -6,10 +7,12 @@
 //!   controller's reconciles, API requests, idle writes and memory;
 //! - [`propagation`]: the same IP change on a real cluster, through a watch, with the controller
 //!   as a child process;
-//! - [`cluster`]: what the real-cluster benchmarks share (credentials, install, the controller).
+//! - [`launch`]: what the real-cluster benchmarks share (credentials, install, the controller as
+//!   a child process);
+//! - [`scrape`]: reading a running controller's `/metrics`.
 
-pub mod cluster;
 pub mod converge;
 pub mod external;
+pub mod launch;
 pub mod propagation;
 pub mod scrape;

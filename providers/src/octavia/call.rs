@@ -1,4 +1,4 @@
-//! One call of the provider in progress ([`Run`]): the OctaviaLoadBalancer as read, the status it
+//! One call of the provider in progress ([`Call`]): the OctaviaLoadBalancer as read, the status it
 //! will report (built up as the call goes), what it changed, and how soon to look again when it
 //! waits on Octavia (the re-look schedule of `relook`, measured from this LoadBalancer's wait).
 
@@ -16,7 +16,7 @@ use super::settings::Infra;
 use crate::provider::{LoadBalancerIdentity, Progress};
 
 /// What one call is doing: the status it will report, and what it changed.
-pub(super) struct Run<'a> {
+pub(super) struct Call<'a> {
     pub(super) identity: &'a LoadBalancerIdentity,
     pub(super) infra: Infra,
     pub(super) status: OctaviaLoadBalancerStatus,
@@ -26,7 +26,7 @@ pub(super) struct Run<'a> {
     waits: &'a Waits,
 }
 
-impl<'a> Run<'a> {
+impl<'a> Call<'a> {
     pub(super) fn new(
         infra: Infra,
         identity: &'a LoadBalancerIdentity,

@@ -1,4 +1,4 @@
-//! `capi-lb bench ext-propagation`: on a real cluster, how long an ingress IP change of a Service of
+//! `capi-lb-bench ext-propagation`: on a real cluster, how long an ingress IP change of a Service of
 //! `type: LoadBalancer` takes to reach its `-ext` EndpointSlice, seen the way a consumer sees it:
 //! through a watch.
 //!
@@ -24,12 +24,10 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use super::cluster::{
-    BenchError, Controller, Launch, api_err, client_of, fresh_namespace, install,
-};
-use super::converge::Counts;
-use super::external::{ip, percentile};
-use super::scrape::Scrape;
+use crate::converge::Counts;
+use crate::external::{ip, percentile};
+use crate::launch::{BenchError, Controller, Launch, api_err, client_of, fresh_namespace, install};
+use crate::scrape::Scrape;
 
 /// What to run.
 #[derive(Clone, Debug)]

@@ -17,7 +17,7 @@ use kube::discovery::Scope;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use super::scrape::{self, Scrape};
+use crate::scrape::{self, Scrape};
 
 /// The field manager of the benchmarks' own writes.
 pub(crate) const MANAGER: &str = "capi-lb-bench";
@@ -68,7 +68,7 @@ pub(crate) fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Be
 }
 
 pub(crate) async fn client_of(path: &PathBuf) -> Result<(Client, kube::Config), BenchError> {
-    crate::install_crypto_provider();
+    capi_lb::install_crypto_provider();
     let file = Kubeconfig::read_from(path)
         .map_err(|e| BenchError::Setup(format!("{}: {e}", path.display())))?;
     let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
@@ -159,7 +159,7 @@ pub(crate) async fn install(client: &Client, options: &Launch) -> Result<(), Ben
         apply_crd(client, &crd).await?;
     }
     if options.controller_kubeconfig.is_some() {
-        let files = crate::install::manifests::files()
+        let files = capi_lb::install::manifests::files()
             .map_err(|e| BenchError::Setup(format!("generating the RBAC: {e}")))?;
         let text = files
             .iter()

@@ -1,0 +1,94 @@
+//! A Service of capi-lb's load-balancer class, bound to the LoadBalancer that realises it (see
+//! [`crate::class`]).
+
+use capi_lb_api::constants::event;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, Patch};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::{Reported, warn_once};
+use crate::class::{self, ANNOTATION_SERVICE, ANNOTATION_SERVICE_LOAD_BALANCER_REF, realised_by};
+use crate::context::{Context, Outcome};
+use crate::error::{Result, kube_err};
+use crate::metadata::patch_params;
+
+/// A Service of capi-lb's load-balancer class: bind it to the LoadBalancer that realises it (which
+/// then takes its ports and endpoints and writes its ingress), or say why it cannot be.
+pub(super) async fn bind(ctx: &Context, service: &Service, reported: &Reported) -> Result<Outcome> {
+    let namespace = service.namespace().unwrap_or_default();
+    let name = service.name_any();
+    let uid = service.uid().unwrap_or_default();
+    let lb_name = realised_by(service);
+    let lbs: Api<capi_lb_api::LoadBalancer> = Api::namespaced(ctx.client.clone(), &namespace);
+    let lb = lbs.get_opt(&lb_name).await.map_err(kube_err(
+        "get",
+        format!("LoadBalancer {namespace}/{lb_name}"),
+    ))?;
+    // A LoadBalancer annotated for another Service is taken only while that Service still exists
+    // and still names it.
+    let taken_by = match lb
+        .as_ref()
+        .and_then(|lb| lb.annotations().get(ANNOTATION_SERVICE))
+        .filter(|other| **other != name)
+    {
+        Some(other) => {
+            let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+            services
+                .get_opt(other)
+                .await
+                .map_err(kube_err("get", format!("Service {namespace}/{other}")))?
+                .filter(|o| class::is_ours(o) && realised_by(o) == lb_name)
+                .map(|_| other.clone())
+        }
+        None => None,
+    };
+    let problem = match &lb {
+        None => Some(format!(
+            "Service {name} has load-balancer class {} but there is no LoadBalancer {lb_name} to realise it: create one (it gives the provider), or name an existing one with the {ANNOTATION_SERVICE_LOAD_BALANCER_REF} annotation",
+            class::LOAD_BALANCER_CLASS
+        )),
+        Some(_) => taken_by.map(|other| {
+            format!(
+                "LoadBalancer {lb_name} already realises Service {other}; each Service needs its own"
+            )
+        }),
+    };
+    if let Some(message) = problem {
+        warn_once(
+            ctx,
+            service,
+            reported,
+            event::SERVICE_NOT_REALISED,
+            "Bind",
+            message,
+        )
+        .await;
+        return Ok(Outcome::done());
+    }
+    reported.clear(&uid);
+    if let Some(lb) = lb
+        && lb.annotations().get(ANNOTATION_SERVICE) != Some(&name)
+    {
+        lbs.patch(
+            &lb_name,
+            &patch_params(),
+            &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION_SERVICE: name}}})),
+        )
+        .await
+        .map_err(kube_err(
+            "bind",
+            format!("LoadBalancer {namespace}/{lb_name}"),
+        ))?;
+        ctx.events
+            .publish(
+                &service.object_ref(&()),
+                false,
+                event::SERVICE_BOUND,
+                "Bind",
+                format!("realised by LoadBalancer {lb_name}"),
+            )
+            .await;
+    }
+    Ok(Outcome::done())
+}

@@ -1,0 +1,133 @@
+//! What the rest of capi-lb knows about a provider: its [`Entry`] (name, infrastructure kind, how
+//! it is built, what it creates through the Kubernetes API, the permissions it needs, the reasons
+//! it reports) and what every provider is built from ([`Dependencies`]). Each provider module
+//! states its entry once, as `pub const ENTRY`; the [`crate::catalog`] lists them. This module
+//! names no provider, so providers depend on it and the catalog on them, never the other way.
+
+use std::sync::Arc;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::core::ApiResource;
+
+use crate::clock::SharedClock;
+use crate::observe::ApiObserver;
+use crate::provider::{Provider, Reason};
+
+/// What a provider is built from.
+#[derive(Clone)]
+pub struct Dependencies {
+    /// Client of the management cluster (credentials Secrets, objects a provider creates there).
+    pub client: kube::Client,
+    /// The clock (a manual one in tests and `simulate`).
+    pub clock: SharedClock,
+    /// Receives every request a provider makes to its cloud's API (metrics, tests).
+    pub observer: Option<Arc<dyn ApiObserver>>,
+}
+
+impl std::fmt::Debug for Dependencies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dependencies")
+            .field("observer", &self.observer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dependencies {
+    /// Dependencies with `client` and `clock`, and no observer.
+    pub fn new(client: kube::Client, clock: SharedClock) -> Self {
+        Self {
+            client,
+            clock,
+            observer: None,
+        }
+    }
+}
+
+/// One RBAC permission: API group, resource (with `/subresource`), verbs.
+pub type Rule = (&'static str, &'static str, &'static [&'static str]);
+
+/// A kind a provider creates through the Kubernetes API, labelled with the owning LoadBalancer's UID
+/// tag and annotated with its name (see [`crate::provider::tags`]); `run` watches it (when it is
+/// installed) and maps each object back to its LoadBalancer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnedKind {
+    /// API group.
+    pub group: &'static str,
+    /// API version.
+    pub version: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// Plural resource name.
+    pub plural: &'static str,
+    /// What to say when the kind is not installed.
+    pub missing: &'static str,
+}
+
+impl OwnedKind {
+    /// The kind as an [`ApiResource`].
+    pub fn api_resource(&self) -> ApiResource {
+        ApiResource {
+            group: self.group.to_string(),
+            version: self.version.to_string(),
+            api_version: if self.group.is_empty() {
+                self.version.to_string()
+            } else {
+                format!("{}/{}", self.group, self.version)
+            },
+            kind: self.kind.to_string(),
+            plural: self.plural.to_string(),
+        }
+    }
+}
+
+/// One provider: the single statement of its name, kind and construction.
+#[derive(Clone, Copy)]
+pub struct Entry {
+    /// Name for `capi-lb run --providers` (e.g. `kubedc`).
+    pub name: &'static str,
+    /// Name in prose, for the generated RBAC comments (e.g. `kube-dc provider`).
+    pub title: &'static str,
+    /// The documentation page, relative to the repository root.
+    pub docs: &'static str,
+    /// The infrastructure kind (`spec.infrastructureRef`) the provider handles.
+    pub infrastructure: fn() -> ApiResource,
+    /// The CRD of the infrastructure kind.
+    pub crd: fn() -> CustomResourceDefinition,
+    /// Build the provider.
+    pub build: fn(&Dependencies) -> Arc<dyn Provider>,
+    /// Kinds the provider creates through the Kubernetes API besides Services (which `run` always
+    /// maps back by their tags).
+    pub owned_kinds: &'static [OwnedKind],
+    /// Permissions the provider needs besides watching its infrastructure kind and `owned_kinds`.
+    pub calls: &'static [Rule],
+    /// Every condition reason the provider reports, with its severity.
+    pub reasons: &'static [Reason],
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Entry {
+    /// The watched resources (group, plural): the infrastructure kind and the owned kinds.
+    pub fn watches(&self) -> Vec<(String, String)> {
+        let infra = (self.infrastructure)();
+        std::iter::once((infra.group, infra.plural))
+            .chain(
+                self.owned_kinds
+                    .iter()
+                    .map(|k| (k.group.to_string(), k.plural.to_string())),
+            )
+            .collect()
+    }
+
+    /// Whether this provider handles the infrastructure kind `group`/`kind`.
+    pub fn handles(&self, group: &str, kind: &str) -> bool {
+        let infra = (self.infrastructure)();
+        infra.group == group && infra.kind == kind
+    }
+}
