@@ -226,6 +226,9 @@ pub mod reason {
     pub const PROVIDER_ERROR: Reason = Reason::problem("ProviderError");
     /// The provider failed in a way retrying cannot fix; the message says what to change.
     pub const PROVIDER_FAILED: Reason = Reason::problem("ProviderFailed");
+    /// The provider got no answer within its deadline (a cloud or remote cluster that accepts
+    /// connections and never answers); retried with back-off.
+    pub const PROVIDER_TIMEOUT: Reason = Reason::problem("ProviderTimeout");
 
     // TargetsReady
     /// Every target is an active member.

@@ -67,7 +67,8 @@ impl std::fmt::Debug for Context {
     }
 }
 
-/// Shortest and longest retry delay after a transient failure.
+/// The shortest retry delay after a transient failure (it doubles with each one, up to
+/// [`BACKOFF_MAX`]).
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 /// A minute at most: a cloud back after an outage is used again within a minute (the fault tests:
 /// with five minutes, an Octavia outage of one minute took 110 s to recover from), at the cost of one
@@ -194,7 +195,8 @@ pub enum Policy {
     Annotated,
 }
 
-/// Configuration of the `-ext` publisher (flags of `capi-lb run`).
+/// Configuration of the Service controller, the `-ext` publisher of Services of type LoadBalancer
+/// (flags of `capi-lb run`).
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct ExternalEndpoints {
     /// Publish a stable `<svc>-ext` endpoint for Services of type LoadBalancer.

@@ -225,6 +225,7 @@ mod tests {
             "--namespace=capi",
             "--providers=octavia,kubedc",
             "--resync-seconds=30",
+            "--provider-timeout-seconds=7",
             "--metrics-bind-address=off",
             "--external-endpoints=false",
             "--external-endpoints-policy=annotated",
@@ -243,6 +244,7 @@ mod tests {
         assert_eq!(options.namespace.as_deref(), Some("capi"));
         assert_eq!(options.providers, ["octavia", "kubedc"]);
         assert_eq!(options.resync, Duration::from_secs(30));
+        assert_eq!(options.provider_timeout, Duration::from_secs(7));
         assert_eq!(options.metrics_address, None);
         let external = &options.external;
         assert!(!external.enabled && external.adopt_kube_dc && external.legacy_endpoints);
@@ -262,6 +264,7 @@ mod tests {
         for (flag, says) in [
             ("--resync-seconds=5", "at least 10 seconds"),
             ("--resync-seconds=soon", "not a number of seconds"),
+            ("--provider-timeout-seconds=0", "1 to 600 seconds"),
             (
                 "--metrics-bind-address=localhost",
                 "not an address and port",

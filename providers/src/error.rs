@@ -18,6 +18,15 @@ pub enum ProviderError {
         /// Provider's hint for the next attempt.
         retry_after: Option<Duration>,
     },
+    /// The provider did not answer within the deadline every provider call has (a cloud or a
+    /// remote cluster that accepts a connection and never answers): retried with back-off, and
+    /// reported with its own reason, so one tenant's hanging endpoint neither holds a reconcile
+    /// slot for long nor looks like another failure.
+    #[error("{message}")]
+    TimedOut {
+        /// What got no answer, and within what time.
+        message: String,
+    },
     /// The configuration is wrong and retrying will not help (invalid infrastructure spec, unknown
     /// flavor, no credentials). Reported until the LoadBalancer or infrastructure object changes.
     #[error("{message}")]

@@ -1,21 +1,37 @@
 //! The provider registry: maps an `infrastructureRef` (API group and kind) to the enabled provider
 //! that handles it. Built once at start-up from the catalog entries of the enabled providers; the
-//! entry says the provider's name and kind, so a provider does not repeat them.
+//! entry says the provider's name and kind, so a provider does not repeat them. Every call to a
+//! provider goes through [`Enabled`], which gives it a deadline.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::core::ApiResource;
 
 use crate::entry::Entry;
-use crate::provider::Provider;
+use crate::error::ProviderError;
+use crate::provider::{
+    DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MembersOutcome, MembersRequest,
+    Provider,
+};
 
-/// An enabled provider: its catalog entry and the provider built from it.
+/// How long a provider call may take by default before it is abandoned as
+/// [`ProviderError::TimedOut`] (`capi-lb run --provider-timeout-seconds`). A provider's own
+/// requests have shorter deadlines (Octavia: 5 s to connect, 15 s a request; a remote kube-dc
+/// cluster: 5 s to connect, 10 s a request); this one bounds a call of several of them.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+
+/// An enabled provider: its catalog entry and the provider built from it. Its calls have a
+/// deadline.
 #[derive(Clone)]
 pub struct Enabled {
     /// What the catalog says of it.
     pub entry: &'static Entry,
     /// The provider.
     pub provider: Arc<dyn Provider>,
+    /// How long a call may take.
+    pub deadline: Duration,
 }
 
 impl std::fmt::Debug for Enabled {
@@ -36,18 +52,54 @@ impl Enabled {
     }
 }
 
-impl std::ops::Deref for Enabled {
-    type Target = dyn Provider;
+impl Enabled {
+    /// [`Provider::ensure`], within the deadline.
+    pub async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
+        self.within(self.provider.ensure(request)).await
+    }
 
-    fn deref(&self) -> &Self::Target {
-        self.provider.as_ref()
+    /// [`Provider::converge_members`], within the deadline.
+    pub async fn converge_members(
+        &self,
+        request: MembersRequest<'_>,
+    ) -> Result<MembersOutcome, ProviderError> {
+        self.within(self.provider.converge_members(request)).await
+    }
+
+    /// [`Provider::delete`], within the deadline.
+    pub async fn delete(&self, request: DeleteRequest<'_>) -> Result<DeleteOutcome, ProviderError> {
+        self.within(self.provider.delete(request)).await
+    }
+
+    /// `call`, abandoned (dropped, so whatever it waits on is cancelled) after the deadline.
+    async fn within<T>(
+        &self,
+        call: impl Future<Output = Result<T, ProviderError>>,
+    ) -> Result<T, ProviderError> {
+        match tokio::time::timeout(self.deadline, call).await {
+            Ok(result) => result,
+            Err(_) => Err(ProviderError::TimedOut {
+                message: format!("no answer within {} s", self.deadline.as_secs()),
+            }),
+        }
     }
 }
 
 /// The enabled providers.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct ProviderRegistry {
     enabled: Vec<Enabled>,
+    /// The deadline of every call.
+    deadline: Duration,
+}
+
+impl Default for ProviderRegistry {
+    fn default() -> Self {
+        Self {
+            enabled: Vec::new(),
+            deadline: DEFAULT_DEADLINE,
+        }
+    }
 }
 
 impl std::fmt::Debug for ProviderRegistry {
@@ -68,7 +120,20 @@ impl ProviderRegistry {
         let resource = (entry.infrastructure)();
         self.enabled
             .retain(|e| !e.entry.handles(&resource.group, &resource.kind));
-        self.enabled.push(Enabled { entry, provider });
+        self.enabled.push(Enabled {
+            entry,
+            provider,
+            deadline: self.deadline,
+        });
+        self
+    }
+
+    /// Give every call of every provider, enabled now or later, `deadline`.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        for enabled in &mut self.enabled {
+            enabled.deadline = deadline;
+        }
         self
     }
 
@@ -101,10 +166,11 @@ impl ProviderRegistry {
                 .enabled
                 .iter()
                 .map(|e| Enabled {
-                    entry: e.entry,
                     provider: wrap(e.entry, e.provider.clone()),
+                    ..e.clone()
                 })
                 .collect(),
+            deadline: self.deadline,
         }
     }
 

@@ -262,6 +262,15 @@ impl Reconciliation<'_> {
                     message: format!("{provider} provider {op} failed, retrying: {message}"),
                 }
             }
+            ProviderError::TimedOut { message } => {
+                self.backoff();
+                InfraState::Problem {
+                    reason: r::PROVIDER_TIMEOUT,
+                    message: format!(
+                        "{provider} provider {op} timed out, retrying: {message} (does the cloud or cluster it talks to answer?)"
+                    ),
+                }
+            }
             ProviderError::Permanent { reason, message } => InfraState::Problem {
                 reason: r::PROVIDER_FAILED,
                 message: format!("{provider} provider {op} failed ({reason}): {message}"),
@@ -419,6 +428,15 @@ pub(super) async fn release(
                     provider.name()
                 ),
                 delay,
+            ));
+        }
+        Err(ProviderError::TimedOut { message }) => {
+            return Ok(Release::Pending(
+                format!(
+                    "{} provider delete timed out, retrying: {message}",
+                    provider.name()
+                ),
+                ctx.backoff(&identity.uid),
             ));
         }
         Err(ProviderError::Permanent { reason, message }) => {

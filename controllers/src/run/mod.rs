@@ -6,6 +6,7 @@
 //! A reconcile of an unchanged object writes nothing, so the resync only costs reads.
 
 mod backoff;
+mod fairness;
 mod leadership;
 mod options;
 mod watches;
@@ -35,6 +36,7 @@ use crate::loadbalancer::triggers::Watched;
 use crate::service::{Reported, reconcile_service};
 use crate::telemetry::{self, Health, MeteredProvider, Metrics};
 
+use fairness::Fairness;
 use leadership::Leadership;
 pub use options::{LeaderElection, MetricsAddress, RunOptions};
 use watches::{installed, loadbalancer_controller, observe_cache, service_controller};
@@ -156,7 +158,8 @@ pub async fn run_instrumented(
         observer: Some(metrics.clone()),
         ..Dependencies::new(client.clone(), clock.clone())
     };
-    let mut registry = catalog::registry(&options.providers, &dependencies)?;
+    let mut registry = catalog::registry(&options.providers, &dependencies)?
+        .with_deadline(options.provider_timeout);
     if let Some(cloud) = &cloud {
         // The in-memory provider over the cloud kept in --inmemory-state.
         registry.replace(
@@ -222,10 +225,15 @@ pub async fn run_instrumented(
         .with_capi(capi),
     );
     let observers = observe_cache(store, metrics.clone());
+    let fair = Fairness::new(options.concurrency);
     let loadbalancers = controller
         .with_config(ControllerConfig::default().concurrency(options.concurrency))
         .graceful_shutdown_on(stop.clone())
-        .run(reconcile_action, error_policy, ctx.clone())
+        .run(
+            move |lb, ctx| reconcile_action(lb, ctx, fair.clone()),
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(object = %object, "reconciled"),
@@ -327,6 +335,7 @@ async fn serve_telemetry(
 struct ServiceContext {
     ctx: Arc<Context>,
     reported: Reported,
+    fair: Arc<Fairness>,
 }
 
 /// The Service controller (`-ext` endpoints and DNS names of Services of type LoadBalancer, the
@@ -348,6 +357,7 @@ async fn services(
     let context = Arc::new(ServiceContext {
         ctx,
         reported: Reported::default(),
+        fair: Fairness::new(options.concurrency),
     });
     service_controller(client, options.namespace.as_deref())
         .await
@@ -355,6 +365,9 @@ async fn services(
         .graceful_shutdown_on(shutdown)
         .run(
             |svc: Arc<Service>, c: Arc<ServiceContext>| async move {
+                let Some(_permit) = c.fair.enter(&svc.namespace().unwrap_or_default()) else {
+                    return Ok(Action::requeue(fairness::RETRY));
+                };
                 let timer = c.ctx.metrics.reconcile("external-endpoint");
                 let outcome = reconcile_service(svc, c.ctx.clone(), &c.reported).await?;
                 timer.succeeded();
@@ -376,7 +389,15 @@ async fn services(
         .await;
 }
 
-async fn reconcile_action(lb: Arc<Watched>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// Reconcile a LoadBalancer, when its namespace has not its share of the slots in flight.
+async fn reconcile_action(
+    lb: Arc<Watched>,
+    ctx: Arc<Context>,
+    fair: Arc<Fairness>,
+) -> Result<Action, Error> {
+    let Some(_permit) = fair.enter(&lb.namespace().unwrap_or_default()) else {
+        return Ok(Action::requeue(fairness::RETRY));
+    };
     let timer = ctx.metrics.reconcile("loadbalancer");
     let outcome = reconcile_watched(lb, ctx.clone()).await?;
     timer.succeeded();

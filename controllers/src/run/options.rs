@@ -36,6 +36,11 @@ pub struct RunOptions {
     /// least 10).
     #[arg(long = "resync-seconds", default_value = "600", value_parser = resync_seconds)]
     pub resync: Duration,
+    /// Seconds a provider call may take before it is abandoned and retried with back-off
+    /// (condition reason ProviderTimeout), so that a cloud or cluster that never answers does not
+    /// hold a reconcile slot.
+    #[arg(long = "provider-timeout-seconds", default_value = "30", value_parser = provider_timeout_seconds)]
+    pub provider_timeout: Duration,
     /// The `-ext` publisher for Services of type LoadBalancer.
     #[command(flatten)]
     pub external: ExternalEndpoints,
@@ -85,6 +90,17 @@ fn resync_seconds(value: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{value:?} is not a number of seconds: {e}"))?;
     if seconds < 10 {
         return Err(format!("{seconds} is too short: at least 10 seconds"));
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+/// `--provider-timeout-seconds`: whole seconds, from 1 to 600.
+fn provider_timeout_seconds(value: &str) -> Result<Duration, String> {
+    let seconds: u64 = value
+        .parse()
+        .map_err(|e| format!("{value:?} is not a number of seconds: {e}"))?;
+    if !(1..=600).contains(&seconds) {
+        return Err(format!("{seconds} is out of range: 1 to 600 seconds"));
     }
     Ok(Duration::from_secs(seconds))
 }
@@ -186,6 +202,7 @@ impl RunOptions {
             providers,
             concurrency: DEFAULT_CONCURRENCY,
             resync: Duration::from_secs(600),
+            provider_timeout: capi_lb_providers::registry::DEFAULT_DEADLINE,
             external: ExternalEndpoints::default(),
             metrics_address: None,
             leader_election: LeaderElection::default(),

@@ -9,7 +9,7 @@
 //!   queue; a value stuck at the concurrency limit means work is queueing);
 //! - `provider_calls_total{provider,operation,result}` and
 //!   `provider_call_duration_seconds{provider,operation}`: every `ensure`, `converge_members` and
-//!   `delete`, `result` = `done`, `pending`, `transient_error` or `permanent_error`;
+//!   `delete`, `result` = `done`, `pending`, `transient_error`, `timed_out` or `permanent_error`;
 //! - `openstack_requests_total{service,operation,status}` and
 //!   `openstack_request_duration_seconds{service,operation}`: every request of the Octavia provider
 //!   to Keystone (`identity`) and Octavia (`load-balancer`), `status` = the HTTP status or `none`
@@ -152,7 +152,7 @@ impl Metrics {
         );
         registry.register(
             "provider_calls",
-            "Provider calls by provider, operation and result (done, pending, transient_error, permanent_error)",
+            "Provider calls by provider, operation and result (done, pending, transient_error, timed_out, permanent_error)",
             provider_calls.clone(),
         );
         registry.register(
@@ -354,40 +354,71 @@ fn result_of<T>(
         Ok(out) if progress(out).is_done() => "done",
         Ok(_) => "pending",
         Err(ProviderError::Transient { .. }) => "transient_error",
+        Err(ProviderError::TimedOut { .. }) => "timed_out",
         Err(ProviderError::Permanent { .. }) => "permanent_error",
+    }
+}
+
+/// One provider call being measured: recorded with its result when it ends, or as `timed_out`
+/// when it is dropped before (the only thing that abandons a provider call is its deadline,
+/// `capi_lb_providers::Enabled`, or the process stopping).
+struct Call<'a> {
+    provider: &'a MeteredProvider,
+    operation: &'static str,
+    started: Instant,
+    result: Option<&'static str>,
+}
+
+impl<'a> Call<'a> {
+    fn start(provider: &'a MeteredProvider, operation: &'static str) -> Self {
+        Self {
+            provider,
+            operation,
+            started: Instant::now(),
+            result: None,
+        }
+    }
+
+    /// The call ended with `result`: recorded, and handed back.
+    fn end<T>(
+        mut self,
+        result: Result<T, ProviderError>,
+        progress: impl Fn(&T) -> &Progress,
+    ) -> Result<T, ProviderError> {
+        self.result = Some(result_of(&result, progress));
+        result
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        self.provider.metrics.provider_call(
+            self.provider.name,
+            self.operation,
+            self.result.unwrap_or("timed_out"),
+            self.started,
+        );
     }
 }
 
 #[async_trait]
 impl Provider for MeteredProvider {
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
-        let started = Instant::now();
-        let result = self.inner.ensure(request).await;
-        let outcome = result_of(&result, |o| &o.progress);
-        self.metrics
-            .provider_call(self.name, "ensure", outcome, started);
-        result
+        let call = Call::start(self, "ensure");
+        call.end(self.inner.ensure(request).await, |o| &o.progress)
     }
 
     async fn converge_members(
         &self,
         request: MembersRequest<'_>,
     ) -> Result<MembersOutcome, ProviderError> {
-        let started = Instant::now();
-        let result = self.inner.converge_members(request).await;
-        let outcome = result_of(&result, |o| &o.progress);
-        self.metrics
-            .provider_call(self.name, "converge_members", outcome, started);
-        result
+        let call = Call::start(self, "converge_members");
+        call.end(self.inner.converge_members(request).await, |o| &o.progress)
     }
 
     async fn delete(&self, request: DeleteRequest<'_>) -> Result<DeleteOutcome, ProviderError> {
-        let started = Instant::now();
-        let result = self.inner.delete(request).await;
-        let outcome = result_of(&result, |o| &o.progress);
-        self.metrics
-            .provider_call(self.name, "delete", outcome, started);
-        result
+        let call = Call::start(self, "delete");
+        call.end(self.inner.delete(request).await, |o| &o.progress)
     }
 }
 

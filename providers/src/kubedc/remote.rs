@@ -8,12 +8,19 @@
 //! `client-key`, `tokenFile`: its ServiceAccount token, for example, sent to a server of the user's
 //! choice) or run a program (`exec`, `auth-provider`) is refused. Clients are kept per Secret and
 //! made again when its resourceVersion changes.
+//!
+//! Such a cluster is the tenant's to point at, so its server is not trusted to behave: a client
+//! of it gives up connecting after [`CONNECT_TIMEOUT`] and waiting for an answer after
+//! [`REQUEST_TIMEOUT`] (a server that accepts and never answers costs a reconcile seconds, not a
+//! reconcile slot), and reads at most [`MAX_RESPONSE`] of an answer (a huge one is refused, not
+//! held in memory).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use capi_lb_api::kubedc::KubeDcCluster;
+use http_body_util::Limited;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -42,6 +49,13 @@ struct Entry {
 
 /// How long a Secret read is trusted before it is read again (as the Octavia provider's).
 const SECRET_FRESH: Duration = Duration::from_secs(5);
+/// How long connecting to a remote kube-dc cluster may take (TCP and TLS).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request to a remote kube-dc cluster may wait for its answer.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest answer read from a remote kube-dc cluster: the provider reads single objects and
+/// lists of one namespace's EIps, Services and Endpoints, far below this.
+pub const MAX_RESPONSE: usize = 16 << 20;
 
 impl Remotes {
     /// The client for `cluster`, whose Secret is in `namespace` (read with `local`); waits while
@@ -96,12 +110,17 @@ impl Remotes {
             )
         })?;
         check(&kubeconfig).map_err(|why| invalid(&at, &why))?;
-        let config =
+        let mut config =
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
                 .map_err(|e| invalid(&at, &format!("unusable kubeconfig: {e}")))?;
-        let client =
-            kube::Client::try_from(config).map_err(|e| invalid(&at, &format!("no client: {e}")))?;
+        config.connect_timeout = Some(CONNECT_TIMEOUT);
+        config.read_timeout = Some(REQUEST_TIMEOUT);
+        config.write_timeout = Some(REQUEST_TIMEOUT);
+        let client = kube::client::ClientBuilder::try_from(config)
+            .map_err(|e| invalid(&at, &format!("no client: {e}")))?
+            .with_layer(&tower::util::MapResponseLayer::new(limit_response))
+            .build();
         self.lock().insert(
             key,
             Entry {
@@ -116,6 +135,11 @@ impl Remotes {
     fn lock(&self) -> std::sync::MutexGuard<'_, Clients> {
         self.clients.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// An answer whose body is read through [`MAX_RESPONSE`]: a longer one fails the request.
+fn limit_response<B>(response: http::Response<B>) -> http::Response<Limited<B>> {
+    response.map(|body| Limited::new(body, MAX_RESPONSE))
 }
 
 /// Pending on `KubeconfigNotFound`.

@@ -299,7 +299,28 @@ pub async fn member_service(
 
 /// A failed API call as a transient error: `<what>: <error>`.
 pub fn api_error(what: &str, e: kube::Error) -> ProviderError {
+    if timed_out(&e) {
+        return ProviderError::TimedOut {
+            message: format!("{what}: no answer in time: {e}"),
+        };
+    }
     ProviderError::transient(format!("{what}: {e}"))
+}
+
+/// Whether `e` is a request that got no answer in time (a client's connect, read or write
+/// timeout).
+fn timed_out(e: &kube::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = source {
+        if error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// Whether the API answered 404.

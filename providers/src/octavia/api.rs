@@ -205,8 +205,18 @@ impl Sessions {
         {
             return Ok(session.clone());
         }
-        let config = cloud_config(&secret, credentials)?;
-        let session = connect(&config, credentials, observer).await?;
+        let (mut config, ca_bundle) = cloud_config(&secret, credentials)?;
+        // The SDK reads a CA bundle from a file, once, while it builds its HTTP client: the file
+        // is written for the connection and removed right after, so that tenants' bundles never
+        // pile up on the controller's small temporary filesystem.
+        let ca_file = match &ca_bundle {
+            Some(pem) => Some(CaFile::write(pem)?),
+            None => None,
+        };
+        config.cacert = ca_file.as_ref().map(CaFile::path);
+        let session = connect(&config, credentials, observer).await;
+        drop(ca_file);
+        let session = session?;
         let session = Arc::new(session);
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.retain(|k, _| k.credentials != key.credentials);
@@ -231,8 +241,12 @@ fn secret_value(secret: &Secret, key: &str) -> Option<Vec<u8>> {
         })
 }
 
-/// The cloud's configuration from the Secret. Errors never quote the Secret's content.
-fn cloud_config(secret: &Secret, credentials: &CredentialsRef) -> Result<CloudConfig, Stop> {
+/// The cloud's configuration from the Secret, and the CA bundle it names (`caBundleKey`). Errors
+/// never quote the Secret's content.
+fn cloud_config(
+    secret: &Secret,
+    credentials: &CredentialsRef,
+) -> Result<(CloudConfig, Option<Vec<u8>>), Stop> {
     let at = format!(
         "Secret {}/{} key {}",
         credentials.namespace, credentials.secret, credentials.key
@@ -275,38 +289,73 @@ fn cloud_config(secret: &Secret, credentials: &CredentialsRef) -> Result<CloudCo
     // A CA bundle only ever comes from the Secret: a `cacert` path in the clouds.yaml would name
     // a file on the controller's own filesystem.
     config.cacert = None;
-    if let Some(ca_key) = &credentials.ca_bundle_key {
-        let Some(pem) = secret_value(secret, ca_key) else {
-            return Err(wait(
-                reason::CREDENTIALS_INVALID,
-                format!(
-                    "Secret {}/{} has no key {ca_key} (caBundleKey)",
-                    credentials.namespace, credentials.secret
-                ),
-            ));
-        };
-        config.cacert = Some(write_ca_bundle(&pem)?);
+    let Some(ca_key) = &credentials.ca_bundle_key else {
+        return Ok((config, None));
+    };
+    let Some(pem) = secret_value(secret, ca_key) else {
+        return Err(wait(
+            reason::CREDENTIALS_INVALID,
+            format!(
+                "Secret {}/{} has no key {ca_key} (caBundleKey)",
+                credentials.namespace, credentials.secret
+            ),
+        ));
+    };
+    if pem.len() > MAX_CA_BUNDLE {
+        return Err(wait(
+            reason::CREDENTIALS_INVALID,
+            format!(
+                "Secret {}/{} key {ca_key} (caBundleKey) has {} bytes; a CA bundle has at most {MAX_CA_BUNDLE}",
+                credentials.namespace,
+                credentials.secret,
+                pem.len()
+            ),
+        ));
     }
-    Ok(config)
+    Ok((config, Some(pem)))
 }
 
-/// The SDK reads a CA bundle from a file: write it (named by its hash) to the temporary folder.
-fn write_ca_bundle(pem: &[u8]) -> Result<String, Stop> {
-    let hash: String = Sha256::digest(pem)
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let path = std::env::temp_dir().join(format!("capi-lb-octavia-ca-{hash}.pem"));
-    if !path.exists() {
+/// The largest CA bundle accepted: a bundle of every public root CA is about 220 KB.
+const MAX_CA_BUNDLE: usize = 1 << 20;
+
+/// A CA bundle written to the temporary folder for the SDK to read while it connects, removed
+/// when dropped.
+struct CaFile(std::path::PathBuf);
+
+impl CaFile {
+    /// Write `pem` to a file of its own (named by its hash and a sequence number: two connections
+    /// with the same bundle at once do not share, so neither removes the other's).
+    fn write(pem: &[u8]) -> Result<Self, Stop> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+        let hash: String = Sha256::digest(pem)
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "capi-lb-octavia-ca-{hash}-{}-{n}.pem",
+            std::process::id()
+        ));
         std::fs::write(&path, pem).map_err(|e| {
             Stop::Error(ProviderError::transient(format!(
                 "writing the CA bundle to {}: {e}",
                 path.display()
             )))
         })?;
+        Ok(Self(path))
     }
-    Ok(path.display().to_string())
+
+    fn path(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+impl Drop for CaFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// Classify a failure to authenticate or reach Keystone. The SDK's messages name no secret.

@@ -53,7 +53,11 @@ impl OctaviaProvider {
         if let Some(id) = call.status.load_balancer_id.clone() {
             // An ID from the status is trusted once this process has seen its tags (it created,
             // adopted or checked it); a status naming a load balancer that is not ours is ignored.
-            let trusted = self.verified.lock().is_ok_and(|v| v.contains(&id))
+            let owner = owner_key(call);
+            let trusted = self
+                .verified
+                .lock()
+                .is_ok_and(|v| v.contains(&(owner, id.clone())))
                 || self.verify(session, call, &id).await?;
             if trusted {
                 if let Some(tree) = self.tree(session, &id, false).await? {
@@ -80,13 +84,14 @@ impl OctaviaProvider {
             "adopted Octavia load balancer {} (found by its ownership tags)",
             record.id
         ));
-        self.mark_verified(&record.id);
+        self.mark_verified(call, &record.id);
         self.tree(session, &record.id, false).await
     }
 
-    fn mark_verified(&self, id: &str) {
+    /// Remember that `id` carries the tags of the owner of `call`.
+    fn mark_verified(&self, call: &Call<'_>, id: &str) {
         if let Ok(mut verified) = self.verified.lock() {
-            verified.insert(id.to_string());
+            verified.insert((owner_key(call), id.to_string()));
         }
     }
 
@@ -108,7 +113,7 @@ impl OctaviaProvider {
             "loadbalancer.get",
         )?;
         if owned(&record, call.identity, call.infra.uid.as_deref()) {
-            self.mark_verified(id);
+            self.mark_verified(call, id);
             return Ok(true);
         }
         call.changes.push(format!(
@@ -215,7 +220,7 @@ impl OctaviaProvider {
             "loadbalancer.create",
         )?;
         call.created = true;
-        self.mark_verified(&record.id);
+        self.mark_verified(call, &record.id);
         // The members as Octavia took them, per pool: what `converge_members` would otherwise read
         // back once the load balancer is ACTIVE.
         self.remember_created_members(&record);
@@ -332,4 +337,10 @@ impl OctaviaProvider {
             .await
             .map(|_| ())
     }
+}
+
+/// The owner a verified Octavia ID is remembered for: the LoadBalancer and its infrastructure
+/// object.
+fn owner_key(call: &Call<'_>) -> String {
+    super::relook::key(&call.identity.uid, call.infra.uid.as_deref())
 }

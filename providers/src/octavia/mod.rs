@@ -23,7 +23,7 @@
 //!
 //! The files, lowest first (each uses only those above it; this one holds the [`OctaviaProvider`]
 //! and its `Provider` impl, which delegates to the others):
-//! - `stop`: [`Stop`]; `reason`: the condition reasons;
+//! - `reason`: the condition reasons; `stop`: [`Stop`];
 //! - `relook`: how soon to look again while Octavia is busy ([`relook()`], and the per-load-balancer
 //!   record of the wait it is measured from);
 //! - `api`: credentials, Keystone sessions and the metered request path;
@@ -127,8 +127,10 @@ pub struct OctaviaProvider {
     members: Mutex<HashMap<String, (Instant, Vec<PoolMember>)>>,
     /// When the floating IP of a load balancer was last checked against Neutron.
     fip_checked: Mutex<HashMap<String, Instant>>,
-    /// Load balancers whose ownership tags this process has seen.
-    verified: Mutex<HashSet<String>>,
+    /// Load balancers whose ownership tags this process has seen, by owner (the LoadBalancer's
+    /// and the infrastructure object's UIDs, as [`relook::key`] writes them) and Octavia ID: an ID
+    /// verified for one LoadBalancer is not trusted when another's status names it.
+    verified: Mutex<HashSet<(String, String)>>,
     /// When each LoadBalancer's current wait on Octavia began (the re-look schedule's measure).
     waits: Waits,
 }
