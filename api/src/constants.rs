@@ -258,6 +258,10 @@ pub mod reason {
     pub const PUBLICATION_DISABLED: Reason = Reason::normal("PublicationDisabled");
     /// An object with the `-ext` name exists and is not ours: it was left untouched.
     pub const NAME_CONFLICT: Reason = Reason::problem("NameConflict");
+    /// The platform's address policy refuses an address the provider reported (a loopback,
+    /// link-local or ClusterIP address, one in `--address-deny`, or outside an allow-list): it is
+    /// published nowhere.
+    pub const ADDRESS_REFUSED: Reason = Reason::problem("AddressRefused");
 
     // ClusterEndpoint
     /// The Cluster's `spec.controlPlaneEndpoint` is this load balancer's endpoint.

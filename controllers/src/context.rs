@@ -9,6 +9,7 @@ use capi_lb_api::constants::DEFAULT_PUBLICATION_SUFFIX;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::clock::SharedClock;
 
+use crate::addresses::{AddressPolicy, PolicyFacts};
 use crate::cache::Caches;
 use crate::events::EventSink;
 use crate::kinds::{CapiKinds, KindResolver};
@@ -23,6 +24,8 @@ pub struct Config {
     pub resync: Duration,
     /// The `-ext` publisher for Services of type LoadBalancer.
     pub external: ExternalEndpoints,
+    /// The admin's rules for the addresses capi-lb publishes.
+    pub addresses: AddressPolicy,
 }
 
 impl Default for Config {
@@ -31,6 +34,7 @@ impl Default for Config {
             cluster_domain: capi_lb_api::constants::DEFAULT_CLUSTER_DOMAIN.to_string(),
             resync: Duration::from_secs(600),
             external: ExternalEndpoints::default(),
+            addresses: AddressPolicy::default(),
         }
     }
 }
@@ -55,6 +59,8 @@ pub struct Context {
     pub caches: Caches,
     /// The Cluster API kinds at the version the cluster serves.
     pub capi: CapiKinds,
+    /// What the address policy reads of the cluster (`run` only).
+    pub facts: Arc<PolicyFacts>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -95,6 +101,7 @@ impl Context {
             metrics: Arc::new(Metrics::new()),
             caches: Caches::default(),
             capi: CapiKinds::default(),
+            facts: Arc::default(),
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -102,6 +109,12 @@ impl Context {
     /// Use `metrics` (shared with the HTTP server) instead of a private registry.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// Read ClusterIPs and Namespaces' allow-lists from `facts` (kept by `run`'s watches).
+    pub fn with_facts(mut self, facts: Arc<PolicyFacts>) -> Self {
+        self.facts = facts;
         self
     }
 

@@ -234,6 +234,15 @@ async fn dual_stack_pools_hostnames_and_pool_changes() {
 }
 
 #[tokio::test]
+async fn a_pool_of_one_address_hands_out_that_address() {
+    let w = world();
+    let spec = json!({"addressPools": ["198.51.100.7/32", "2001:db8::7/128"]});
+    let out = ensure(&w, &identity("a"), &infra("a", spec)).await.unwrap();
+    let addresses: Vec<&str> = out.addresses.iter().map(|a| a.address.as_str()).collect();
+    assert_eq!(addresses, ["198.51.100.7", "2001:db8::7"]);
+}
+
+#[tokio::test]
 async fn an_exhausted_pool_is_a_permanent_error() {
     let w = world();
     let spec = json!({"addressPools": ["192.0.2.0/30"]});

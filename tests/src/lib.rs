@@ -31,6 +31,7 @@ pub mod legacy;
 pub mod octavia;
 pub mod servicelb_sim;
 pub mod templates;
+pub mod tenant;
 
 /// Namespace every fixture lives in.
 pub const NS: &str = "default";

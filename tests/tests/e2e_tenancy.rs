@@ -38,19 +38,17 @@ use capi_lb_api::constants::FIELD_MANAGER;
 use capi_lb_api::loadbalancer::TargetKind;
 use capi_lb_api::target::TargetKeys;
 use capi_lb_tests::k8s::{
-    TestNs, capi, capi_api, capi_cluster, cluster, condition, dynamic_api, eventually, in_memory,
+    TestNs, capi, capi_api, capi_cluster, condition, dynamic_api, eventually, in_memory,
     install_capi_crds, install_kube_dc_crds, load_balancer, machine, set_machine_ip, wait_for,
     wait_gone,
 };
+use capi_lb_tests::tenant::{create_as, grant_tenant, tenant_client};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::discovery::{Discovery, Scope, verbs};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-/// The user the tenant's client impersonates.
-const TENANT: &str = "tenant";
 /// Every value of the victim Secret.
 const SECRET_VALUE: &str = "hunter2-do-not-leak";
 /// What must appear nowhere but in the Secret: the value's start, and the value base64-encoded
@@ -67,61 +65,6 @@ fn selector((key, value): (&str, &str)) -> Value {
 
 fn labels((key, value): (&str, &str)) -> Value {
     json!({key: value})
-}
-
-/// A client with the admin kubeconfig impersonating [`TENANT`] (the admin is system:masters, who
-/// may impersonate).
-async fn tenant_client() -> Client {
-    let path = &cluster().kubeconfig;
-    let file = Kubeconfig::read_from(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    config.auth_info.impersonate = Some(TENANT.into());
-    Client::try_from(config).unwrap()
-}
-
-/// The tenant's Role and RoleBinding in `t`'s namespace: full use of LoadBalancers and the provider
-/// kinds, and `create` (only) on Clusters; nothing else. Waits until the authorizer applies them.
-async fn grant_tenant(t: &TestNs, tenant: &Client) {
-    let verbs = json!([
-        "create", "get", "list", "watch", "patch", "update", "delete"
-    ]);
-    t.create(
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": TENANT},
-        "rules": [
-            {"apiGroups": ["loadbalancer.cluster.x-k8s.io"], "resources": ["loadbalancers"],
-             "verbs": verbs},
-            {"apiGroups": ["infrastructure.cluster.x-k8s.io"],
-             "resources": ["inmemoryloadbalancers", "octavialoadbalancers", "kubedcloadbalancers"],
-             "verbs": verbs},
-            {"apiGroups": ["cluster.x-k8s.io"], "resources": ["clusters"], "verbs": ["create"]}]}),
-    )
-    .await;
-    t.create(
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": TENANT},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TENANT},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}]}),
-    )
-    .await;
-    let lbs: Api<LoadBalancer> = Api::namespaced(tenant.clone(), &t.ns);
-    eventually("the tenant's Role in force", || async {
-        lbs.list(&ListParams::default()).await.ok().map(|_| ())
-    })
-    .await;
-}
-
-/// Create `doc` in `ns` as `client`: the apiserver's answer.
-async fn create_as(client: &Client, ns: &str, doc: &Value) -> Result<DynamicObject, kube::Error> {
-    dynamic_api(client, Some(ns), doc)
-        .await?
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(doc.clone()).unwrap(),
-        )
-        .await
 }
 
 /// Create `doc` as the tenant; panics with the apiserver's refusal.

@@ -16,6 +16,8 @@ fn options(providers: &[&str]) -> RunOptions {
         concurrency: 1,
         resync: Duration::from_secs(60),
         provider_timeout: Duration::from_secs(30),
+        address_deny: Vec::new(),
+        address_allow: Vec::new(),
         external: Default::default(),
         metrics_address: None,
         leader_election: Default::default(),

@@ -17,6 +17,7 @@ use capi_lb_api::conditions::{DesiredCondition, Reason};
 use capi_lb_api::constants::{condition as c, reason as r};
 use capi_lb_api::target::TargetState;
 
+use crate::addresses::Refusal;
 use crate::kinds::Unlisted;
 use crate::publication::Published;
 
@@ -141,6 +142,20 @@ pub fn paused_condition(why: Option<String>) -> DesiredCondition {
     }
 }
 
+/// `EndpointPublished` when the address policy refuses some of the provider's addresses: nothing
+/// is published, and the condition names each refused address with its rule.
+pub fn address_refused_condition(refused: &[Refusal]) -> DesiredCondition {
+    let named: Vec<String> = refused.iter().map(ToString::to_string).collect();
+    DesiredCondition::false_(
+        c::ENDPOINT_PUBLISHED,
+        r::ADDRESS_REFUSED,
+        format!(
+            "the platform's address policy refuses {}; nothing is published (not in -ext, DNS, a Service's ingress or the Cluster's endpoint) until the provider's addresses are allowed",
+            named.join(", ")
+        ),
+    )
+}
+
 /// `Ready` of a spec that fails the CRD's schema or CEL rules (`message` names the field).
 pub fn invalid_spec_condition(message: &str) -> DesiredCondition {
     DesiredCondition::false_(
@@ -240,6 +255,9 @@ pub fn ready_condition(
             r::NOT_READY,
             "the provider has not assigned an address yet",
         );
+    }
+    if published.reason == r::ADDRESS_REFUSED {
+        return DesiredCondition::false_(c::READY, r::ADDRESS_REFUSED, published.message.clone());
     }
     if !published.status && published.reason != r::PUBLICATION_DISABLED {
         return DesiredCondition::false_(c::READY, r::NOT_READY, published.message.clone());

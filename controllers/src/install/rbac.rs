@@ -96,6 +96,8 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
             (CAPI_GROUP, "machines"),
             (CAPI_GROUP, "clusters"),
             ("externaldns.k8s.io", "dnsendpoints"),
+            // Their allowed-addresses annotation (the address policy).
+            ("", "namespaces"),
         ]),
     }];
     // The Cluster's control-plane object (spec.controlPlaneRef), for its loadBalancerRef

@@ -40,6 +40,7 @@ use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, Selector};
 use kube::{Resource, ResourceExt};
 
+use crate::addresses::Refusal;
 use crate::class;
 use crate::conditions::{InfraState, paused_condition};
 use crate::context::{Context, Outcome};
@@ -293,6 +294,8 @@ struct Reconciliation<'a> {
     cluster: Option<Cluster>,
     /// The Service of capi-lb's class this LoadBalancer realises, if any.
     binding: Option<class::Binding>,
+    /// The provider's addresses the address policy refuses: none of them is published.
+    refused: Vec<Refusal>,
 }
 
 /// How the members can be reached in this pass.
@@ -326,6 +329,7 @@ impl<'a> Reconciliation<'a> {
             cluster_deleting: false,
             cluster: None,
             binding: None,
+            refused: Vec::new(),
         })
     }
 

@@ -13,11 +13,12 @@ use kube::{Resource, ResourceExt};
 
 use serde_json::{Map, Value, json};
 
+use crate::addresses::{self, Refusal};
 use crate::class;
 use crate::conditions::{
-    InfraState, TargetsState, dns_condition, infrastructure_condition, invalid_spec_condition,
-    paused_condition, publication_condition, ready_condition, spec_honoured_condition,
-    targets_condition,
+    InfraState, TargetsState, address_refused_condition, dns_condition, infrastructure_condition,
+    invalid_spec_condition, paused_condition, publication_condition, ready_condition,
+    spec_honoured_condition, targets_condition,
 };
 use crate::context::Outcome;
 use crate::error::{Result, kube_err};
@@ -69,6 +70,7 @@ impl Reconciliation<'_> {
         let staged = self.prepare_targets().await?;
         let provisioned = self.provision(&claimed, staged.desired()).await;
         let (infra_state, mut infra_status) = self.serving(provisioned);
+        self.refused = self.refusals(claimed.provider.name());
         let infra_ready = infra_state == InfraState::Provisioned;
         let access = if infra_ready {
             Access::Converge {
@@ -154,12 +156,19 @@ impl Reconciliation<'_> {
     async fn publish(&mut self, infra_state: &InfraState, targets: DesiredCondition) -> Result<()> {
         let infra_ready = *infra_state == InfraState::Provisioned;
         let infra_condition = infrastructure_condition(infra_state);
+        // An address the policy refuses is published nowhere: not in `-ext`, not in DNS, not as a
+        // Service's ingress, not as a Cluster's endpoint. The load balancer and its members stay.
+        let refused = self.refused.clone();
+        let publishable = if refused.is_empty() {
+            self.status.addresses.clone()
+        } else {
+            Vec::new()
+        };
         let published = if matches!(infra_state, InfraState::Problem { .. }) {
             None
         } else {
             let report =
-                publication::publish_lb(self.ctx, self.lb, &self.status.addresses, infra_ready)
-                    .await?;
+                publication::publish_lb(self.ctx, self.lb, &publishable, infra_ready).await?;
             // A conflict is reported through the EndpointPublished condition's Warning event.
             self.note(false, event::ENDPOINT_PUBLISHED, report.changes);
             Some(report.state)
@@ -167,9 +176,10 @@ impl Reconciliation<'_> {
         self.status.endpoint = self
             .lb
             .stable_endpoint(&self.ctx.config.cluster_domain, &self.status.addresses);
-        let publication_condition = published
-            .as_ref()
-            .map(|p| publication_condition(p, infra_ready));
+        let publication_condition = match (published.as_ref(), refused.is_empty()) {
+            (Some(_), false) => Some(address_refused_condition(&refused)),
+            (published, _) => published.map(|p| publication_condition(p, infra_ready)),
+        };
         let endpoint = self
             .status
             .endpoint
@@ -186,30 +196,56 @@ impl Reconciliation<'_> {
         if let Some(pc) = publication_condition {
             self.conditions.push(pc);
         }
-        if let Some(cc) = self.cluster_endpoint().await? {
+        // A Cluster's endpoint goes into certificates: never written from a refused address.
+        if refused.is_empty()
+            && let Some(cc) = self.cluster_endpoint().await?
+        {
             self.conditions.push(cc);
         }
-        self.publish_dns().await?;
+        self.publish_dns(&publishable).await?;
         // The realised Service gets the provider's address as its ingress.
         if let Some(binding) = &self.binding
             && infra_ready
         {
             let host = self.status.endpoint.as_ref().map(|e| e.host.clone());
-            let changes = class::write_back(
-                &self.ctx.client,
-                binding,
-                &self.status.addresses,
-                host.as_deref(),
-            )
-            .await?;
+            let changes =
+                class::write_back(&self.ctx.client, binding, &publishable, host.as_deref()).await?;
             self.note(false, event::ENDPOINT_PUBLISHED, changes);
         }
         Ok(())
     }
 
+    /// The addresses of this pass the address policy refuses (see [`crate::addresses`]), for
+    /// provider `provider`.
+    fn refusals(&self, provider: &str) -> Vec<Refusal> {
+        let facts = &self.ctx.facts;
+        let namespace = facts.namespace_allow(&self.namespace);
+        let (namespace_allow, broken) = match &namespace {
+            Some(Ok(ranges)) => (Some(ranges.as_slice()), None),
+            // An annotation that does not parse allows nothing.
+            Some(Err(e)) => (Some(&[][..]), Some(e)),
+            None => (None, None),
+        };
+        let is_cluster_ip = |ip| facts.is_cluster_ip(ip);
+        let mut refused = self.ctx.config.addresses.refusals(
+            &self.status.addresses,
+            addresses::Context {
+                provider: Some(provider),
+                namespace_allow,
+                is_cluster_ip: &is_cluster_ip,
+            },
+        );
+        if let Some(e) = broken {
+            for refusal in &mut refused {
+                refusal.rule = format!("{}: {e}", refusal.rule);
+            }
+        }
+        refused
+    }
+
     /// The DNS names of `spec.dns` through ExternalDNS (see [`crate::dns`]); nothing at all for a
     /// LoadBalancer that never had them.
-    async fn publish_dns(&mut self) -> Result<()> {
+    async fn publish_dns(&mut self, addresses: &[LoadBalancerAddress]) -> Result<()> {
         let reported = self
             .lb
             .status
@@ -236,7 +272,7 @@ impl Reconciliation<'_> {
             &self.ctx.client,
             &owner,
             wanted.as_ref(),
-            &self.status.addresses,
+            addresses,
             had,
         )
         .await?;

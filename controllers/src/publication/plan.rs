@@ -30,8 +30,8 @@ pub struct Classified {
     pub ipv6: Vec<String>,
     /// DNS names.
     pub hostnames: Vec<String>,
-    /// Addresses that cannot be published, with the reason (EndpointSlices reject loopback,
-    /// link-local, unspecified and multicast addresses).
+    /// Addresses that cannot be published, with the reason (the address policy's built-in
+    /// refusals: EndpointSlices reject loopback, link-local, unspecified and multicast addresses).
     pub skipped: Vec<String>,
 }
 
@@ -50,7 +50,7 @@ pub fn classify(addresses: &[LoadBalancerAddress]) -> Classified {
                     .skipped
                     .push(format!("{} (not an IP address)", a.address)),
                 Ok(ip) => {
-                    if let Some(reason) = unpublishable(ip) {
+                    if let Some(reason) = crate::addresses::builtin(ip) {
                         out.skipped.push(format!("{ip} ({reason})"));
                         continue;
                     }
@@ -77,23 +77,6 @@ pub fn classify(addresses: &[LoadBalancerAddress]) -> Classified {
         }
     }
     out
-}
-
-pub(super) fn unpublishable(ip: IpAddr) -> Option<&'static str> {
-    if ip.is_loopback() {
-        return Some("loopback");
-    }
-    if ip.is_unspecified() {
-        return Some("unspecified");
-    }
-    if ip.is_multicast() {
-        return Some("multicast");
-    }
-    match ip {
-        IpAddr::V4(v4) if v4.is_link_local() => Some("link-local"),
-        IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80 => Some("link-local"),
-        _ => None,
-    }
 }
 
 /// Who publishes: the owner of the published objects and how they are marked.

@@ -204,7 +204,7 @@ pub async fn run_instrumented(
         );
     }
     // Ready (`/readyz`) once the LoadBalancer cache is synced (standby replicas already are).
-    let (controller, store, caches) =
+    let (controller, store, caches, facts) =
         loadbalancer_controller(&client, &options, &registry, &capi, health.clone()).await?;
     let ctx = Arc::new(
         Context::new(
@@ -216,12 +216,14 @@ pub async fn run_instrumented(
                 cluster_domain: options.cluster_domain.clone(),
                 resync: options.resync,
                 external: options.external.clone(),
+                addresses: options.address_policy(),
             },
             clock.clone(),
             EventSink::new(client.clone(), std::env::var("POD_NAME").ok(), clock),
         )
         .with_metrics(metrics.clone())
         .with_caches(caches)
+        .with_facts(facts)
         .with_capi(capi),
     );
     let observers = observe_cache(store, metrics.clone());

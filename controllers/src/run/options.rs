@@ -6,7 +6,10 @@ use std::time::Duration;
 use capi_lb_api::constants::DEFAULT_CLUSTER_DOMAIN;
 use capi_lb_providers::catalog;
 
+use ipnet::IpNet;
+
 use super::RunError;
+use crate::addresses::AddressPolicy;
 use crate::context::ExternalEndpoints;
 use crate::kinds::TargetKinds;
 use capi_lb_api::loadbalancer::TargetKind;
@@ -41,6 +44,15 @@ pub struct RunOptions {
     /// hold a reconcile slot.
     #[arg(long = "provider-timeout-seconds", default_value = "30", value_parser = provider_timeout_seconds)]
     pub provider_timeout: Duration,
+    /// Ranges whose addresses are never published (comma-separated CIDRs; e.g. the cluster's
+    /// Service and Pod ranges), besides the built-in refusals (loopback, link-local, unspecified,
+    /// multicast, broadcast, any ClusterIP).
+    #[arg(long, value_delimiter = ',', env = "CAPI_LB_ADDRESS_DENY")]
+    pub address_deny: Vec<IpNet>,
+    /// Where a provider's addresses must be, as provider=CIDR (comma-separated; repeat a provider
+    /// for several ranges). A provider without an entry may publish any address not refused.
+    #[arg(long, value_delimiter = ',', env = "CAPI_LB_ADDRESS_ALLOW", value_parser = provider_range)]
+    pub address_allow: Vec<(String, IpNet)>,
     /// The `-ext` publisher for Services of type LoadBalancer.
     #[command(flatten)]
     pub external: ExternalEndpoints,
@@ -103,6 +115,23 @@ fn provider_timeout_seconds(value: &str) -> Result<Duration, String> {
         return Err(format!("{seconds} is out of range: 1 to 600 seconds"));
     }
     Ok(Duration::from_secs(seconds))
+}
+
+/// `--address-allow`: `provider=CIDR`, the provider one of capi-lb's.
+fn provider_range(value: &str) -> Result<(String, IpNet), String> {
+    let (provider, range) = value
+        .split_once('=')
+        .ok_or_else(|| format!("{value:?} is not provider=CIDR"))?;
+    if catalog::find(provider).is_none() {
+        return Err(format!(
+            "{provider:?} is not a provider (available: {})",
+            catalog::names().join(", ")
+        ));
+    }
+    let range = range
+        .parse::<IpNet>()
+        .map_err(|e| format!("{range:?} is not a CIDR: {e}"))?;
+    Ok((provider.to_string(), range))
 }
 
 /// `--metrics-bind-address`: an address and port, or "off" (also "" and "0").
@@ -203,12 +232,26 @@ impl RunOptions {
             concurrency: DEFAULT_CONCURRENCY,
             resync: Duration::from_secs(600),
             provider_timeout: capi_lb_providers::registry::DEFAULT_DEADLINE,
+            address_deny: Vec::new(),
+            address_allow: Vec::new(),
             external: ExternalEndpoints::default(),
             metrics_address: None,
             leader_election: LeaderElection::default(),
             watch_filter: None,
             inmemory_state: None,
             target_kinds: vec![TargetKind::default()],
+        }
+    }
+
+    /// The address policy of `--address-deny` and `--address-allow`.
+    pub fn address_policy(&self) -> AddressPolicy {
+        let mut allow: std::collections::BTreeMap<String, Vec<IpNet>> = Default::default();
+        for (provider, range) in &self.address_allow {
+            allow.entry(provider.clone()).or_default().push(*range);
+        }
+        AddressPolicy {
+            deny: self.address_deny.clone(),
+            allow,
         }
     }
 

@@ -191,10 +191,15 @@ fn plan_addresses(
             .find(|ip| net.contains(ip));
         let ip = match kept {
             Some(ip) => ip,
-            // The network address is never a host (for IPv6 it is the subnet-router anycast).
+            // The network address is never a host (for IPv6 it is the subnet-router anycast),
+            // except in a pool of one or two addresses (a /32, /31, /128 or /127: RFC 3021,
+            // RFC 6164), where every address is one.
             None => net
                 .hosts()
-                .find(|ip| *ip != net.network() && !used.contains(ip))
+                .find(|ip| {
+                    (net.max_prefix_len() - net.prefix_len() <= 1 || *ip != net.network())
+                        && !used.contains(ip)
+                })
                 .ok_or_else(|| {
                     ProviderError::permanent(
                         POOL_EXHAUSTED,

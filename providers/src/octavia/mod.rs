@@ -26,7 +26,8 @@
 //! - `reason`: the condition reasons; `stop`: [`Stop`];
 //! - `relook`: how soon to look again while Octavia is busy ([`relook()`], and the per-load-balancer
 //!   record of the wait it is measured from);
-//! - `api`: credentials, Keystone sessions and the metered request path;
+//! - `credentials`: where they are, the cloud's configuration from the Secret, the CA bundle;
+//! - `api`: Keystone sessions and the metered request path;
 //! - `documents`: what Octavia and Neutron answer; `naming`: names, tags and ownership;
 //! - `settings`: what the spec asks for; `call`: one call in progress, and how soon it looks again;
 //! - `tree`: the status tree of a load balancer, cached for the rest of a reconcile;
@@ -37,6 +38,7 @@
 pub mod api;
 mod call;
 mod children;
+mod credentials;
 mod delete;
 mod documents;
 mod floating_ip;

@@ -27,6 +27,17 @@ impl From<ProviderError> for Stop {
     }
 }
 
+/// How often to look again after a problem only the user or the cloud's operator can fix.
+const SLOW: Duration = Duration::from_secs(60);
+
+/// Stop to wait on a problem only the user or the cloud's operator can fix, looked at again after
+/// [`SLOW`].
+pub(super) fn wait(reason: crate::provider::Reason, message: String) -> Stop {
+    Stop::Wait(crate::provider::Progress::pending_because(
+        reason, message, SLOW,
+    ))
+}
+
 /// A call's result as the `Provider` trait reports it: a wait is progress, not an error; Octavia
 /// busy is a wait of reason `LoadBalancerPending`, looked at again after `relook()`.
 pub(super) fn done_or_wait(

@@ -17,15 +17,20 @@ use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::catalog;
 use capi_lb_providers::provider::tags;
 use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Resource;
+use kube::ResourceExt;
+use kube::core::PartialObjectMeta;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::controller::Controller;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use super::{api, dynamic_api, installed, watch};
+use crate::addresses::PolicyFacts;
 use crate::cache::{self, Caches, ObjectCache};
 use crate::kinds::CapiKinds;
 use crate::loadbalancer::triggers::{self, Triggers, Watched};
@@ -41,7 +46,15 @@ pub(in crate::run) async fn loadbalancer_controller(
     registry: &ProviderRegistry,
     capi: &CapiKinds,
     health: Arc<Health>,
-) -> Result<(Controller<Watched>, Store<Watched>, Caches), RunError> {
+) -> Result<
+    (
+        Controller<Watched>,
+        Store<Watched>,
+        Caches,
+        Arc<PolicyFacts>,
+    ),
+    RunError,
+> {
     let ns = options.namespace.as_deref();
     let lb_watch = match &options.watch_filter {
         Some(value) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
@@ -75,6 +88,7 @@ pub(in crate::run) async fn loadbalancer_controller(
         ns,
         triggers,
         caches: Caches::default(),
+        facts: Arc::default(),
     };
     // Each watch backs off on its own (see `backoff`).
     let controller =
@@ -82,10 +96,11 @@ pub(in crate::run) async fn loadbalancer_controller(
     let controller = watches.published(controller);
     let controller = watches.infrastructure(controller, registry);
     let controller = watches.class_services(controller);
+    let controller = watches.namespaces(controller, store.clone());
     let controller = watches.provider_objects(controller, registry).await?;
     let controller = watches.cluster_api(controller, capi, options.resync);
     let controller = watches.dns_endpoints(controller, options.resync).await?;
-    Ok((controller, store, watches.caches))
+    Ok((controller, store, watches.caches, watches.facts))
 }
 
 /// Objects per page of the lists of the cached watches and the LoadBalancers' own (kube-runtime's
@@ -111,6 +126,8 @@ struct Watches<'a> {
     triggers: Arc<Triggers>,
     /// The caches reconciles read (filled by some of the watches).
     caches: Caches,
+    /// What the address policy reads (ClusterIPs, Namespaces' allow-lists).
+    facts: Arc<PolicyFacts>,
 }
 
 impl Watches<'_> {
@@ -218,14 +235,19 @@ impl Watches<'_> {
     /// LoadBalancer that realises them, and the LoadBalancers still bound to them (annotated with
     /// the Service's name), so that when a Service names another LoadBalancer or leaves the class,
     /// those let its endpoints go.
+    /// The same watch of every Service keeps the ClusterIPs the address policy refuses.
     fn class_services(&self, controller: Controller<Watched>) -> Controller<Watched> {
         let (services, slices) = (self.triggers.clone(), self.triggers.clone());
+        let facts = self.facts.clone();
         controller
             .watches_stream(
-                watch(
+                watcher(
                     api::<Service>(self.client, self.ns),
                     watcher::Config::default(),
-                ),
+                )
+                .backoff(backoff::for_watch())
+                .inspect_ok(move |event| facts.service_event(event))
+                .touched_objects(),
                 move |svc: Service| services.bound_to_service(&svc),
             )
             .watches_stream(
@@ -235,6 +257,41 @@ impl Watches<'_> {
                 ),
                 move |slice: EndpointSlice| slices.bound_to_slice(&slice),
             )
+    }
+
+    /// The Namespaces' metadata, for their `allowed-addresses` annotation (the address policy); a
+    /// change re-triggers every LoadBalancer of the namespace. Only the watched namespace with
+    /// `--namespace`.
+    fn namespaces(
+        &self,
+        controller: Controller<Watched>,
+        loadbalancers: Store<Watched>,
+    ) -> Controller<Watched> {
+        let config = match self.ns {
+            Some(ns) => watcher::Config::default().fields(&format!("metadata.name={ns}")),
+            None => watcher::Config::default(),
+        };
+        let (store, writer) = reflector::store();
+        self.facts.watch_namespaces(store);
+        let stream = reflector::reflector(
+            writer,
+            watcher(
+                kube::Api::<PartialObjectMeta<Namespace>>::all(self.client.clone()),
+                config,
+            )
+            .backoff(backoff::for_watch())
+            .modify(|ns| ns.metadata.managed_fields = None),
+        )
+        .touched_objects();
+        controller.watches_stream(stream, move |ns: PartialObjectMeta<Namespace>| {
+            let name = ns.name_any();
+            loadbalancers
+                .state()
+                .iter()
+                .filter(|lb| lb.namespace().as_deref() == Some(name.as_str()))
+                .map(|lb| ObjectRef::from_obj(lb.as_ref()))
+                .collect::<Vec<_>>()
+        })
     }
 
     /// Objects providers create through the Kubernetes API (kube-dc: the LoadBalancer Service and
