@@ -270,6 +270,10 @@ pub mod reason {
     pub const CLUSTER_ENDPOINT_MISMATCH: Reason = Reason::problem("ClusterEndpointMismatch");
     /// `spec.clusterName` names a Cluster that does not exist.
     pub const CLUSTER_NOT_FOUND: Reason = Reason::problem("ClusterNotFound");
+    /// `spec.controlPlane` asks for the Cluster's endpoint, but the Cluster does not name this
+    /// LoadBalancer (`loadbalancer.cluster.x-k8s.io/load-balancer-ref` on the Cluster or its
+    /// control plane): nothing is written into the Cluster.
+    pub const CLUSTER_ENDPOINT_NOT_NAMED: Reason = Reason::problem("NotNamedByCluster");
     /// The Cluster's control-plane object (`spec.controlPlaneRef`) could not be read to see whether
     /// its `loadBalancerRef` annotation names this LoadBalancer.
     pub const CONTROL_PLANE_UNREADABLE: Reason = Reason::problem("ControlPlaneUnreadable");

@@ -15,7 +15,10 @@ use crate::validation::FieldError;
 impl LoadBalancer {
     /// The selector the LoadBalancer uses: `spec.selector`, or when it is empty the proposal's default
     /// (`cluster.x-k8s.io/cluster-name=<clusterName>` if set, and `loadbalancer.cluster.x-k8s.io/name=<name>`).
-    /// Label keys, values and operators are checked; the error names the field.
+    /// A LoadBalancer of a Cluster (`spec.clusterName`) only ever selects that Cluster's objects: its
+    /// `spec.selector` gets `cluster.x-k8s.io/cluster-name=<clusterName>` added, and one that asks for
+    /// another Cluster's is refused. Label keys, values and operators are checked; the error names
+    /// the field.
     pub fn effective_selector(&self) -> Result<Selector, FieldError> {
         let user = self
             .spec
@@ -27,8 +30,24 @@ impl LoadBalancer {
             })
             .cloned();
         let selector = match user {
-            Some(s) => {
+            Some(mut s) => {
                 check_selector(&s)?;
+                if let Some(cluster) = &self.spec.cluster_name {
+                    let labels = s.match_labels.get_or_insert_with(BTreeMap::new);
+                    match labels.get(LABEL_CLUSTER_NAME) {
+                        Some(other) if other != cluster => {
+                            return Err(FieldError::new(
+                                format!("spec.selector.matchLabels[{LABEL_CLUSTER_NAME}]"),
+                                format!(
+                                    "selects Machines of Cluster {other}, but spec.clusterName is {cluster}: a LoadBalancer of a Cluster only selects that Cluster's"
+                                ),
+                            ));
+                        }
+                        _ => {
+                            labels.insert(LABEL_CLUSTER_NAME.to_string(), cluster.clone());
+                        }
+                    }
+                }
                 s
             }
             None => {
@@ -259,6 +278,42 @@ mod tests {
         });
         let err = bad.effective_selector().unwrap_err();
         assert_eq!(err.field, "spec.selector.matchExpressions[0].operator");
+    }
+
+    #[test]
+    fn a_cluster_load_balancer_selects_only_its_cluster() {
+        use crate::loadbalancer::{InfrastructureRef, LoadBalancerSpec};
+        let mut lb = LoadBalancer::new(
+            "cp",
+            LoadBalancerSpec::with_infrastructure(InfrastructureRef {
+                api_group: "infrastructure.cluster.x-k8s.io".into(),
+                kind: "InMemoryLoadBalancer".into(),
+                name: "x".into(),
+            }),
+        );
+        lb.spec.selector = Some(LabelSelector {
+            match_labels: Some([("role".to_string(), "cp".to_string())].into()),
+            match_expressions: None,
+        });
+        // Without a Cluster: the selector as written.
+        assert_eq!(lb.effective_selector().unwrap().to_string(), "role=cp");
+        // With one: only its objects.
+        lb.spec.cluster_name = Some("demo".into());
+        assert_eq!(
+            lb.effective_selector().unwrap().to_string(),
+            "cluster.x-k8s.io/cluster-name=demo,role=cp"
+        );
+        // Another Cluster's: refused, with the field named.
+        lb.spec.selector = Some(LabelSelector {
+            match_labels: Some([(LABEL_CLUSTER_NAME.to_string(), "other".to_string())].into()),
+            match_expressions: None,
+        });
+        let err = lb.effective_selector().unwrap_err();
+        assert_eq!(
+            err.field,
+            "spec.selector.matchLabels[cluster.x-k8s.io/cluster-name]"
+        );
+        assert!(err.message.contains("Cluster other"), "{}", err.message);
     }
 
     #[test]

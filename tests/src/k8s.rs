@@ -18,6 +18,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use capi_lb::run::{RunOptions, run_with_client};
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -547,10 +548,57 @@ pub(crate) async fn apply_generated_rbac(client: &Client) {
         .find(|(p, _)| p.ends_with("rbac/rbac.yaml"))
         .expect("capi-lb manifests generate rbac/rbac.yaml");
     ensure_namespace(client, "capi-lb-system").await;
-    for doc in serde_saphyr::from_multiple::<Value>(text).unwrap() {
-        apply_value(client, TEST_MANAGER, None, &doc, false)
+    let docs = serde_saphyr::from_multiple::<Value>(text).unwrap();
+    for doc in &docs {
+        apply_value(client, TEST_MANAGER, None, doc, false)
             .await
             .unwrap_or_else(|e| panic!("generated RBAC refused: {e}"));
+    }
+    // The apiserver's authorizer learns of a changed role a moment later: wait until every rule of
+    // the ClusterRole is in force for capi-lb's ServiceAccount, so that a controller started now
+    // is not refused what the role grants.
+    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+    let bound: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRoleBinding")
+        .filter(|d| {
+            d["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["kind"] == "ServiceAccount" && s["name"] == "capi-lb-manager")
+        })
+        .map(|d| &d["roleRef"]["name"])
+        .collect();
+    for role in docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole" && bound.contains(&&d["metadata"]["name"]))
+    {
+        for rule in role["rules"].as_array().into_iter().flatten() {
+            let (Some(groups), Some(resources), Some(verbs)) = (
+                rule["apiGroups"].as_array(),
+                rule["resources"].as_array(),
+                rule["verbs"].as_array(),
+            ) else {
+                continue;
+            };
+            let (group, verb) = (&groups[0], &verbs[0]);
+            let full = resources[0].as_str().unwrap_or_default();
+            let (resource, subresource) = full.split_once('/').unwrap_or((full, ""));
+            let review: SubjectAccessReview = serde_json::from_value(json!({
+                "spec": {"user": "system:serviceaccount:capi-lb-system:capi-lb-manager",
+                         "resourceAttributes": {"group": group, "resource": resource,
+                                                "subresource": subresource, "verb": verb}}}))
+            .unwrap();
+            eventually(&format!("{verb} {resource} granted"), || async {
+                let answer = reviews
+                    .create(&PostParams::default(), &review)
+                    .await
+                    .unwrap();
+                answer.status.is_some_and(|s| s.allowed).then_some(())
+            })
+            .await;
+        }
     }
 }
 
@@ -1150,6 +1198,20 @@ pub fn capi_cluster(name: &str) -> Value {
            "spec": {"paused": false,
                     "infrastructureRef": {"apiGroup": TEST_INFRA_GROUP, "kind": "TestCluster",
                                           "name": name}}})
+}
+
+/// [`capi_cluster`] `name` naming LoadBalancer `cp` as its control-plane load balancer (the
+/// `loadBalancerRef` annotation: the Cluster's consent to get its endpoint written).
+pub fn cp_cluster(name: &str) -> Value {
+    capi_cluster_naming(name, "cp")
+}
+
+/// [`capi_cluster`] `name` naming LoadBalancer `lb` as its control-plane load balancer.
+pub fn capi_cluster_naming(name: &str, lb: &str) -> Value {
+    let mut cluster = capi_cluster(name);
+    cluster["metadata"]["annotations"] =
+        json!({capi_lb_api::constants::ANNOTATION_LOAD_BALANCER_REF: lb});
+    cluster
 }
 
 /// A Machine of Cluster `demo` with `labels`, on the test infrastructure kind `TestMachine` of the

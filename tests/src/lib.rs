@@ -309,6 +309,15 @@ pub fn cluster(name: &str, paused: bool) -> Value {
     })
 }
 
+/// [`cluster`] `name` naming LoadBalancer `lb` in the `loadBalancerRef` annotation: the Cluster's
+/// consent to get its endpoint written by that LoadBalancer.
+pub fn cluster_naming(name: &str, paused: bool, lb: &str) -> Value {
+    let mut cluster = cluster(name, paused);
+    cluster["metadata"]["annotations"] =
+        json!({capi_lb_api::constants::ANNOTATION_LOAD_BALANCER_REF: lb});
+    cluster
+}
+
 /// The LoadBalancer `name`.
 pub async fn get_lb(world: &World, name: &str) -> LoadBalancer {
     Api::<LoadBalancer>::namespaced(world.client(), NS)

@@ -31,7 +31,7 @@ fn cp_machine(name: &str, ip: &str) -> Value {
 #[tokio::test]
 async fn the_stable_name_is_published_before_any_machine_exists() {
     let world = world(vec![
-        cluster("demo", false),
+        cluster_naming("demo", false, "cp"),
         lb("cp").spec("controlPlane", json!({})).build(),
         infra("cp")
             .spec("provisioningDelaySeconds", json!(30))
@@ -61,7 +61,7 @@ async fn the_default_selector_picks_the_control_plane_machines() {
     let mut worker = machine("worker-1", "unrelated", "10.0.1.1").build();
     worker["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "demo"});
     let world = world(vec![
-        cluster("demo", false),
+        cluster_naming("demo", false, "cp"),
         lb("cp").spec("controlPlane", json!({})).build(),
         infra("cp").build(),
         cp_machine("cp-1", "10.0.0.1"),
@@ -77,7 +77,7 @@ async fn the_default_selector_picks_the_control_plane_machines() {
 #[tokio::test]
 async fn the_provider_address_is_published_once_there_is_one() {
     let world = world(vec![
-        cluster("demo", false),
+        cluster_naming("demo", false, "cp"),
         lb("cp")
             .spec("controlPlane", json!({"endpointHost": "ProviderAddress"}))
             .build(),
@@ -97,7 +97,7 @@ async fn the_provider_address_is_published_once_there_is_one() {
 #[tokio::test]
 async fn a_user_set_endpoint_wins() {
     let world = world(vec![
-        cluster("demo", false),
+        cluster_naming("demo", false, "cp"),
         lb("cp")
             .spec("controlPlane", json!({"endpointHost": "ProviderAddress"}))
             .spec(
@@ -117,7 +117,7 @@ async fn a_user_set_endpoint_wins() {
 
 #[tokio::test]
 async fn another_endpoint_is_never_overwritten_and_both_are_reported() {
-    let mut c = cluster("demo", false);
+    let mut c = cluster_naming("demo", false, "cp");
     c["spec"]["controlPlaneEndpoint"] = json!({"host": "192.0.2.10", "port": 6443});
     let world = world(vec![
         c,
@@ -140,6 +140,34 @@ async fn another_endpoint_is_never_overwritten_and_both_are_reported() {
         c.message
     );
     assert!(event_reasons(&world).contains(&"ClusterEndpointMismatch".to_string()));
+}
+
+/// `spec.controlPlane` says how the endpoint is written, not whether: a Cluster that does not name
+/// the LoadBalancer keeps its endpoint empty (it would go into its certificates), and the
+/// LoadBalancer says why, with a Warning Event.
+#[tokio::test]
+async fn spec_control_plane_without_the_clusters_consent_writes_nothing() {
+    let mut c = cluster("demo", false);
+    c["metadata"]["annotations"] =
+        json!({"loadbalancer.cluster.x-k8s.io/loadBalancerRef": "someone-else"});
+    let world = world(vec![
+        c,
+        lb("cp").spec("controlPlane", json!({})).build(),
+        infra("cp").build(),
+    ])
+    .await;
+    world.run_until_stable(50).await.unwrap();
+    assert_eq!(endpoint(&world).await, None);
+    let lb = get_lb(&world, "cp").await;
+    let c = condition(&lb, "ClusterEndpoint");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "NotNamedByCluster")
+    );
+    assert!(c.message.contains("loadBalancerRef"), "{}", c.message);
+    assert!(event_reasons(&world).contains(&"NotNamedByCluster".to_string()));
+    // The load balancer itself is not held up.
+    assert!(lb.status.unwrap().ready);
 }
 
 #[tokio::test]
@@ -174,7 +202,7 @@ async fn a_load_balancer_ref_on_the_cluster_binds_it_without_spec_control_plane(
 #[tokio::test]
 async fn a_paused_cluster_is_not_touched_and_a_missing_one_is_reported() {
     let world = world(vec![
-        cluster("demo", true),
+        cluster_naming("demo", true, "cp"),
         lb("cp").spec("controlPlane", json!({})).build(),
         infra("cp").build(),
     ])

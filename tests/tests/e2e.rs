@@ -13,7 +13,7 @@ use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::target::TargetKeys;
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
 use capi_lb_tests::k8s::{
-    TestNs, capi_cluster, condition, eventually, in_memory, install_capi_crds,
+    TestNs, capi_cluster, condition, cp_cluster, eventually, in_memory, install_capi_crds,
     install_kube_dc_crds, install_third_party_crds, load_balancer, machine, release_machine,
     set_machine_ip, unique_name, wait_for, wait_gone, wait_ready,
 };
@@ -547,7 +547,7 @@ async fn control_plane_endpoint_and_service_class_on_a_real_apiserver() {
     )
     .await;
     t.start(t.options(&["inmemory"]));
-    t.create(capi_cluster("demo")).await;
+    t.create(cp_cluster("demo")).await;
     t.create(in_memory("cp", json!({}))).await;
     t.create(load_balancer(
         "cp",

@@ -96,7 +96,7 @@ async fn refused_addresses_are_published_nowhere_and_nothing_else_is_lost() {
     // Cluster's certificates.
     let mut cluster = capi_cluster("demo");
     cluster["metadata"]["annotations"] =
-        json!({"loadbalancer.cluster.x-k8s.io/load-balancer-ref": "metadata"});
+        json!({"loadbalancer.cluster.x-k8s.io/loadBalancerRef": "metadata"});
     t.create(cluster).await;
     let refused = [
         (

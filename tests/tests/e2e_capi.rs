@@ -20,10 +20,10 @@ use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::target::TargetKeys;
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
 use capi_lb_tests::k8s::{
-    TEST_INFRA_GROUP, TIMEOUT, TestNs, capi, capi_cluster, condition, connect_workload_cluster,
-    eventually, in_memory, install_capi_crds, load_balancer, machine_with_node, merge,
-    merge_status, node_name, provisioned_test_machine, test_infra, test_infra_api, wait_for,
-    wait_gone, wait_ready, wait_targets,
+    TEST_INFRA_GROUP, TIMEOUT, TestNs, capi, capi_cluster_naming, condition,
+    connect_workload_cluster, cp_cluster, eventually, in_memory, install_capi_crds, load_balancer,
+    machine_with_node, merge, merge_status, node_name, provisioned_test_machine, test_infra,
+    test_infra_api, wait_for, wait_gone, wait_ready, wait_targets,
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
@@ -84,7 +84,7 @@ fn machine_condition_reason(m: &Machine, type_: &str) -> Option<String> {
 
 /// A control-plane LoadBalancer of Cluster `demo` with `drain_seconds`, and the Cluster.
 async fn cluster_with_load_balancer(t: &TestNs, drain_seconds: u32) {
-    t.create(capi_cluster("demo")).await;
+    t.create(cp_cluster("demo")).await;
     t.create(test_infra("TestCluster", "demo", json!({}))).await;
     t.create(in_memory("cp", json!({}))).await;
     t.create(load_balancer(
@@ -464,7 +464,7 @@ async fn the_cluster_controller_keeps_the_endpoint_capi_lb_published() {
     let mut t = TestNs::new("e2e-capi-endpoint").await;
     install_capi_crds(&t.client).await;
     t.start(t.options(&["inmemory"]));
-    let mut cluster = capi_cluster("demo");
+    let mut cluster = cp_cluster("demo");
     cluster["spec"]["controlPlaneRef"] =
         json!({"apiGroup": TEST_INFRA_GROUP, "kind": "TestControlPlane", "name": "demo"});
     t.create(cluster).await;
@@ -550,7 +550,7 @@ async fn an_endpoint_the_cluster_already_has_is_never_overwritten() {
     };
 
     // Externally managed: the user's endpoint on the Cluster and on the LoadBalancer.
-    let mut ext = capi_cluster("ext");
+    let mut ext = capi_cluster_naming("ext", "ext");
     ext["spec"]["controlPlaneEndpoint"] = json!({"host": "api.ext.example.test", "port": 443});
     t.create(ext).await;
     provisioned("ext", "192.0.2.51").await;
@@ -576,7 +576,7 @@ async fn an_endpoint_the_cluster_already_has_is_never_overwritten() {
     );
 
     // The infrastructure provider's endpoint came first.
-    t.create(capi_cluster("demo")).await;
+    t.create(cp_cluster("demo")).await;
     provisioned("demo", "192.0.2.50").await;
     wait_for(
         &t.api::<Cluster>(),

@@ -18,7 +18,7 @@ use capi_lb_tests::capi_move::{
     prepare_target, target_controller_client, wait_ready_to_move,
 };
 use capi_lb_tests::k8s::{
-    TestNs, capi, capi_cluster, connect_workload_cluster, dynamic_api, eventually,
+    TestNs, capi, capi_cluster, connect_workload_cluster, cp_cluster, dynamic_api, eventually,
     install_capi_crds, machine_with_node, merge, node_name, spawn_controller, test_infra, wait_for,
 };
 use capi_lb_tests::octavia;
@@ -179,7 +179,7 @@ async fn octavia_control_plane(
     olb_spec: Value,
     drain_seconds: u32,
 ) -> LoadBalancer {
-    t.create(capi_cluster("demo")).await;
+    t.create(cp_cluster("demo")).await;
     t.create(test_infra("TestCluster", "demo", json!({}))).await;
     connect_workload_cluster(t).await;
     let mut secret = in_ns(t, octavia::Harness::secret("openstack", &h.clouds_yaml));
@@ -483,7 +483,7 @@ async fn clusterctl_move_with_kube_dc_in_another_cluster_adopts_the_eip() {
     let eips: Api<EIp> = project.api();
     let services: Api<Service> = project.api();
 
-    t.create(capi_cluster("demo")).await;
+    t.create(cp_cluster("demo")).await;
     t.create(test_infra("TestCluster", "demo", json!({}))).await;
     connect_workload_cluster(&t).await;
     t.create(json!({"apiVersion": "v1", "kind": "Secret",

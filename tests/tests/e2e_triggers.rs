@@ -24,7 +24,7 @@ use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::target::TargetKeys;
 use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
 use capi_lb_tests::k8s::{
-    TIMEOUT, TestNs, capi_cluster, condition, dynamic_api, in_memory, install_capi_crds,
+    TIMEOUT, TestNs, condition, cp_cluster, dynamic_api, in_memory, install_capi_crds,
     load_balancer, machine, merge, merge_status, release_machine, set_machine_ip,
 };
 use futures::{StreamExt, TryStreamExt};
@@ -418,7 +418,7 @@ async fn a_load_balancer_follows_every_watched_kind_within_seconds() {
         t.api::<Cluster>(),
     );
     let (services, slices) = (t.api::<Service>(), t.api::<EndpointSlice>());
-    t.create(capi_cluster("demo")).await;
+    t.create(cp_cluster("demo")).await;
     t.create(pool("cp", "203.0.113.0/24")).await;
     t.create(load_balancer(
         "cp",
@@ -1283,7 +1283,7 @@ async fn a_converged_namespace_is_not_written_while_idle() {
     let mut t = TestNs::new("e2e-idle").await;
     install_capi_crds(&t.client).await;
     t.start(t.options(&["inmemory"]));
-    t.create(capi_cluster("demo")).await;
+    t.create(cp_cluster("demo")).await;
     t.create(pool("cp", "203.0.113.0/24")).await;
     t.create(load_balancer(
         "cp",

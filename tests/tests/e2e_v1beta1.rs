@@ -56,6 +56,14 @@ fn cluster(name: &str, paused: bool) -> Value {
            "spec": {"paused": paused}})
 }
 
+/// `cluster` naming LoadBalancer `cp` as its control-plane load balancer (its consent to get its
+/// endpoint written).
+fn naming_cp(mut cluster: Value) -> Value {
+    cluster["metadata"]["annotations"] =
+        json!({capi_lb_api::constants::ANNOTATION_LOAD_BALANCER_REF: "cp"});
+    cluster
+}
+
 /// A v1beta1 control-plane Machine of Cluster `demo`, with the finalizer Cluster API would put on
 /// it (so that a deleted Machine waits for capi-lb's hooks, as Cluster API would make it wait).
 fn machine(name: &str) -> Value {
@@ -157,7 +165,7 @@ async fn a_control_plane_load_balancer_over_v1beta1_machines() {
     let started = Instant::now();
     let mut t = legacy("e2e-v1beta1-cp").await;
     t.start(t.options(&["inmemory"]));
-    t.create(cluster("demo", false)).await;
+    t.create(naming_cp(cluster("demo", false))).await;
     create_machine(&t, "cp-1", "10.0.0.11", true).await;
     create_machine(&t, "cp-2", "10.0.0.12", false).await;
     t.create(in_memory("cp", json!({}))).await;
@@ -358,7 +366,7 @@ async fn a_paused_v1beta1_cluster_pauses_and_its_deletion_takes_the_load_balance
     let started = Instant::now();
     let mut t = legacy("e2e-v1beta1-pause").await;
     t.start(t.options(&["inmemory"]));
-    t.create(cluster("demo", true)).await;
+    t.create(naming_cp(cluster("demo", true))).await;
     create_machine(&t, "cp-1", "10.0.0.21", true).await;
     t.create(in_memory("cp", json!({}))).await;
     t.create(load_balancer(

@@ -49,7 +49,7 @@ fn observed(world: &World) -> BTreeSet<Permission> {
 async fn loadbalancer_scenario() -> BTreeSet<Permission> {
     let mut m2 = machine("cp-m2", "cp", "10.0.0.12").build();
     m2["metadata"]["finalizers"] = json!(["machine.cluster.x-k8s.io"]);
-    let mut cluster = cluster("demo", false);
+    let mut cluster = cluster_naming("demo", false, "cp");
     cluster["metadata"]["finalizers"] = json!(["cluster.cluster.x-k8s.io"]);
     let world = World::new(vec![
         cluster,

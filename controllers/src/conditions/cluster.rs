@@ -11,6 +11,9 @@ pub enum ClusterEndpoint<'a> {
     ClusterNotFound(&'a str),
     /// Whether the Cluster's control plane names this LoadBalancer cannot be told: why.
     ControlPlaneUnreadable { cluster: &'a str, message: String },
+    /// `spec.controlPlane` asks for the endpoint, but neither the Cluster nor its control plane
+    /// names this LoadBalancer in `loadbalancer.cluster.x-k8s.io/load-balancer-ref`.
+    NotNamed { cluster: &'a str },
     /// The provider has no address yet.
     WaitingForAddress,
     /// The Cluster has another endpoint (`current`), which is never overwritten; this load
@@ -37,6 +40,12 @@ pub fn cluster_endpoint_condition(endpoint: &ClusterEndpoint<'_>) -> DesiredCond
             r::CONTROL_PLANE_UNREADABLE,
             format!(
                 "cannot tell whether Cluster {cluster}'s control plane names this LoadBalancer in {ANNOTATION_LOAD_BALANCER_REF}: {message}"
+            ),
+        ),
+        ClusterEndpoint::NotNamed { cluster } => false_(
+            r::CLUSTER_ENDPOINT_NOT_NAMED,
+            format!(
+                "Cluster {cluster} does not name this LoadBalancer: its endpoint is written only when the Cluster (or its control plane) carries the annotation {ANNOTATION_LOAD_BALANCER_REF}: <this LoadBalancer's name>; spec.controlPlane says how, not whether"
             ),
         ),
         ClusterEndpoint::WaitingForAddress => false_(

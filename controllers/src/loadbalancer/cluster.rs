@@ -7,7 +7,7 @@ use capi_lb_api::constants::{
     ANNOTATION_LOAD_BALANCER_REF, ANNOTATION_PAUSED, CONTROL_PLANE_GROUP, CONTROL_PLANE_KINDS,
     DEFAULT_PORT,
 };
-use capi_lb_api::loadbalancer::{ControlPlane, EndpointHost};
+use capi_lb_api::loadbalancer::EndpointHost;
 use kube::ResourceExt;
 use kube::api::{Api, Patch};
 use kube::core::DynamicObject;
@@ -21,17 +21,13 @@ use crate::metadata::patch_params;
 use super::Reconciliation;
 
 impl Reconciliation<'_> {
-    /// The control-plane settings of this LoadBalancer: `spec.controlPlane`, or the defaults when
-    /// the Cluster (or its control-plane object) names it in the `loadBalancerRef` annotation. A
+    /// Whether the Cluster consents to this LoadBalancer being its control-plane load balancer:
+    /// the Cluster (or its control-plane object) names it in the `loadBalancerRef` annotation.
+    /// `spec.controlPlane` says how the endpoint is written, never whether: the Cluster's endpoint
+    /// goes into its certificates, and the LoadBalancer's author may not be the Cluster's. A
     /// control-plane object that cannot be read (its kind not served, access refused) is an error
     /// message: whether this is the control-plane load balancer cannot be told.
-    pub(super) async fn control_plane(
-        &self,
-        cluster: &Cluster,
-    ) -> Result<Option<ControlPlane>, String> {
-        if let Some(settings) = &self.lb.spec.control_plane {
-            return Ok(Some(settings.clone()));
-        }
+    pub(super) async fn named_by(&self, cluster: &Cluster) -> Result<bool, String> {
         let name = self.identity.name.as_str();
         let names_us = |annotations: &std::collections::BTreeMap<String, String>| {
             annotations
@@ -40,10 +36,10 @@ impl Reconciliation<'_> {
                 == Some(name)
         };
         if names_us(cluster.annotations()) {
-            return Ok(Some(ControlPlane::default()));
+            return Ok(true);
         }
         let Some((group, kind, cp_name)) = cluster.control_plane_ref() else {
-            return Ok(None);
+            return Ok(false);
         };
         let describe = format!("{kind}.{group} {}/{cp_name}", self.namespace);
         // Only the control-plane kinds capi-lb knows are read: a Cluster's author must not be able
@@ -67,10 +63,8 @@ impl Reconciliation<'_> {
             Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
         match api.get_opt(&cp_name).await {
             // Not created yet (or gone): it names nobody.
-            Ok(None) => Ok(None),
-            Ok(Some(control_plane)) => {
-                Ok(names_us(control_plane.annotations()).then(ControlPlane::default))
-            }
+            Ok(None) => Ok(false),
+            Ok(Some(control_plane)) => Ok(names_us(control_plane.annotations())),
             Err(e) => Err(format!("reading control plane {describe}: {e}")),
         }
     }
@@ -88,9 +82,17 @@ impl Reconciliation<'_> {
                 cluster_endpoint_condition(&ClusterEndpoint::ClusterNotFound(&qualified))
             }));
         };
-        let settings = match self.control_plane(&cluster).await {
-            Ok(Some(settings)) => settings,
-            Ok(None) => return Ok(None),
+        let settings = match self.named_by(&cluster).await {
+            Ok(true) => self.lb.spec.control_plane.clone().unwrap_or_default(),
+            // Asked for, without the Cluster's consent: said, and nothing written.
+            Ok(false) if self.lb.spec.control_plane.is_some() => {
+                return Ok(Some(cluster_endpoint_condition(
+                    &ClusterEndpoint::NotNamed {
+                        cluster: &cluster_name,
+                    },
+                )));
+            }
+            Ok(false) => return Ok(None),
             Err(message) => {
                 return Ok(Some(cluster_endpoint_condition(
                     &ClusterEndpoint::ControlPlaneUnreadable {
