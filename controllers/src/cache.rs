@@ -492,6 +492,11 @@ impl Caches {
     pub fn of(&self, resource: &ApiResource) -> Option<&ObjectCache> {
         self.caches.iter().find(|c| c.is(resource)).map(Arc::as_ref)
     }
+
+    /// [`Self::of`], shared (for a watch that tells the cache what it sees).
+    pub fn shared(&self, resource: &ApiResource) -> Option<Arc<ObjectCache>> {
+        self.caches.iter().find(|c| c.is(resource)).cloned()
+    }
 }
 
 #[cfg(test)]

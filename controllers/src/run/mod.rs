@@ -361,7 +361,7 @@ async fn services(
         reported: Reported::default(),
         fair: Fairness::new(options.concurrency),
     });
-    service_controller(client, options.namespace.as_deref())
+    service_controller(client, options.namespace.as_deref(), &context.ctx.caches)
         .await
         .with_config(ControllerConfig::default().concurrency(options.concurrency))
         .graceful_shutdown_on(shutdown)

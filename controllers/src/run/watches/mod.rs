@@ -14,7 +14,12 @@ use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+
 use super::backoff;
+use crate::cache::ObjectCache;
 pub(super) use loadbalancer::{loadbalancer_controller, observe_cache};
 pub(super) use service::service_controller;
 
@@ -29,6 +34,42 @@ where
 {
     watcher(api, config)
         .backoff(backoff::for_watch())
+        .touched_objects()
+}
+
+/// A watch like [`watch`] whose changes also reach `cache`, the shared cache of that kind which
+/// another controller's watch fills: a reconcile this watch triggers then reads the object at least
+/// as new as the change that triggered it (the two watches deliver the same change at different
+/// moments). A change is remembered as read-your-writes are, until the cache's own watch catches
+/// up; a deletion is a tombstone. A relist's objects are not (the cache's own relist has them).
+fn watch_feeding<K>(
+    api: kube::Api<K>,
+    config: watcher::Config,
+    cache: Option<Arc<ObjectCache>>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    watcher(api, config)
+        .backoff(backoff::for_watch())
+        .inspect_ok(move |event| {
+            let Some(cache) = &cache else { return };
+            match event {
+                watcher::Event::Apply(object) => cache.wrote_as(object),
+                watcher::Event::Delete(object) => {
+                    if let Some(uid) = object.meta().uid.as_deref() {
+                        cache.gone(uid);
+                    }
+                }
+                _ => {}
+            }
+        })
         .touched_objects()
 }
 

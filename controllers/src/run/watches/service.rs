@@ -13,17 +13,20 @@ use capi_lb_api::externaldns::DNSEndpoint;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt;
+use kube::core::ApiResource;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-use super::{api, installed, watch};
+use super::{api, installed, watch, watch_feeding};
+use crate::cache::Caches;
 use crate::run::backoff;
 
 /// The Service controller with every watch that triggers it.
 pub(in crate::run) async fn service_controller(
     client: &kube::Client,
     ns: Option<&str>,
+    caches: &Caches,
 ) -> Controller<Service> {
     let ours = format!(
         "{LABEL_ENDPOINT_TYPE}={ENDPOINT_TYPE_EXTERNAL},{LABEL_EXTERNAL_MANAGED_BY}={MANAGED_BY_VALUE}"
@@ -40,17 +43,21 @@ pub(in crate::run) async fn service_controller(
     // Each watch backs off on its own (see `backoff`).
     let mut controller = Controller::for_stream(services, store)
         .trigger_backoff(backoff::NoBackoff)
+        // The `-ext` objects are read from the caches the LoadBalancer controller's watch of
+        // capi-lb's published objects fills: these watches tell them what they see first.
         .watches_stream(
-            watch(
+            watch_feeding(
                 api::<Service>(client, ns),
                 watcher::Config::default().labels(&ours),
+                caches.shared(&ApiResource::erase::<Service>(&())),
             ),
             move |svc: Service| to_source(svc.labels(), svc.namespace()),
         )
         .watches_stream(
-            watch(
+            watch_feeding(
                 api::<EndpointSlice>(client, ns),
                 watcher::Config::default().labels(&ours),
+                caches.shared(&ApiResource::erase::<EndpointSlice>(&())),
             ),
             move |slice: EndpointSlice| to_source(slice.labels(), slice.namespace()),
         );
