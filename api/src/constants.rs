@@ -305,6 +305,9 @@ pub mod reason {
     pub const DNS_ENDPOINT_CRD_MISSING: Reason = Reason::problem("DNSEndpointCRDMissing");
     /// A hostname is already published by another LoadBalancer's `DNSEndpoint`.
     pub const HOSTNAME_CONFLICT: Reason = Reason::problem("HostnameConflict");
+    /// The platform's DNS name policy does not let the namespace publish a name (outside its
+    /// domains, or a wildcard where none is allowed): that name is not published.
+    pub const HOSTNAME_NOT_ALLOWED: Reason = Reason::problem("HostnameNotAllowed");
     /// `spec.dns` was removed: nothing is published.
     pub const DNS_DISABLED: Reason = Reason::normal("DNSDisabled");
     /// A name asked for is not a DNS name.

@@ -9,10 +9,10 @@ use capi_lb_api::constants::DEFAULT_PUBLICATION_SUFFIX;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::clock::SharedClock;
 
-use crate::addresses::{AddressPolicy, PolicyFacts};
 use crate::cache::Caches;
 use crate::events::EventSink;
 use crate::kinds::{CapiKinds, KindResolver};
+use crate::policy::{AddressPolicy, NamePolicy, PolicyFacts};
 use crate::telemetry::Metrics;
 
 /// Controller configuration.
@@ -26,6 +26,8 @@ pub struct Config {
     pub external: ExternalEndpoints,
     /// The admin's rules for the addresses capi-lb publishes.
     pub addresses: AddressPolicy,
+    /// The admin's rules for the DNS names namespaces publish.
+    pub names: NamePolicy,
 }
 
 impl Default for Config {
@@ -35,6 +37,7 @@ impl Default for Config {
             resync: Duration::from_secs(600),
             external: ExternalEndpoints::default(),
             addresses: AddressPolicy::default(),
+            names: NamePolicy::default(),
         }
     }
 }

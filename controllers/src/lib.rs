@@ -5,7 +5,6 @@
 //! ([`install`]) and the in-memory Kubernetes API of `capi-lb simulate` and the tests ([`sim`]).
 //! `docs/architecture.md` draws them, floor by floor.
 
-pub mod addresses;
 pub mod cache;
 pub mod class;
 pub mod conditions;
@@ -16,6 +15,7 @@ pub mod install;
 pub mod kinds;
 pub mod loadbalancer;
 pub mod metadata;
+pub mod policy;
 pub mod publication;
 pub mod run;
 pub mod service;

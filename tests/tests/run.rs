@@ -18,6 +18,8 @@ fn options(providers: &[&str]) -> RunOptions {
         provider_timeout: Duration::from_secs(30),
         address_deny: Vec::new(),
         address_allow: Vec::new(),
+        dns_domains: Vec::new(),
+        dns_wildcards: false,
         external: Default::default(),
         metrics_address: None,
         leader_election: Default::default(),

@@ -31,6 +31,17 @@ pub fn dns_condition(state: &DnsState) -> DesiredCondition {
                 "{bad:?} is not a DNS name (lowercase labels of letters, digits and '-', at most 253 characters, optionally under \"*.\"); nothing was changed"
             ),
         ),
+        DnsState::NotAllowed(refused) => false_(
+            r::HOSTNAME_NOT_ALLOWED,
+            format!(
+                "not published, the platform's DNS name policy refuses: {}; the other names are published",
+                refused
+                    .iter()
+                    .map(|(n, rule)| format!("{n} ({rule})"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
         DnsState::HostnameConflict(conflicts) => false_(
             r::HOSTNAME_CONFLICT,
             format!(

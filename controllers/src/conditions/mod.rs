@@ -17,8 +17,8 @@ use capi_lb_api::conditions::{DesiredCondition, Reason};
 use capi_lb_api::constants::{condition as c, reason as r};
 use capi_lb_api::target::TargetState;
 
-use crate::addresses::Refusal;
 use crate::kinds::Unlisted;
+use crate::policy::Refusal;
 use crate::publication::Published;
 
 pub use cluster::{ClusterEndpoint, cluster_endpoint_condition};

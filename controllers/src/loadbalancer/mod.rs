@@ -40,12 +40,12 @@ use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, Selector};
 use kube::{Resource, ResourceExt};
 
-use crate::addresses::Refusal;
 use crate::class;
 use crate::conditions::{InfraState, paused_condition};
 use crate::context::{Context, Outcome};
 use crate::error::{Error, Result, kube_err};
 use crate::metadata::{self, Marks};
+use crate::policy::Refusal;
 
 use cluster::{cluster_of, paused};
 use deletion::cleanup;

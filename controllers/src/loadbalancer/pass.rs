@@ -13,7 +13,6 @@ use kube::{Resource, ResourceExt};
 
 use serde_json::{Map, Value, json};
 
-use crate::addresses::{self, Refusal};
 use crate::class;
 use crate::conditions::{
     InfraState, TargetsState, address_refused_condition, dns_condition, infrastructure_condition,
@@ -22,6 +21,7 @@ use crate::conditions::{
 };
 use crate::context::Outcome;
 use crate::error::{Result, kube_err};
+use crate::policy::{self, Refusal};
 use crate::publication;
 
 use super::{Access, Claim, Note, Provisioned, Reconciliation, describe};
@@ -229,7 +229,7 @@ impl Reconciliation<'_> {
         let is_cluster_ip = |ip| facts.is_cluster_ip(ip);
         let mut refused = self.ctx.config.addresses.refusals(
             &self.status.addresses,
-            addresses::Context {
+            policy::addresses::Context {
                 provider: Some(provider),
                 namespace_allow,
                 is_cluster_ip: &is_cluster_ip,
@@ -259,15 +259,21 @@ impl Reconciliation<'_> {
         let Some(owner) = crate::publication::dns::Owner::of(self.lb) else {
             return Ok(());
         };
-        let wanted = self
-            .lb
-            .spec
-            .dns
-            .as_ref()
-            .map(|_| crate::publication::dns::Wanted {
-                names: crate::publication::dns::hostnames(self.lb),
+        let wanted = self.lb.spec.dns.as_ref().map(|_| {
+            let asked = crate::publication::dns::hostnames(self.lb);
+            let refused =
+                self.ctx
+                    .facts
+                    .refused_names(&self.ctx.config.names, &asked, &self.namespace);
+            crate::publication::dns::Wanted {
+                names: asked
+                    .into_iter()
+                    .filter(|n| !refused.iter().any(|(r, _)| r == n))
+                    .collect(),
                 options: crate::publication::dns::RecordOptions::of(self.lb),
-            });
+                refused,
+            }
+        });
         let published = crate::publication::dns::publish(
             &self.ctx.client,
             &owner,

@@ -156,10 +156,14 @@ pub struct Owner {
 impl Owner {
     /// The `DNSEndpoint` of LoadBalancer `lb`, named like it; `None` without a UID (not stored).
     pub fn of(lb: &LoadBalancer) -> Option<Self> {
-        let mut labels = managed_labels(&lb.name_any());
-        if let Some(dns) = &lb.spec.dns {
-            labels.extend(dns.labels.clone());
-        }
+        // The user's labels (for ExternalDNS's `--label-filter`), never over capi-lb's own.
+        let mut labels = lb
+            .spec
+            .dns
+            .as_ref()
+            .map(|dns| dns.labels.clone())
+            .unwrap_or_default();
+        labels.extend(managed_labels(&lb.name_any()));
         Some(Self {
             namespace: lb.namespace().unwrap_or_default(),
             name: lb.name_any(),
@@ -173,10 +177,13 @@ impl Owner {
 /// What to publish: the names, their record options. `None` where publication is off.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Wanted {
-    /// The names (see [`unique`]).
+    /// The names (see [`unique`]) the name policy allows.
     pub names: Vec<String>,
     /// The record options.
     pub options: RecordOptions,
+    /// The names asked for that the name policy refuses, each with its rule: not published, and
+    /// reported.
+    pub refused: Vec<(String, String)>,
 }
 
 /// The `DNSEndpoint` of `owner` with `records`.
@@ -254,6 +261,9 @@ pub enum DnsState {
     Disabled,
     /// A name asked for is not a DNS name.
     InvalidHostname(String),
+    /// Names the name policy does not let the namespace publish: (name, rule). The others are
+    /// published.
+    NotAllowed(Vec<(String, String)>),
     /// Names another owner's `DNSEndpoint` publishes: (name, `namespace/name` of theirs).
     HostnameConflict(Vec<(String, String)>),
     /// The load balancer has no address: the `DNSEndpoint` has no records.
@@ -373,7 +383,11 @@ pub async fn publish(
     };
     out.exists = true;
     // ExternalDNS's status write triggers the next pass through the DNSEndpoint watch.
-    out.state = Some(state(&stored, conflicts, addresses.is_empty()));
+    out.state = Some(if wanted.refused.is_empty() {
+        state(&stored, conflicts, addresses.is_empty())
+    } else {
+        DnsState::NotAllowed(wanted.refused.clone())
+    });
     Ok(out)
 }
 

@@ -50,7 +50,7 @@ pub fn classify(addresses: &[LoadBalancerAddress]) -> Classified {
                     .skipped
                     .push(format!("{} (not an IP address)", a.address)),
                 Ok(ip) => {
-                    if let Some(reason) = crate::addresses::builtin(ip) {
+                    if let Some(reason) = crate::policy::builtin(ip) {
                         out.skipped.push(format!("{ip} ({reason})"));
                         continue;
                     }

@@ -217,6 +217,7 @@ pub async fn run_instrumented(
                 resync: options.resync,
                 external: options.external.clone(),
                 addresses: options.address_policy(),
+                names: options.name_policy(),
             },
             clock.clone(),
             EventSink::new(client.clone(), std::env::var("POD_NAME").ok(), clock),

@@ -9,9 +9,9 @@ use capi_lb_providers::catalog;
 use ipnet::IpNet;
 
 use super::RunError;
-use crate::addresses::AddressPolicy;
 use crate::context::ExternalEndpoints;
 use crate::kinds::TargetKinds;
+use crate::policy::{AddressPolicy, NamePolicy};
 use capi_lb_api::loadbalancer::TargetKind;
 
 /// Options of `capi-lb run`: each field is its flag (clap reads this struct).
@@ -53,6 +53,16 @@ pub struct RunOptions {
     /// for several ranges). A provider without an entry may publish any address not refused.
     #[arg(long, value_delimiter = ',', env = "CAPI_LB_ADDRESS_ALLOW", value_parser = provider_range)]
     pub address_allow: Vec<(String, IpNet)>,
+    /// The DNS domains every namespace may publish names in (comma-separated), `{namespace}`
+    /// standing for its name (e.g. `{namespace}.tenants.example.com`); a Namespace's
+    /// `loadbalancer.cluster.x-k8s.io/dns-domains` annotation replaces them. Unset, and without the
+    /// annotation, any name may be published.
+    #[arg(long, value_delimiter = ',', env = "CAPI_LB_DNS_DOMAINS")]
+    pub dns_domains: Vec<String>,
+    /// Let every namespace publish wildcard names (`*.x`) in its domains (a Namespace's
+    /// `loadbalancer.cluster.x-k8s.io/dns-wildcards` annotation decides for it).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "CAPI_LB_DNS_WILDCARDS")]
+    pub dns_wildcards: bool,
     /// The `-ext` publisher for Services of type LoadBalancer.
     #[command(flatten)]
     pub external: ExternalEndpoints,
@@ -234,6 +244,8 @@ impl RunOptions {
             provider_timeout: capi_lb_providers::registry::DEFAULT_DEADLINE,
             address_deny: Vec::new(),
             address_allow: Vec::new(),
+            dns_domains: Vec::new(),
+            dns_wildcards: false,
             external: ExternalEndpoints::default(),
             metrics_address: None,
             leader_election: LeaderElection::default(),
@@ -252,6 +264,14 @@ impl RunOptions {
         AddressPolicy {
             deny: self.address_deny.clone(),
             allow,
+        }
+    }
+
+    /// The DNS name policy of `--dns-domains` and `--dns-wildcards`.
+    pub fn name_policy(&self) -> NamePolicy {
+        NamePolicy {
+            domains: self.dns_domains.clone(),
+            wildcards: self.dns_wildcards,
         }
     }
 

@@ -266,6 +266,7 @@ pub fn dns_wanted(service: &Service) -> std::result::Result<Option<dns::Wanted>,
             ttl,
             ..Default::default()
         },
+        refused: Vec::new(),
     }))
 }
 

@@ -49,6 +49,16 @@ pub(super) async fn publish(ctx: &Context, service: &Service, reported: &Reporte
         return Ok(());
     };
     let namespace = service.namespace().unwrap_or_default();
+    // The same name policy as a LoadBalancer's `spec.dns`.
+    let wanted = wanted.map(|mut wanted| {
+        wanted.refused = ctx
+            .facts
+            .refused_names(&ctx.config.names, &wanted.names, &namespace);
+        wanted
+            .names
+            .retain(|n| !wanted.refused.iter().any(|(refused, _)| refused == n));
+        wanted
+    });
     let source = service.name_any();
     let owner = |name: String| dns::Owner {
         namespace: namespace.clone(),

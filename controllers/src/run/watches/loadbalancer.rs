@@ -30,10 +30,10 @@ use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use super::{api, dynamic_api, installed, watch};
-use crate::addresses::PolicyFacts;
 use crate::cache::{self, Caches, ObjectCache};
 use crate::kinds::CapiKinds;
 use crate::loadbalancer::triggers::{self, Triggers, Watched};
+use crate::policy::PolicyFacts;
 use crate::run::{RunError, RunOptions, backoff};
 use crate::telemetry::{Health, Metrics};
 

@@ -14,15 +14,11 @@
 //!
 //! A hostname cannot be checked this way and is not refused here.
 
-mod facts;
-
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
 use ipnet::IpNet;
-
-pub use facts::PolicyFacts;
 
 /// The admin's rules besides the built-in ones (flags of `capi-lb run`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! What the address policy ([`super`]) reads of the cluster, kept by `run`'s watches: every
+//! What the address and name policies ([`super`]) read of the cluster, kept by `run`'s watches: every
 //! ClusterIP (from the LoadBalancer controller's watch of all Services) and the Namespaces' allow-lists
 //! (their `allowed-addresses` annotation, from a watch of Namespaces' metadata). Without them (the
 //! in-memory world of `simulate` and the tests) neither rule applies.
@@ -14,7 +14,8 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
-use super::{ANNOTATION_ALLOWED_ADDRESSES, namespace_allow};
+use super::addresses::{ANNOTATION_ALLOWED_ADDRESSES, namespace_allow};
+use super::names::{ANNOTATION_DNS_DOMAINS, ANNOTATION_DNS_WILDCARDS, NamePolicy, NamespaceNames};
 
 /// The facts the address policy reads.
 #[derive(Default)]
@@ -43,6 +44,36 @@ impl PolicyFacts {
     /// Read Namespaces' annotations from `store` (a watch of their metadata).
     pub fn watch_namespaces(&self, store: Store<PartialObjectMeta<Namespace>>) {
         let _ = self.namespaces.set(store);
+    }
+
+    /// The annotation `key` of Namespace `namespace`, when Namespaces are watched and it has it.
+    pub fn namespace_annotation(&self, namespace: &str, key: &str) -> Option<String> {
+        let store = self.namespaces.get()?;
+        store
+            .get(&ObjectRef::new(namespace))?
+            .annotations()
+            .get(key)
+            .cloned()
+    }
+
+    /// The DNS names among `names` that the name policy `policy` does not let `namespace`
+    /// publish, each with its rule (its annotations read from the watched Namespaces).
+    pub fn refused_names(
+        &self,
+        policy: &NamePolicy,
+        names: &[String],
+        namespace: &str,
+    ) -> Vec<(String, String)> {
+        let domains = self.namespace_annotation(namespace, ANNOTATION_DNS_DOMAINS);
+        let wildcards = self.namespace_annotation(namespace, ANNOTATION_DNS_WILDCARDS);
+        policy.refusals(
+            names,
+            namespace,
+            NamespaceNames {
+                domains: domains.as_deref(),
+                wildcards: wildcards.as_deref(),
+            },
+        )
     }
 
     /// The allow-list of `namespace`: `None` when it has none (or Namespaces are not watched),
