@@ -28,6 +28,9 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch};
 use serde_json::{Value, json};
 
+use capi_lb_api::constants::{CAPI_GROUP, MACHINE_KIND};
+use ipnet::IpNet;
+
 use crate::error::{Result, kube_err};
 use crate::metadata::patch_params;
 
@@ -82,7 +85,7 @@ pub async fn binding(client: &kube::Client, lb: &LoadBalancer) -> Result<Option<
         return Ok(None);
     };
     let names_us = realised_by(&service) == lb.name_any();
-    if !is_ours(&service) || !names_us {
+    if !is_ours(&service) || !names_us || will_not_realise(lb, name).is_some() {
         return Ok(None);
     }
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &namespace);
@@ -159,7 +162,7 @@ pub fn effective(lb: &LoadBalancer, binding: &Binding) -> LoadBalancer {
     if !ports.is_empty() {
         lb.spec.ports = ports;
     }
-    lb.spec.source_ranges = binding
+    let asked: Vec<String> = binding
         .service
         .spec
         .as_ref()
@@ -169,7 +172,72 @@ pub fn effective(lb: &LoadBalancer, binding: &Binding) -> LoadBalancer {
         .map(|r| r.trim().to_string())
         .filter(|r| !r.is_empty())
         .collect();
+    lb.spec.source_ranges = within(&asked, &lb.spec.source_ranges);
     lb
+}
+
+/// The Service's source ranges `asked` within the LoadBalancer's `allowed` (an upper bound: a
+/// Service never widens what its LoadBalancer lets connect): each asked range inside an allowed one,
+/// and each allowed range inside an asked one. With no allowed ranges, what is asked; with nothing
+/// asked, or nothing of it allowed, the allowed ranges. (Ranges that do not parse are kept as asked
+/// for the provider to refuse with its message.)
+pub fn within(asked: &[String], allowed: &[String]) -> Vec<String> {
+    if allowed.is_empty() {
+        return asked.to_vec();
+    }
+    let parse = |r: &String| r.parse::<IpNet>().ok();
+    let allowed_nets: Vec<IpNet> = allowed.iter().filter_map(parse).collect();
+    let mut out: Vec<String> = Vec::new();
+    for range in asked {
+        let Some(net) = parse(range) else { continue };
+        for a in &allowed_nets {
+            let narrower = if a.contains(&net) {
+                Some(net)
+            } else if net.contains(a) {
+                Some(*a)
+            } else {
+                None
+            };
+            if let Some(narrower) = narrower.map(|n| n.to_string())
+                && !out.contains(&narrower)
+            {
+                out.push(narrower);
+            }
+        }
+    }
+    if out.is_empty() {
+        allowed.to_vec()
+    } else {
+        out
+    }
+}
+
+/// Why LoadBalancer `lb` will not realise Service `service`, if it will not: a LoadBalancer that
+/// selects Machines of its own (a control-plane one, `spec.controlPlane`, or one with a
+/// `spec.selector` over Machines) is never taken over by a Service, and one with targets of another
+/// kind only when it names the Service itself ([`ANNOTATION_SERVICE`], set by its author). A
+/// LoadBalancer without targets of its own (`spec.clusterName` alone only ties it to its Cluster,
+/// as the Kamaji flavors do) agrees to realise the Service that names it.
+pub fn will_not_realise(lb: &LoadBalancer, service: &str) -> Option<String> {
+    let selects = lb.spec.selector.as_ref().is_some_and(|s| {
+        s.match_labels.as_ref().is_some_and(|m| !m.is_empty())
+            || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
+    });
+    let own_targets = selects || lb.spec.control_plane.is_some();
+    if !own_targets {
+        return None;
+    }
+    let name = lb.name_any();
+    if lb.spec.target_kind.api_group == CAPI_GROUP && lb.spec.target_kind.kind == MACHINE_KIND {
+        return Some(format!(
+            "LoadBalancer {name} selects Machines of its own (spec.controlPlane or spec.selector): a Service never takes it over; create a LoadBalancer for the Service"
+        ));
+    }
+    (lb.annotations().get(ANNOTATION_SERVICE).map(String::as_str) != Some(service)).then(|| {
+        format!(
+            "LoadBalancer {name} has targets of its own: it realises Service {service} only when its author names the Service in its {ANNOTATION_SERVICE} annotation"
+        )
+    })
 }
 
 /// The members the Service's endpoints ask for: ready endpoints serve, terminating endpoints that
@@ -266,6 +334,7 @@ pub async fn write_back(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -305,6 +374,64 @@ mod tests {
             ]
         );
         assert!(is_ours(&b.service));
+    }
+
+    #[test]
+    fn the_load_balancers_source_ranges_bound_the_services() {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // No bound: the Service's.
+        assert_eq!(
+            within(&strings(&["10.0.0.0/8"]), &[]),
+            strings(&["10.0.0.0/8"])
+        );
+        // Narrower asked ranges stay; a wider one is cut to the allowed one; outside goes.
+        assert_eq!(
+            within(
+                &strings(&["10.1.0.0/16", "0.0.0.0/0", "192.0.2.0/24"]),
+                &strings(&["10.0.0.0/8"])
+            ),
+            strings(&["10.1.0.0/16", "10.0.0.0/8"])
+        );
+        // Nothing asked, or nothing of it allowed: the LoadBalancer's.
+        assert_eq!(
+            within(&[], &strings(&["10.0.0.0/8"])),
+            strings(&["10.0.0.0/8"])
+        );
+        assert_eq!(
+            within(&strings(&["192.0.2.0/24"]), &strings(&["10.0.0.0/8"])),
+            strings(&["10.0.0.0/8"])
+        );
+    }
+
+    #[test]
+    fn a_load_balancer_with_machines_of_its_own_is_never_taken_over() {
+        let lb = |spec: Value, annotations: Value| -> LoadBalancer {
+            let mut spec = spec;
+            spec["infrastructureRef"] = json!({"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                               "kind": "InMemoryLoadBalancer", "name": "cp"});
+            serde_json::from_value(json!({
+                "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
+                "metadata": {"name": "cp", "namespace": "a", "annotations": annotations},
+                "spec": spec}))
+            .unwrap()
+        };
+        // No targets of its own (a Cluster's alone): it agrees.
+        assert!(will_not_realise(&lb(json!({}), json!({})), "web").is_none());
+        assert!(will_not_realise(&lb(json!({"clusterName": "demo"}), json!({})), "web").is_none());
+        // A control-plane LoadBalancer, one selecting Machines: never, even named.
+        for spec in [
+            json!({"clusterName": "demo", "controlPlane": {}}),
+            json!({"selector": {"matchLabels": {"role": "cp"}}}),
+        ] {
+            let named = lb(spec.clone(), json!({ANNOTATION_SERVICE: "web"}));
+            let why = will_not_realise(&named, "web").unwrap();
+            assert!(why.contains("Machines of its own"), "{why}");
+        }
+        // Targets of another kind: only when its author names the Service.
+        let other = json!({"selector": {"matchLabels": {"app": "x"}},
+                           "targetKind": {"apiGroup": "example.com", "kind": "Appliance"}});
+        assert!(will_not_realise(&lb(other.clone(), json!({})), "web").is_some());
+        assert!(will_not_realise(&lb(other, json!({ANNOTATION_SERVICE: "web"})), "web").is_none());
     }
 
     #[test]

@@ -395,3 +395,60 @@ async fn a_provider_swap_moves_the_service_ingress_once_the_new_load_balancer_is
     assert_eq!(cloud[0].addresses[0].address, "198.51.100.1");
     assert_eq!(members(&world).len(), 1);
 }
+
+/// A Service of capi-lb's class cannot take over a LoadBalancer that has Machines of its own (a
+/// control-plane one): it is not bound, the Service says why with a Warning Event, and the
+/// LoadBalancer keeps its targets and ports. The LoadBalancer's own source ranges bound a Service's.
+#[tokio::test]
+async fn a_service_never_takes_over_a_control_plane_load_balancer_and_never_widens_its_sources() {
+    let mut cp_machine = machine("cp-1", "unrelated", "10.0.0.11").build();
+    cp_machine["metadata"]["labels"] =
+        json!({"cluster.x-k8s.io/cluster-name": "demo", "cluster.x-k8s.io/control-plane": ""});
+    let mut bounded = class_service("web", Some(CLASS), Some("web-lb"));
+    bounded["spec"]["loadBalancerSourceRanges"] = json!(["0.0.0.0/0", "10.1.0.0/16"]);
+    let world = world(vec![
+        cluster_naming("demo", false, "cp"),
+        // Named like the control-plane LoadBalancer: by default it would realise it.
+        class_service("cp", Some(CLASS), None),
+        endpoint_slice("cp", json!([ready("intruder", "10.244.9.9")])),
+        lb("cp").spec("controlPlane", json!({})).build(),
+        infra("cp").build(),
+        cp_machine,
+        bounded,
+        endpoint_slice("web", json!([ready("web-a", "10.244.0.5")])),
+        lb("web-lb")
+            .spec("sourceRanges", json!(["10.0.0.0/8"]))
+            .build(),
+        infra("web-lb").build(),
+    ])
+    .await;
+    settle_services_and_load_balancers(&world).await;
+    let cp = get_lb(&world, "cp").await;
+    assert!(
+        !cp.annotations()
+            .contains_key("loadbalancer.cluster.x-k8s.io/service"),
+        "the control-plane LoadBalancer was bound: {:?}",
+        cp.annotations()
+    );
+    let status = cp.status.unwrap();
+    assert_eq!(status.targets, vec!["cp-1"]);
+    assert_eq!(
+        status.target_kind.as_deref(),
+        Some("Machine.cluster.x-k8s.io")
+    );
+    assert!(event_reasons(&world).contains(&"ServiceNotRealised".to_string()));
+    // The Service that names a LoadBalancer without targets of its own is realised, within the
+    // LoadBalancer's ranges: 0.0.0.0/0 is cut to 10.0.0.0/8, 10.1.0.0/16 stays.
+    let web = get_lb(&world, "web-lb").await;
+    assert_eq!(
+        web.annotations()["loadbalancer.cluster.x-k8s.io/service"],
+        "web"
+    );
+    let cloud = world.cloud.load_balancers();
+    let ranges = cloud
+        .iter()
+        .find(|l| l.members.contains_key("web-a"))
+        .map(|l| l.source_ranges.clone())
+        .unwrap();
+    assert_eq!(ranges, vec!["10.0.0.0/8", "10.1.0.0/16"]);
+}

@@ -48,11 +48,13 @@ pub(super) async fn bind(ctx: &Context, service: &Service, reported: &Reported) 
             "Service {name} has load-balancer class {} but there is no LoadBalancer {lb_name} to realise it: create one (it gives the provider), or name an existing one with the {ANNOTATION_SERVICE_LOAD_BALANCER_REF} annotation",
             class::LOAD_BALANCER_CLASS
         )),
-        Some(_) => taken_by.map(|other| {
-            format!(
-                "LoadBalancer {lb_name} already realises Service {other}; each Service needs its own"
-            )
-        }),
+        Some(lb) => taken_by
+            .map(|other| {
+                format!(
+                    "LoadBalancer {lb_name} already realises Service {other}; each Service needs its own"
+                )
+            })
+            .or_else(|| class::will_not_realise(lb, &name)),
     };
     if let Some(message) = problem {
         warn_once(
