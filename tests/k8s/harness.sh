@@ -648,14 +648,26 @@ EOF
   mv "$file.tmp" "$file"
 }
 
-alive() { [ -s "$STATE/$1.pid" ] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null; }
+# A pid file holds "PID START", START being the process's start time (clock ticks after boot, field
+# 22 of /proc/PID/stat). A pid alone is not enough: a state folder kept across a reboot (or copied
+# with /tmp to another machine) names pids that other processes now have, and a CI run once took an
+# unrelated process for the target instance's etcd, never started it and timed out waiting.
+proc_start() { [ -r "/proc/$1/stat" ] && sed 's/.*) //' "/proc/$1/stat" | awk '{print $20}'; }
+pid_of() { # NAME: the component's pid if that process still runs, else nothing
+  local pid start
+  [ -s "$STATE/$1.pid" ] || return 1
+  read -r pid start <"$STATE/$1.pid" || true
+  [ -n "$pid" ] && [ -n "$start" ] && [ "$(proc_start "$pid" 2>/dev/null)" = "$start" ] && echo "$pid"
+}
+alive() { pid_of "$1" >/dev/null; }
 
 # launch NAME COMMAND...: run in the background (own session), log to $STATE/NAME.log.
 launch() {
-  local name="$1"; shift
+  local name="$1" pid; shift
   alive "$name" && return
   setsid "$@" >"$STATE/$name.log" 2>&1 </dev/null 9>&- &
-  echo $! >"$STATE/$name.pid"
+  pid=$!
+  echo "$pid $(proc_start "$pid")" >"$STATE/$name.pid"
 }
 
 # wait_until WHAT SECONDS COMMAND...
@@ -1204,9 +1216,8 @@ cmd_start() {
 
 stop_one() {
   local name="$1" pid
-  [ -s "$STATE/$name.pid" ] || return 0
-  pid="$(cat "$STATE/$name.pid")"
-  if kill -0 "$pid" 2>/dev/null; then
+  [ -e "$STATE/$name.pid" ] || return 0
+  if pid="$(pid_of "$name")"; then
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true

@@ -201,7 +201,9 @@ clouds:
 EOF
 }
 
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# alive PIDFILE PROGRAM: the pid file names a running PROGRAM. A pid alone is not enough: a state
+# folder kept across a reboot names pids that other processes now have (stop must not kill those).
+alive() { [ -s "$1" ] && tr '\0' ' ' 2>/dev/null <"/proc/$(cat "$1")/cmdline" | grep -q -- "$2"; }
 
 start_octavia() {
   mkdir -p "$STATE/octavia/lock" "$STATE/octavia/certs"
@@ -254,7 +256,7 @@ get_socket_path = $STATE/octavia/get.sock
 lock_path = $STATE/octavia/lock
 EOF
   "$OC/octavia-db-manage" --config-file "$STATE/octavia/octavia.conf" upgrade head >"$STATE/octavia-db.log" 2>&1
-  if ! alive "$STATE/octavia-worker.pid"; then
+  if ! alive "$STATE/octavia-worker.pid" octavia-worker; then
     log "starting octavia-worker"
     ("$OC/octavia-worker" --config-file "$STATE/octavia/octavia.conf" >>"$STATE/octavia-worker.log" 2>&1 &
      echo $! >"$STATE/octavia-worker.pid")
@@ -293,8 +295,9 @@ start() {
 }
 
 stop() {
-  for pidfile in "$STATE"/octavia-api.pid "$STATE"/octavia-worker.pid "$STATE"/keystone.pid "$STATE"/neutron-sim.pid; do
-    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
+  local component
+  for component in octavia-api:octavia-api octavia-worker:octavia-worker keystone:gunicorn neutron-sim:neutron_floatingips; do
+    if alive "$STATE/${component%%:*}.pid" "${component#*:}"; then kill "$(cat "$STATE/${component%%:*}.pid")" 2>/dev/null || true; fi
   done
   rabbitmqctl stop >/dev/null 2>&1 || true
   mysqladmin -uroot shutdown >/dev/null 2>&1 || true
