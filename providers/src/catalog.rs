@@ -26,6 +26,19 @@ pub fn names() -> Vec<&'static str> {
     CATALOG.iter().map(|e| e.name).collect()
 }
 
+/// The providers `capi-lb run` enables without `--providers`, and the shipped install: every
+/// entry with `shipped` (checked by a test).
+pub const DEFAULT_PROVIDERS: &str = "kubedc,octavia,service";
+
+/// The names of the providers the shipped install enables.
+pub fn shipped() -> Vec<&'static str> {
+    CATALOG
+        .iter()
+        .filter(|e| e.shipped)
+        .map(|e| e.name)
+        .collect()
+}
+
 /// The entry whose infrastructure kind is `kind` (in any group).
 pub fn for_kind(kind: &str) -> Option<&'static Entry> {
     CATALOG.iter().find(|e| (e.infrastructure)().kind == kind)
@@ -65,6 +78,12 @@ pub fn all(dependencies: &Dependencies) -> ProviderRegistry {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_default_providers_are_the_shipped_ones_and_not_the_in_memory_one() {
+        assert_eq!(DEFAULT_PROVIDERS, shipped().join(","));
+        assert!(!shipped().contains(&"inmemory"));
+    }
+
     use std::collections::BTreeSet;
     use std::path::Path;
 

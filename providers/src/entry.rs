@@ -87,6 +87,10 @@ pub struct Entry {
     pub name: &'static str,
     /// Name in prose, for the generated RBAC comments (e.g. `kube-dc provider`).
     pub title: &'static str,
+    /// Enabled by the shipped install (`config/`, the clusterctl components) and by `run` without
+    /// `--providers`. False for a provider whose addresses the tenants choose (the in-memory
+    /// provider: tests, demos and `simulate`), which must be asked for by name.
+    pub shipped: bool,
     /// The documentation page, relative to the repository root.
     pub docs: &'static str,
     /// The infrastructure kind (`spec.infrastructureRef`) the provider handles.

@@ -44,6 +44,7 @@ pub use cloud::{CloudLoadBalancer, CloudMember, InMemoryCloud};
 pub const ENTRY: Entry = Entry {
     name: "inmemory",
     title: "in-memory provider",
+    shipped: false,
     docs: "docs/providers/inmemory.md",
     infrastructure: || ApiResource::erase::<InMemoryLoadBalancer>(&()),
     crd: <InMemoryLoadBalancer as kube::CustomResourceExt>::crd,

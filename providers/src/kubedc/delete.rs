@@ -38,12 +38,24 @@ impl KubeDcProvider {
         let mut waiting = Vec::new();
 
         // The Service first: kube-dc releases an EIp only once no Service is bound to it.
-        delete_services(&client, &namespace, &params, &mut changes, &mut waiting).await?;
+        delete_services(
+            &client,
+            &namespace,
+            &params,
+            identity,
+            &mut changes,
+            &mut waiting,
+        )
+        .await?;
         // Then the EIps the provider created (never one named in spec.eipName: it has no label).
         if waiting.is_empty() {
             let eips: Api<EIp> = Api::namespaced(client, &namespace);
             let listed = match eips.list(&params).await {
-                Ok(list) => list.items,
+                Ok(list) => list
+                    .items
+                    .into_iter()
+                    .filter(|e| crate::lbservice::named_for(&e.metadata, identity))
+                    .collect(),
                 // kube-dc not installed: there is no EIp to delete.
                 Err(e) if is_not_found(&e) => Vec::new(),
                 Err(e) => return Err(api_error("list EIps", e)),

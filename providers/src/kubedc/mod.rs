@@ -67,6 +67,7 @@ use step::{POLL, Step};
 pub const ENTRY: Entry = Entry {
     name: "kubedc",
     title: "kube-dc provider",
+    shipped: true,
     docs: "docs/providers/kubedc.md",
     infrastructure: || ApiResource::erase::<KubeDCLoadBalancer>(&()),
     crd: <KubeDCLoadBalancer as kube::CustomResourceExt>::crd,

@@ -25,21 +25,26 @@ pub fn selector(identity: &LoadBalancerIdentity, infra_uid: Option<&str>) -> Lis
     ListParams::default().labels(&selector)
 }
 
-/// Delete the Services `params` selects in `namespace` (each one still there is added to
-/// `waiting`), and their EndpointSlices and Endpoints.
+/// Delete the Services `params` selects in `namespace` that are `identity`'s (their namespace and
+/// name annotations too: a Service someone else labelled with the UID is left alone; each one
+/// still there is added to `waiting`), and their EndpointSlices and Endpoints.
 pub async fn delete_services(
     client: &kube::Client,
     namespace: &str,
     params: &ListParams,
+    identity: &LoadBalancerIdentity,
     changes: &mut Vec<String>,
     waiting: &mut Vec<String>,
 ) -> Result<(), ProviderError> {
     let services: Api<Service> = Api::namespaced(client.clone(), namespace);
-    let listed = services
+    let listed: Vec<Service> = services
         .list(params)
         .await
         .map_err(|e| api_error("list Services", e))?
-        .items;
+        .items
+        .into_iter()
+        .filter(|s| super::named_for(&s.metadata, identity))
+        .collect();
     delete_waited(&services, listed, "Service", changes, waiting).await?;
     let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), namespace);
     delete_labelled(&slices, params, "EndpointSlices").await?;

@@ -17,7 +17,7 @@ use kube::{Resource, ResourceExt};
 
 use serde_json::{Map, json};
 
-use super::{Ingress, api_error, is_not_found, labels, member_service, owned};
+use super::{Ingress, api_error, is_not_found, labelled_for, labels, member_service};
 use crate::endpoints::{self, EndpointObjects, ServiceEndpoints, endpoints_match, slice_matches};
 use crate::error::ProviderError;
 use crate::provider::{
@@ -65,8 +65,16 @@ impl MemberEndpoints<'_> {
         Api::namespaced(self.client.clone(), &self.namespace())
     }
 
+    /// Ours: labelled for this LoadBalancer and owned by its Service (which is known to be ours).
     fn owns(&self, object: &impl Resource) -> bool {
-        owned(object.meta(), self.identity, self.infra_uid)
+        let service = self.service.meta().uid.as_deref();
+        labelled_for(object.meta(), self.identity, self.infra_uid)
+            && object
+                .meta()
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| Some(o.uid.as_str()) == service)
     }
 
     /// Publish `desired` (with the `listeners`' target ports) as the Service's endpoints: apply what

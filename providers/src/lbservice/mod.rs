@@ -78,13 +78,38 @@ pub fn annotations(identity: &LoadBalancerIdentity) -> BTreeMap<String, String> 
 }
 
 /// Whether an object was made for `identity` and, when it says so, for the infrastructure object
-/// `infra_uid`: the UID label decides, never the name.
+/// `infra_uid`: the UID label and the namespace and name annotations must all be the
+/// LoadBalancer's (as Octavia's tags must), so that an object someone labelled with another
+/// LoadBalancer's UID is not adopted, updated or deleted for it; a name alone never decides.
 pub fn owned(meta: &ObjectMeta, identity: &LoadBalancerIdentity, infra_uid: Option<&str>) -> bool {
+    labelled_for(meta, identity, infra_uid) && named_for(meta, identity)
+}
+
+/// Whether an object's labels are `identity`'s (and `infra_uid`'s, when they name one): with an
+/// owner reference to an object already known to be ours (the endpoints of our Service), as good
+/// as [`owned`].
+pub fn labelled_for(
+    meta: &ObjectMeta,
+    identity: &LoadBalancerIdentity,
+    infra_uid: Option<&str>,
+) -> bool {
     let labels = meta.labels.clone().unwrap_or_default();
     identity.owns(&labels)
         && labels
             .get(tags::INFRASTRUCTURE_UID)
             .is_none_or(|uid| Some(uid.as_str()) == infra_uid)
+}
+
+/// Whether an object's namespace and name annotations are `identity`'s.
+pub fn named_for(meta: &ObjectMeta, identity: &LoadBalancerIdentity) -> bool {
+    let annotated = |key: &str, value: &str| {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+            == Some(value)
+    };
+    annotated(tags::NAMESPACE, &identity.namespace) && annotated(tags::NAME, &identity.name)
 }
 
 /// The Service's ports: one per listener, to its target port.
@@ -511,6 +536,7 @@ mod tests {
     fn ownership_is_the_uid_label_and_the_infrastructure_when_it_is_given() {
         let meta = |labels: BTreeMap<String, String>| ObjectMeta {
             labels: Some(labels),
+            annotations: Some(annotations(&identity())),
             ..Default::default()
         };
         let ours = meta(labels(&identity(), Some("infra-uid")));
@@ -554,6 +580,33 @@ mod tests {
                 ips: vec!["198.51.100.2".into()],
                 hostnames: vec!["lb.example.com".into()],
             }
+        );
+    }
+
+    /// The UID label alone does not make an object ours: the namespace and name annotations must
+    /// be the LoadBalancer's too.
+    #[test]
+    fn ownership_needs_the_uid_the_namespace_and_the_name() {
+        let meta = desired().metadata;
+        assert!(owned(&meta, &identity(), Some("infra-uid")));
+        assert!(!owned(&meta, &identity(), Some("other-infra")));
+        for (key, value) in [(tags::NAMESPACE, "other-ns"), (tags::NAME, "other")] {
+            let mut other = meta.clone();
+            other
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(key.to_string(), value.to_string());
+            assert!(
+                !owned(&other, &identity(), Some("infra-uid")),
+                "{key}={value}"
+            );
+        }
+        let mut bare = meta.clone();
+        bare.annotations = None;
+        assert!(
+            !owned(&bare, &identity(), Some("infra-uid")),
+            "the UID label alone"
         );
     }
 }

@@ -86,6 +86,7 @@ use stop::done_or_wait;
 pub const ENTRY: Entry = Entry {
     name: "octavia",
     title: "Octavia provider",
+    shipped: true,
     docs: "docs/providers/octavia.md",
     infrastructure: || ApiResource::erase::<OctaviaLoadBalancer>(&()),
     crd: <OctaviaLoadBalancer as kube::CustomResourceExt>::crd,

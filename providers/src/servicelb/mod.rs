@@ -56,6 +56,7 @@ use service::{Infra, desired_service, source_ranges};
 pub const ENTRY: Entry = Entry {
     name: "service",
     title: "Service provider (MetalLB, kube-vip, cloud controllers)",
+    shipped: true,
     docs: "docs/providers/service.md",
     infrastructure: || ApiResource::erase::<ServiceLoadBalancer>(&()),
     crd: <ServiceLoadBalancer as kube::CustomResourceExt>::crd,
@@ -234,6 +235,7 @@ impl Provider for ServiceProvider {
             &self.client,
             &identity.namespace,
             &params,
+            identity,
             &mut changes,
             &mut waiting,
         )
