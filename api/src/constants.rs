@@ -258,6 +258,9 @@ pub mod reason {
     pub const PUBLICATION_DISABLED: Reason = Reason::normal("PublicationDisabled");
     /// An object with the `-ext` name exists and is not ours: it was left untouched.
     pub const NAME_CONFLICT: Reason = Reason::problem("NameConflict");
+    /// A provider's credentials Secret lacks the label the admin requires of credentials
+    /// (`--credentials-secret-label`): it is not read.
+    pub const CREDENTIALS_NOT_ALLOWED: Reason = Reason::problem("CredentialsNotAllowed");
     /// The platform's address policy refuses an address the provider reported (a loopback,
     /// link-local or ClusterIP address, one in `--address-deny`, or outside an allow-list): it is
     /// published nowhere.

@@ -2,7 +2,8 @@
 //!
 //! A Service of `type: LoadBalancer` with that `spec.loadBalancerClass` is realised through a
 //! LoadBalancer: the one the Service names in the annotation
-//! `loadbalancer.cluster.x-k8s.io/load-balancer-ref` (which gives the provider). capi-lb binds them
+//! `loadbalancer.cluster.x-k8s.io/load-balancer-ref` (which gives the provider; a Service that
+//! names none is reported, never matched to a LoadBalancer by name). capi-lb binds them
 //! by annotating the LoadBalancer `loadbalancer.cluster.x-k8s.io/service: <svc>`; the LoadBalancer
 //! then takes its ports from the Service and its members from the Service's ready endpoints (its own
 //! `ports`, `targetKind` and `selector` are not used), and the provider's address is written to the
@@ -50,14 +51,16 @@ pub fn is_ours(service: &Service) -> bool {
     })
 }
 
-/// The LoadBalancer that realises `service`: the one its `load-balancer-ref` annotation names, or
-/// by default the one with the Service's own name.
-pub fn realised_by(service: &Service) -> String {
+/// The LoadBalancer that realises `service`: the one its `load-balancer-ref` annotation names.
+/// There is no default: a LoadBalancer merely named like a Service does not realise it, so that
+/// whoever may create LoadBalancers in a namespace cannot claim a Service its author left without a
+/// LoadBalancer (and write that Service's ingress with an address of their choosing).
+pub fn realised_by(service: &Service) -> Option<String> {
     service
         .annotations()
         .get(ANNOTATION_SERVICE_LOAD_BALANCER_REF)
+        .filter(|name| !name.is_empty())
         .cloned()
-        .unwrap_or_else(|| service.name_any())
 }
 
 /// A Service a LoadBalancer realises, with its EndpointSlices.
@@ -84,7 +87,7 @@ pub async fn binding(client: &kube::Client, lb: &LoadBalancer) -> Result<Option<
     else {
         return Ok(None);
     };
-    let names_us = realised_by(&service) == lb.name_any();
+    let names_us = realised_by(&service).is_some_and(|n| n == lb.name_any());
     if !is_ours(&service) || !names_us || will_not_realise(lb, name).is_some() {
         return Ok(None);
     }

@@ -28,6 +28,8 @@ pub struct Config {
     pub addresses: AddressPolicy,
     /// The admin's rules for the DNS names namespaces publish.
     pub names: NamePolicy,
+    /// Which Secrets providers may use as credentials (given to the providers when they are built).
+    pub credentials: capi_lb_providers::entry::CredentialsPolicy,
 }
 
 impl Default for Config {
@@ -38,6 +40,7 @@ impl Default for Config {
             external: ExternalEndpoints::default(),
             addresses: AddressPolicy::default(),
             names: NamePolicy::default(),
+            credentials: Default::default(),
         }
     }
 }

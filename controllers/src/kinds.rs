@@ -119,7 +119,7 @@ impl std::fmt::Display for TargetKinds {
 /// every resource of the generated role with every provider enabled, but Machines.
 fn reserved_resources() -> BTreeSet<(String, String)> {
     let machines = (CAPI_GROUP.to_string(), "machines".to_string());
-    crate::install::rbac::permissions(&crate::install::rbac::Enabled::default())
+    crate::install::rbac::permissions(&crate::install::rbac::Enabled::all())
         .into_iter()
         .map(|(group, resource, _)| {
             let resource = resource

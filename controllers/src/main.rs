@@ -47,11 +47,16 @@ enum Command {
         #[arg(long, default_value = "config")]
         output_dir: PathBuf,
     },
-    /// Print the CRDs as YAML (or write them under a directory with --output-dir).
+    /// Print the CRDs of the shipped install as YAML (or write them under a directory with
+    /// --output-dir).
     Crds {
         /// Write `bases/<group>_<plural>.yaml` and `kustomization.yaml` here (e.g. config/crd).
         #[arg(long)]
         output_dir: Option<PathBuf>,
+        /// Print the in-memory provider's CRD as well (tests and demos: `run --providers
+        /// inmemory`); no shipped install has it.
+        #[arg(long, conflicts_with = "output_dir")]
+        all: bool,
     },
     /// Load manifests into an in-memory API, run the real reconcilers with the in-memory provider
     /// until nothing changes, and print a timeline and the resulting objects as YAML.
@@ -102,12 +107,25 @@ async fn main() -> ExitCode {
         ),
         Command::Crds {
             output_dir: Some(dir),
+            ..
         } => finish("crds", capi_lb::install::crds::write(&dir), wrote),
-        Command::Crds { output_dir: None } => {
-            finish("crds", capi_lb::install::crds::all_yaml(), |yaml| {
-                print!("{yaml}");
-                ExitCode::SUCCESS
-            })
+        Command::Crds {
+            output_dir: None,
+            all,
+        } => {
+            let crds = if all {
+                capi_lb::install::crds::all()
+            } else {
+                capi_lb::install::crds::shipped()
+            };
+            finish(
+                "crds",
+                capi_lb::install::crds::to_yaml_stream(&crds),
+                |yaml| {
+                    print!("{yaml}");
+                    ExitCode::SUCCESS
+                },
+            )
         }
         Command::Simulate {
             files,
@@ -214,8 +232,9 @@ mod tests {
     #[test]
     fn run_without_flags_has_the_documented_defaults() {
         let options = run(&[]).unwrap();
-        let mut expected = RunOptions::new(vec!["inmemory".into()]);
-        expected.metrics_address = Some("0.0.0.0:8080".parse().unwrap());
+        let mut expected =
+            RunOptions::new(vec!["kubedc".into(), "octavia".into(), "service".into()]);
+        expected.metrics_address = Some("127.0.0.1:8080".parse().unwrap());
         assert_eq!(format!("{options:?}"), format!("{expected:?}"));
     }
 
@@ -227,6 +246,8 @@ mod tests {
             "--resync-seconds=30",
             "--provider-timeout-seconds=7",
             "--metrics-bind-address=off",
+            "--health-probe-bind-address=0.0.0.0:8081",
+            "--credentials-secret-label=loadbalancer.cluster.x-k8s.io/credentials=true",
             "--external-endpoints=false",
             "--external-endpoints-policy=annotated",
             "--external-endpoints-suffix=-lb",
@@ -246,6 +267,10 @@ mod tests {
         assert_eq!(options.resync, Duration::from_secs(30));
         assert_eq!(options.provider_timeout, Duration::from_secs(7));
         assert_eq!(options.metrics_address, None);
+        assert_eq!(
+            options.health_address,
+            Some("0.0.0.0:8081".parse().unwrap())
+        );
         let external = &options.external;
         assert!(!external.enabled && external.adopt_kube_dc && external.legacy_endpoints);
         assert_eq!(external.policy, capi_lb::context::Policy::Annotated);

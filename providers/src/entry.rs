@@ -13,11 +13,39 @@ use crate::clock::SharedClock;
 use crate::observe::ApiObserver;
 use crate::provider::{Provider, Reason};
 
+/// Which Secrets a provider may use as credentials (a cloud's clouds.yaml, a remote cluster's
+/// kubeconfig). By default any Secret of the provider object's namespace (the trust model of Cluster
+/// API's providers: whoever may write the provider object may use the namespace's Secrets); with a
+/// required label (`--credentials-secret-label`), only Secrets their owner labelled for capi-lb.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CredentialsPolicy {
+    /// The label (key, value) a credentials Secret must carry.
+    pub required_label: Option<(String, String)>,
+}
+
+impl CredentialsPolicy {
+    /// Why `secret` (in `namespace`, named `name`) may not be used as credentials, if it may not.
+    pub fn refuses(&self, secret: &k8s_openapi::api::core::v1::Secret) -> Option<String> {
+        let (key, value) = self.required_label.as_ref()?;
+        let labels = secret.metadata.labels.as_ref();
+        if labels.and_then(|l| l.get(key)) == Some(value) {
+            return None;
+        }
+        Some(format!(
+            "Secret {}/{} is not labelled {key}={value}, which capi-lb requires of a Secret used as credentials: it was not read",
+            secret.metadata.namespace.as_deref().unwrap_or_default(),
+            secret.metadata.name.as_deref().unwrap_or_default()
+        ))
+    }
+}
+
 /// What a provider is built from.
 #[derive(Clone)]
 pub struct Dependencies {
     /// Client of the management cluster (credentials Secrets, objects a provider creates there).
     pub client: kube::Client,
+    /// Which Secrets may be used as credentials.
+    pub credentials: CredentialsPolicy,
     /// The clock (a manual one in tests and `simulate`).
     pub clock: SharedClock,
     /// Receives every request a provider makes to its cloud's API (metrics, tests).
@@ -37,6 +65,7 @@ impl Dependencies {
     pub fn new(client: kube::Client, clock: SharedClock) -> Self {
         Self {
             client,
+            credentials: CredentialsPolicy::default(),
             clock,
             observer: None,
         }
@@ -133,5 +162,46 @@ impl Entry {
     pub fn handles(&self, group: &str, kind: &str) -> bool {
         let infra = (self.infrastructure)();
         infra.group == group && infra.kind == kind
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Secret;
+
+    fn secret(labels: &[(&str, &str)]) -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "openstack", "namespace": "team-a",
+                         "labels": labels.iter().map(|(k, v)| (k.to_string(), v.to_string()))
+                             .collect::<std::collections::BTreeMap<_, _>>()}
+        }))
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_required_label_admits_only_the_secrets_that_carry_it() {
+        let open = CredentialsPolicy::default();
+        assert_eq!(open.refuses(&secret(&[])), None);
+        let strict = CredentialsPolicy {
+            required_label: Some(("capi-lb/credentials".into(), "true".into())),
+        };
+        assert_eq!(
+            strict.refuses(&secret(&[("capi-lb/credentials", "true")])),
+            None
+        );
+        for labels in [
+            &[][..],
+            &[("capi-lb/credentials", "false")],
+            &[("other", "true")],
+        ] {
+            let why = strict.refuses(&secret(labels));
+            assert!(
+                why.as_deref()
+                    .is_some_and(|m| m.contains("Secret team-a/openstack")
+                        && m.contains("capi-lb/credentials=true")),
+                "{labels:?}: {why:?}"
+            );
+        }
     }
 }

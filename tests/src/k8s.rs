@@ -309,6 +309,33 @@ pub fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `clusterctl generate yaml --from FILE` with `variables` in its environment (and no other
+/// clusterctl configuration): the text clusterctl makes of provider components or a template, its
+/// variables substituted by clusterctl itself. Errors are clusterctl's message.
+pub fn clusterctl_generate_yaml(file: &Path, variables: &[(&str, &str)]) -> Result<String, String> {
+    let clusterctl = capi()
+        .clusterctl
+        .as_deref()
+        .expect("no clusterctl: set CAPI_LB_E2E_CLUSTERCTL (tests/k8s/harness.sh start does)");
+    // An empty home: no clusterctl.yaml of the machine's user takes part.
+    let home = std::env::temp_dir().join(format!("capi-lb-clusterctl-home-{}", std::process::id()));
+    std::fs::create_dir_all(&home).map_err(|e| e.to_string())?;
+    let out = Command::new(clusterctl)
+        .args(["generate", "yaml", "--from"])
+        .arg(file)
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(variables.iter().copied())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 /// Run `kubectl` with the admin kubeconfig and return its whole output.
 fn kubectl_output(args: &[&str], stdin: Option<&str>) -> std::process::Output {
     let c = cluster();
@@ -540,40 +567,47 @@ pub async fn install_test_infrastructure(client: &Client) {
 }
 
 /// The generated RBAC (ServiceAccount, ClusterRoles, Role, bindings), applied for real so that the
-/// ServiceAccount the controller runs as has exactly what the code under test generates.
+/// ServiceAccount the controller runs as has exactly what the code under test generates: the
+/// shipped `rbac/rbac.yaml` (whose manager role aggregates the shipped parts), plus the in-memory
+/// provider's part, which no shipped manifest has, bound by a binding of the tests' own (so that
+/// an install of `config/default` by another test leaves it alone).
 pub(crate) async fn apply_generated_rbac(client: &Client) {
-    let files = capi_lb::install::manifests::files().unwrap();
+    use capi_lb::install::{manifests, rbac};
+    let files = manifests::files().unwrap();
     let (_, text) = files
         .iter()
         .find(|(p, _)| p.ends_with("rbac/rbac.yaml"))
         .expect("capi-lb manifests generate rbac/rbac.yaml");
     ensure_namespace(client, "capi-lb-system").await;
-    let docs = serde_saphyr::from_multiple::<Value>(text).unwrap();
+    let mut docs = serde_saphyr::from_multiple::<Value>(text).unwrap();
+    for (part, rules) in rbac::parts(&rbac::Enabled::all()) {
+        if capi_lb_providers::catalog::find(&part).is_some_and(|e| !e.shipped) {
+            let mut role = manifests::part_role(&part, rules);
+            let name = format!("capi-lb-e2e-{part}");
+            role["metadata"]["name"] = json!(name);
+            docs.push(role);
+            docs.push(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": name},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": manifests::SERVICE_ACCOUNT,
+                              "namespace": manifests::NAMESPACE}],
+            }));
+        }
+    }
     for doc in &docs {
         apply_value(client, TEST_MANAGER, None, doc, false)
             .await
             .unwrap_or_else(|e| panic!("generated RBAC refused: {e}"));
     }
-    // The apiserver's authorizer learns of a changed role a moment later: wait until every rule of
-    // the ClusterRole is in force for capi-lb's ServiceAccount, so that a controller started now
-    // is not refused what the role grants.
+    // The apiserver's authorizer learns of a changed role a moment later (and an aggregated role
+    // gets its rules from kube-controller-manager): wait until every rule of every part role is
+    // in force for capi-lb's ServiceAccount, so that a controller started now is not refused what
+    // the role grants.
     let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
-    let bound: Vec<&Value> = docs
-        .iter()
-        .filter(|d| d["kind"] == "ClusterRoleBinding")
-        .filter(|d| {
-            d["subjects"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|s| s["kind"] == "ServiceAccount" && s["name"] == "capi-lb-manager")
-        })
-        .map(|d| &d["roleRef"]["name"])
-        .collect();
-    for role in docs
-        .iter()
-        .filter(|d| d["kind"] == "ClusterRole" && bound.contains(&&d["metadata"]["name"]))
-    {
+    for role in docs.iter().filter(|d| {
+        d["kind"] == "ClusterRole" && d["metadata"]["labels"][rbac::PART_LABEL].is_string()
+    }) {
         for rule in role["rules"].as_array().into_iter().flatten() {
             let (Some(groups), Some(resources), Some(verbs)) = (
                 rule["apiGroups"].as_array(),

@@ -1,6 +1,6 @@
 //! capi-lb's Service load-balancer class: a Service of `type: LoadBalancer` with class
 //! `loadbalancer.cluster.x-k8s.io/capi-lb` is realised through a LoadBalancer (named by the Service's
-//! `load-balancer-ref` annotation, or by default the one with the Service's name) whose ports are the
+//! `load-balancer-ref` annotation; a LoadBalancer named like a Service does not realise it) whose ports are the
 //! Service's and whose members are the Service's ready endpoints; the address goes into the Service's
 //! ingress. Services of other classes are never touched.
 // Integration tests: helpers panic on broken fixtures, which is the failure we want.
@@ -133,7 +133,7 @@ async fn a_service_of_the_class_is_realised_through_its_load_balancer() {
 #[tokio::test]
 async fn members_follow_the_endpoints_and_terminating_ones_drain() {
     let world = world(vec![
-        class_service("tcp", Some(CLASS), None),
+        class_service("tcp", Some(CLASS), Some("tcp")),
         endpoint_slice(
             "tcp",
             json!([ready("pod-a", "10.244.0.5"), ready("pod-b", "10.244.0.6")]),
@@ -187,6 +187,46 @@ async fn members_follow_the_endpoints_and_terminating_ones_drain() {
     assert_eq!(names, vec!["pod-a", "pod-c"]);
 }
 
+/// Consent of the Service: a LoadBalancer named like a Service that names no LoadBalancer (whoever
+/// may create LoadBalancers in the namespace can make one) does not realise it: no binding, no
+/// ingress written, and the Service is told to name its LoadBalancer.
+#[tokio::test]
+async fn a_load_balancer_named_like_a_service_does_not_claim_it() {
+    let world = world(vec![
+        class_service("web", Some(CLASS), None),
+        endpoint_slice("web", json!([ready("pod-a", "10.244.0.5")])),
+        lb("web").build(),
+        infra("web").build(),
+    ])
+    .await;
+    settle_services_and_load_balancers(&world).await;
+    settle_services_and_load_balancers(&world).await;
+    let lb = get_lb(&world, "web").await;
+    assert!(
+        !lb.annotations()
+            .contains_key("loadbalancer.cluster.x-k8s.io/service"),
+        "bound by name alone"
+    );
+    let web = service(&world, "web").await.unwrap();
+    assert!(ingress_ips(&web).is_empty(), "{:?}", web.status);
+    assert!(
+        members(&world).is_empty(),
+        "the Service's pods became members"
+    );
+    let reported: Vec<_> = world
+        .ctx
+        .events
+        .timeline()
+        .into_iter()
+        .filter(|e| e.reason == "ServiceNotRealised")
+        .collect();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert!(
+        reported[0].message.contains("names no LoadBalancer"),
+        "{reported:?}"
+    );
+}
+
 #[tokio::test]
 async fn other_classes_are_never_touched_and_a_missing_load_balancer_is_reported_once() {
     let world = world(vec![
@@ -226,7 +266,7 @@ async fn other_classes_are_never_touched_and_a_missing_load_balancer_is_reported
 #[tokio::test]
 async fn a_hostname_only_provider_gives_a_hostname_ingress() {
     let world = world(vec![
-        class_service("tcp", Some(CLASS), None),
+        class_service("tcp", Some(CLASS), Some("tcp")),
         endpoint_slice("tcp", json!([ready("pod-a", "10.244.0.5")])),
         lb("tcp").build(),
         infra("tcp")
@@ -408,8 +448,8 @@ async fn a_service_never_takes_over_a_control_plane_load_balancer_and_never_wide
     bounded["spec"]["loadBalancerSourceRanges"] = json!(["0.0.0.0/0", "10.1.0.0/16"]);
     let world = world(vec![
         cluster_naming("demo", false, "cp"),
-        // Named like the control-plane LoadBalancer: by default it would realise it.
-        class_service("cp", Some(CLASS), None),
+        // Naming the control-plane LoadBalancer.
+        class_service("cp", Some(CLASS), Some("cp")),
         endpoint_slice("cp", json!([ready("intruder", "10.244.9.9")])),
         lb("cp").spec("controlPlane", json!({})).build(),
         infra("cp").build(),

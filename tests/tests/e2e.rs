@@ -578,7 +578,8 @@ async fn control_plane_endpoint_and_service_class_on_a_real_apiserver() {
     .await;
     t.create(load_balancer("tcp", "tcp", json!({}))).await;
     t.create(
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "tcp"},
+        json!({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": "tcp", "annotations": {"loadbalancer.cluster.x-k8s.io/load-balancer-ref": "tcp"}},
                     "spec": {"type": "LoadBalancer",
                              "loadBalancerClass": "loadbalancer.cluster.x-k8s.io/capi-lb",
                              "ports": [{"name": "kube-apiserver", "port": 6443}]}}),

@@ -26,11 +26,12 @@ use capi_lb_api::{
     ServiceLoadBalancer,
 };
 use capi_lb_tests::k8s::{
-    TestNs, admin_client, apply_value, dynamic_api, install_capi_crds, install_crds,
-    install_kube_dc_crds, install_third_party_crds, kubectl, wait_for,
+    TestNs, admin_client, apply_value, clusterctl_generate_yaml, dynamic_api, install_capi_crds,
+    install_crds, install_kube_dc_crds, install_third_party_crds, kubectl, wait_for,
 };
 use capi_lb_tests::substitute;
 use capi_lb_tests::templates::{render, template_files};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
@@ -102,16 +103,16 @@ async fn wait_established(client: &Client, name: &str) {
 
 /// clusterctl's value of the provider components' variable that gives the same Deployment as
 /// `config/manager` (so that the two installs agree and re-applying either never conflicts).
-const CLUSTERCTL_PROVIDERS: &str = "inmemory,kubedc,octavia,service";
+const CLUSTERCTL_PROVIDERS: &str = "kubedc,octavia,service";
 
 #[tokio::test]
 async fn crds_and_config_default_install_with_kubectl_and_every_generated_manifest_applies() {
     let client = admin_client().await;
 
     // `capi-lb crds | kubectl apply --server-side -f -` (what the binary prints).
-    let crds_yaml = capi_lb::install::crds::all_yaml().unwrap();
+    let crds_yaml = capi_lb::install::crds::shipped_yaml().unwrap();
     let out = kubectl(&["apply", "--server-side", "-f", "-"], Some(&crds_yaml));
-    for crd in capi_lb_api::crds() {
+    for crd in capi_lb::install::crds::shipped() {
         let name = crd.name_any();
         assert!(
             out.contains(&format!(
@@ -241,6 +242,106 @@ async fn crds_and_config_default_install_with_kubectl_and_every_generated_manife
         applied_files.iter().any(|f| f.starts_with("crd/bases/")),
         "{applied_files:?}"
     );
+}
+
+/// The clusterctl components as the real clusterctl makes them (`clusterctl generate yaml`, its
+/// own variable substitution): the Deployment runs the providers `CAPI_LB_PROVIDERS` names (by
+/// default the shipped ones, never the in-memory provider), the manager role aggregates exactly
+/// those providers' parts, the apiserver accepts every document, and kube-controller-manager's
+/// aggregation gives a kube-dc-only install kube-dc's permissions and none of Octavia's.
+#[tokio::test]
+async fn clusterctl_components_follow_the_providers_variable() {
+    use capi_lb::install::rbac::PART_LABEL;
+    let client = admin_client().await;
+    let file = repo().join("config/clusterctl/infrastructure-components.yaml");
+    for (variables, providers) in [
+        (vec![], "kubedc,octavia,service"),
+        (vec![("CAPI_LB_PROVIDERS", "kubedc")], "kubedc"),
+    ] {
+        let text = clusterctl_generate_yaml(&file, &variables)
+            .unwrap_or_else(|e| panic!("clusterctl generate yaml {variables:?}: {e}"));
+        assert!(
+            !text.contains("inmemory"),
+            "{variables:?}: the in-memory provider is shipped"
+        );
+        let docs = yaml_docs(&text, "clusterctl generate yaml");
+        let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+        assert!(
+            args.as_array()
+                .unwrap()
+                .contains(&json!(format!("--providers={providers}"))),
+            "{variables:?}: {args}"
+        );
+        let manager = docs
+            .iter()
+            .find(|d| d["metadata"]["name"] == "capi-lb-manager-role")
+            .unwrap();
+        let selected =
+            &manager["aggregationRule"]["clusterRoleSelectors"][0]["matchExpressions"][0];
+        assert_eq!(selected["key"], PART_LABEL);
+        let expected: Vec<&str> = std::iter::once("controller")
+            .chain(providers.split(','))
+            .collect();
+        assert_eq!(selected["values"], json!(expected), "{variables:?}");
+        // The apiserver takes clusterctl's output as it is. (Forced: the kube-dc-only selector
+        // differs from the installed one; a dry run changes nothing.)
+        kubectl(
+            &[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--dry-run=server",
+                "-f",
+                "-",
+            ],
+            Some(&text),
+        );
+        if variables.is_empty() {
+            // The shipped install: the same objects as config/default (applied for real).
+            kubectl(&["apply", "--server-side", "-f", "-"], Some(&text));
+        } else {
+            // The kube-dc-only manager role, under a name of this test's own (the shipped one
+            // stays as the other tests need it), aggregated by kube-controller-manager.
+            let mut role = manager.clone();
+            role["metadata"]["name"] = json!("capi-lb-e2e-aggregation-kubedc");
+            apply(&client, None, &role, false).await.unwrap();
+            let roles: Api<ClusterRole> = Api::all(client.clone());
+            wait_for(
+                &roles,
+                "capi-lb-e2e-aggregation-kubedc",
+                "kube-dc's rules aggregated",
+                |r| {
+                    r.and_then(|r| r.rules.as_ref()).is_some_and(|rules| {
+                        rules.iter().any(|rule| {
+                            rule.api_groups.iter().flatten().any(|g| g == "kube-dc.com")
+                        })
+                    })
+                },
+            )
+            .await;
+            let rules = roles
+                .get("capi-lb-e2e-aggregation-kubedc")
+                .await
+                .unwrap()
+                .rules
+                .unwrap();
+            let granted = serde_json::to_string(&rules).unwrap();
+            assert!(granted.contains("kubedcloadbalancers"), "{granted}");
+            assert!(
+                !granted.contains("octavialoadbalancers"),
+                "Octavia's part aggregated: {granted}"
+            );
+            assert!(
+                !granted.contains("serviceloadbalancers"),
+                "the Service provider's part aggregated: {granted}"
+            );
+            assert!(
+                granted.contains("loadbalancers/status"),
+                "the controller part is missing: {granted}"
+            );
+        }
+    }
 }
 
 // --- 2. examples and templates -------------------------------------------------------------------

@@ -64,8 +64,10 @@ fn control_plane_machine(name: &str) -> Value {
     machine(name, json!({"cluster.x-k8s.io/control-plane": ""}))
 }
 
+/// A Service of capi-lb's class realised by the LoadBalancer of its own name.
 fn class_service(name: &str, port: i32) -> Value {
-    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+    json!({"apiVersion": "v1", "kind": "Service",
+           "metadata": {"name": name, "annotations": {LB_REF: name}},
            "spec": {"type": "LoadBalancer", "loadBalancerClass": CLASS,
                     "ports": [{"name": "kube-apiserver", "port": port, "targetPort": 6443}]}})
 }

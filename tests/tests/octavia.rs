@@ -821,6 +821,52 @@ async fn bad_credentials_and_a_missing_catalog_entry_are_clear_conditions() {
     delete_and_settle(&world, &h, &uid_tag(&lb)).await;
 }
 
+/// The admin's opt-in label for credentials (`--credentials-secret-label`): a clouds.yaml Secret
+/// without it is never read (no Keystone or Octavia request at all) and the LoadBalancer says why;
+/// once its owner labels it, the load balancer is created on the real Octavia.
+#[tokio::test]
+async fn a_credentials_secret_without_the_required_label_is_not_used() {
+    let h = harness();
+    let label = ("loadbalancer.cluster.x-k8s.io/credentials", "true");
+    let world = World::new(basic(&h)).await.unwrap().reconfigured(|c| {
+        c.credentials.required_label = Some((label.0.into(), label.1.into()));
+    });
+    world.openstack.clear();
+    world.reconcile(NS, "cp").await.unwrap();
+    let lb = get_lb(&world, "cp").await;
+    let c = condition(&lb, "InfrastructureReady");
+    assert_eq!(c.reason, "CredentialsNotAllowed", "{c:?}");
+    assert!(
+        c.message
+            .contains("loadbalancer.cluster.x-k8s.io/credentials=true"),
+        "{c:?}"
+    );
+    assert!(!is_ready(&lb));
+    assert_eq!(world.openstack.calls(), vec![], "the Secret was used");
+    assert!(
+        world
+            .ctx
+            .events
+            .timeline()
+            .iter()
+            .any(|e| e.warning && e.reason == "CredentialsNotAllowed"),
+        "{:?}",
+        world.ctx.events.timeline()
+    );
+
+    // The Secret's owner opts it in.
+    merge_patch::<k8s_openapi::api::core::v1::Secret>(
+        &world,
+        "openstack",
+        json!({"metadata": {"labels": {label.0: label.1}}}),
+    )
+    .await;
+    let lb = reconcile_cp_until(&world, "Ready with the labelled Secret", is_ready).await;
+    let tag = uid_tag(&lb);
+    assert_eq!(h.lbs_tagged(&tag).len(), 1);
+    delete_and_settle(&world, &h, &tag).await;
+}
+
 fn fip(h: &Harness, id: &str) -> (u16, Value) {
     let (code, body) = h.neutron("GET", &format!("floatingips/{id}"), None);
     (code, body["floatingip"].clone())

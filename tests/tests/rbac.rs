@@ -464,7 +464,8 @@ async fn octavia_scenario() -> BTreeSet<Permission> {
 async fn class_scenario() -> BTreeSet<Permission> {
     let world = World::new(vec![
         json!({"apiVersion": "v1", "kind": "Service",
-               "metadata": {"name": "tcp", "namespace": NS},
+               "metadata": {"name": "tcp", "namespace": NS,
+                            "annotations": {"loadbalancer.cluster.x-k8s.io/load-balancer-ref": "tcp"}},
                "spec": {"type": "LoadBalancer", "loadBalancerClass": "loadbalancer.cluster.x-k8s.io/capi-lb",
                         "ports": [{"name": "https", "port": 6443}]}}),
         json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
@@ -481,6 +482,22 @@ async fn class_scenario() -> BTreeSet<Permission> {
     observed(&world)
 }
 
+/// Secure metrics: a scraper's token reviewed, then its access to /metrics (the in-memory API
+/// answers neither as a real apiserver would; the requests are what counts here, and
+/// `tests/tests/e2e_metrics.rs` has the real answers).
+async fn secure_metrics_scenario() -> BTreeSet<Permission> {
+    let world = World::new(vec![]).await.unwrap();
+    world.api.stats.set_recording(true);
+    let authorizer = capi_lb::telemetry::secure::Authorizer::new(world.client());
+    let _ = authorizer.authenticate("a-token").await;
+    let user = k8s_openapi::api::authentication::v1::UserInfo {
+        username: Some("system:serviceaccount:monitoring:prometheus".into()),
+        ..Default::default()
+    };
+    let _ = authorizer.authorize(&user).await;
+    observed(&world)
+}
+
 #[tokio::test]
 async fn the_generated_cluster_role_allows_exactly_what_the_controllers_do() {
     let mut used = loadbalancer_scenario().await;
@@ -492,7 +509,8 @@ async fn the_generated_cluster_role_allows_exactly_what_the_controllers_do() {
     used.extend(service_scenario().await);
     used.extend(octavia_scenario().await);
     used.extend(control_plane_scenario().await);
-    let enabled = Enabled::default();
+    used.extend(secure_metrics_scenario().await);
+    let enabled = Enabled::all();
     let granted = rbac::permissions(&enabled);
     let watches: BTreeSet<Permission> = rbac::components(&enabled)
         .into_iter()

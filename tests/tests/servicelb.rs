@@ -805,7 +805,8 @@ async fn a_service_of_capi_lbs_class_passes_its_source_ranges_to_the_provider() 
     let world = world(vec![
         json!({
             "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "tcp", "namespace": NS},
+            "metadata": {"name": "tcp", "namespace": NS,
+                         "annotations": {"loadbalancer.cluster.x-k8s.io/load-balancer-ref": "tcp"}},
             "spec": {"type": "LoadBalancer", "loadBalancerClass": "loadbalancer.cluster.x-k8s.io/capi-lb",
                      "loadBalancerSourceRanges": ["203.0.113.0/24"],
                      "ports": [{"name": "https", "port": 6443}]},

@@ -29,33 +29,54 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         .collect()
 }
 
-/// Every CRD as one multi-document YAML stream.
-pub fn all_yaml() -> Result<String, serde_saphyr::ser::Error> {
+/// The CRDs the shipped install has: the LoadBalancer's and the shipped providers' (not the
+/// in-memory provider's, which tests install themselves).
+pub fn shipped() -> Vec<CustomResourceDefinition> {
+    std::iter::once(<capi_lb_api::LoadBalancer as kube::CustomResourceExt>::crd())
+        .chain(
+            capi_lb_providers::catalog::CATALOG
+                .iter()
+                .filter(|e| e.shipped)
+                .map(|e| (e.crd)()),
+        )
+        .collect()
+}
+
+/// The shipped CRDs as one multi-document YAML stream (`capi-lb crds`).
+pub fn shipped_yaml() -> Result<String, serde_saphyr::ser::Error> {
+    to_yaml_stream(&shipped())
+}
+
+/// `crds` as one multi-document YAML stream.
+pub fn to_yaml_stream(
+    crds: &[CustomResourceDefinition],
+) -> Result<String, serde_saphyr::ser::Error> {
     let mut out = String::new();
-    for crd in all() {
+    for crd in crds {
         out.push_str("---\n");
-        out.push_str(&to_yaml(&crd)?);
+        out.push_str(&to_yaml(crd)?);
     }
     Ok(out)
 }
 
-/// The kustomization listing every CRD file.
+/// The kustomization listing every shipped CRD file.
 pub fn kustomization() -> String {
     let mut out = format!(
         "{HEADER}apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n"
     );
-    for crd in all() {
+    for crd in shipped() {
         out.push_str(&format!("- bases/{}\n", file_name(&crd)));
     }
     out
 }
 
-/// Write `bases/<file>` for every CRD and `kustomization.yaml` under `dir` (e.g. `config/crd`).
+/// Write `bases/<file>` for every shipped CRD and `kustomization.yaml` under `dir` (e.g.
+/// `config/crd`).
 pub fn write(dir: &Path) -> Result<Vec<String>, Box<dyn std::error::Error>> {
     let bases = dir.join("bases");
     std::fs::create_dir_all(&bases)?;
     let mut written = Vec::new();
-    for crd in all() {
+    for crd in shipped() {
         let path = bases.join(file_name(&crd));
         std::fs::write(&path, to_yaml(&crd)?)?;
         written.push(path.display().to_string());

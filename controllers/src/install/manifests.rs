@@ -42,22 +42,54 @@ fn rules_json(rules: Vec<PolicyRule>) -> Value {
     serde_json::to_value(rules).unwrap_or(Value::Null)
 }
 
-/// The RBAC objects.
-pub fn rbac_objects(enabled: &Enabled) -> Vec<Value> {
-    vec![
+/// The ClusterRole of one part of capi-lb (see [`rbac::parts`]), labelled for aggregation.
+pub fn part_role(part: &str, rules: Vec<PolicyRule>) -> Value {
+    let mut labels = labels();
+    labels[rbac::PART_LABEL] = json!(part);
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": format!("{MANAGER_ROLE}-{part}"), "labels": labels},
+        "rules": rules_json(rules),
+    })
+}
+
+/// The manager's ClusterRole: the aggregation of the parts named by `parts` (rules are filled in
+/// by kube-controller-manager, so the role never grants a provider the install does not run).
+const MANAGER_ROLE: &str = "capi-lb-manager-role";
+
+/// Stands for the enabled providers in the clusterctl components, where [`clusterctl_parts`]
+/// replaces it with the clusterctl variable.
+const PROVIDERS_PLACEHOLDER: &str = "__CAPI_LB_PROVIDERS__";
+/// The clusterctl variable naming the providers (the Deployment's `--providers` and the parts
+/// its role aggregates), with the shipped default.
+pub const PROVIDERS_VARIABLE: &str = "${CAPI_LB_PROVIDERS:=kubedc,octavia,service}";
+
+/// The RBAC objects of an install that runs `enabled`; `parts` are the values of the aggregation
+/// selector (the controller part and the providers).
+pub fn rbac_objects(enabled: &Enabled, parts: Vec<String>) -> Vec<Value> {
+    let mut out = vec![
         json!({
             "apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE, "labels": labels()},
         }),
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": "capi-lb-manager-role", "labels": labels()},
-            "rules": rules_json(rbac::rules(enabled)),
+            "metadata": {"name": MANAGER_ROLE, "labels": labels()},
+            "aggregationRule": {"clusterRoleSelectors": [{"matchExpressions": [
+                {"key": rbac::PART_LABEL, "operator": "In", "values": parts},
+            ]}]},
         }),
+    ];
+    out.extend(
+        rbac::parts(enabled)
+            .into_iter()
+            .map(|(part, rules)| part_role(&part, rules)),
+    );
+    out.extend([
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": "capi-lb-manager-rolebinding", "labels": labels()},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "capi-lb-manager-role"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": MANAGER_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
         }),
         json!({
@@ -71,8 +103,16 @@ pub fn rbac_objects(enabled: &Enabled) -> Vec<Value> {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "capi-lb-leader-election-role"},
             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}],
         }),
-        // Cluster API's manager reads and cleans up objects it references across providers; our
-        // LoadBalancer kind is outside infrastructure.cluster.x-k8s.io, which CAPI already covers.
+        // Bound by the admin to the scraper (Prometheus's ServiceAccount): the non-resource URL
+        // secure metrics authorize.
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": METRICS_READER_ROLE, "labels": labels()},
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+        }),
+        // Cluster API's manager reads objects across providers (our LoadBalancer kind is outside
+        // infrastructure.cluster.x-k8s.io, which Cluster API already covers); it never writes
+        // LoadBalancers, so it may only read them.
         json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": "capi-lb-capi-aggregated-role", "labels": {
@@ -80,24 +120,79 @@ pub fn rbac_objects(enabled: &Enabled) -> Vec<Value> {
                 "app.kubernetes.io/name": "capi-lb",
             }},
             "rules": [{"apiGroups": [GROUP], "resources": ["loadbalancers", "loadbalancers/status"],
-                       "verbs": ["delete", "get", "list", "patch", "update", "watch"]}],
+                       "verbs": ["get", "list", "watch"]}],
         }),
-    ]
+    ]);
+    out
 }
+
+/// The selector values of an install that runs `enabled`.
+fn parts_of(enabled: &Enabled) -> Vec<String> {
+    std::iter::once(rbac::CONTROLLER_PART.to_string())
+        .chain(enabled.providers.iter().cloned())
+        .collect()
+}
+
+/// The clusterctl components' YAML with the aggregation selector's placeholder replaced by the
+/// providers variable, as a flow sequence (`values: [controller, ${CAPI_LB_PROVIDERS:=...}]`), so
+/// that the role aggregates exactly the parts clusterctl's variable names.
+fn clusterctl_parts(text: &str) -> Result<String, serde_saphyr::ser::Error> {
+    use serde::ser::Error as _;
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::with_capacity(lines.len());
+    let mut replaced = 0;
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let next = |k: usize| lines.get(i + k).map(|l| l.trim());
+        if line.trim_end().ends_with("values:")
+            && next(1) == Some(&format!("- {}", rbac::CONTROLLER_PART))
+            && next(2) == Some(&format!("- {PROVIDERS_PLACEHOLDER}"))
+        {
+            out.push(format!(
+                "{} [{}, {PROVIDERS_VARIABLE}]",
+                line.trim_end(),
+                rbac::CONTROLLER_PART
+            ));
+            replaced += 1;
+            i += 3;
+            continue;
+        }
+        out.push(line.to_string());
+        i += 1;
+    }
+    if replaced != 1 {
+        return Err(serde_saphyr::ser::Error::custom(format!(
+            "the manager role's selector was replaced {replaced} times, not once"
+        )));
+    }
+    Ok(out.join("\n") + "\n")
+}
+
+/// The port of the kubelet's probes (`--health-probe-bind-address`).
+const HEALTH_PORT: u16 = 8081;
+/// The port of secure metrics (HTTPS, `--metrics-secure=true`).
+const METRICS_PORT: u16 = 8443;
+/// The ClusterRole a scraper's ServiceAccount is bound to, to read secure metrics.
+pub const METRICS_READER_ROLE: &str = "capi-lb-metrics-reader";
 
 /// The manager objects: the Namespace and the Deployment.
 pub fn manager_objects(enabled: &Enabled, providers_arg: &str) -> Vec<Value> {
     let mut args = vec![
         json!("run"),
         json!("--leader-elect=true"),
-        json!("--metrics-bind-address=0.0.0.0:8080"),
+        // /metrics over HTTPS, only to a token allowed to get it (the metrics-reader role); the
+        // kubelet's probes get a listener of their own.
+        json!(format!("--metrics-bind-address=0.0.0.0:{METRICS_PORT}")),
+        json!("--metrics-secure=true"),
+        json!(format!("--health-probe-bind-address=0.0.0.0:{HEALTH_PORT}")),
         json!(format!("--providers={providers_arg}")),
     ];
     if !enabled.external_endpoints {
         args.push(json!("--external-endpoints=false"));
     }
     let field = |path: &str| json!({"valueFrom": {"fieldRef": {"fieldPath": path}}});
-    let probe = |path: &str, delay: u32| json!({"httpGet": {"path": path, "port": "metrics"}, "initialDelaySeconds": delay, "periodSeconds": 10});
+    let probe = |path: &str, delay: u32| json!({"httpGet": {"path": path, "port": "health"}, "initialDelaySeconds": delay, "periodSeconds": 10});
     vec![
         json!({
             "apiVersion": "v1", "kind": "Namespace",
@@ -128,7 +223,10 @@ pub fn manager_objects(enabled: &Enabled, providers_arg: &str) -> Vec<Value> {
                                 {"name": "HOME", "value": "/tmp"},
                             ],
                             "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
-                            "ports": [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}],
+                            "ports": [
+                                {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+                                {"name": "health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
+                            ],
                             "livenessProbe": probe("/livez", 10),
                             "readinessProbe": probe("/readyz", 5),
                             "resources": {
@@ -186,9 +284,9 @@ fn with_provider_label(mut object: Value) -> Value {
 
 /// Every generated file: path relative to `config/`, and its content.
 pub fn files() -> Result<Vec<(PathBuf, String)>, serde_saphyr::ser::Error> {
-    let enabled = Enabled::default();
+    let enabled = Enabled::shipped();
     let mut out = Vec::new();
-    for crd in crate::install::crds::all() {
+    for crd in crate::install::crds::shipped() {
         out.push((
             PathBuf::from("crd/bases").join(crate::install::crds::file_name(&crd)),
             crate::install::crds::to_yaml(&crd)?,
@@ -198,7 +296,7 @@ pub fn files() -> Result<Vec<(PathBuf, String)>, serde_saphyr::ser::Error> {
         PathBuf::from("crd/kustomization.yaml"),
         crate::install::crds::kustomization(),
     ));
-    let rbac = rbac_objects(&enabled);
+    let rbac = rbac_objects(&enabled, parts_of(&enabled));
     out.push((PathBuf::from("rbac/rbac.yaml"), yaml(&rbac)?));
     out.push((
         PathBuf::from("rbac/kustomization.yaml"),
@@ -216,25 +314,24 @@ pub fn files() -> Result<Vec<(PathBuf, String)>, serde_saphyr::ser::Error> {
     ));
 
     // clusterctl: one file, provider label on everything, variables for what users pick.
-    let mut components: Vec<Value> = crate::install::crds::all()
+    let mut components: Vec<Value> = crate::install::crds::shipped()
         .into_iter()
         .map(|c| serde_json::to_value(c).unwrap_or(Value::Null))
         .collect();
-    components.extend(
-        manager_objects(&enabled, "${CAPI_LB_PROVIDERS:=kubedc}")
-            .into_iter()
-            .take(1),
-    );
-    components.extend(rbac);
-    components.extend(
-        manager_objects(&enabled, "${CAPI_LB_PROVIDERS:=kubedc}")
-            .into_iter()
-            .skip(1),
-    );
+    let manager = manager_objects(&enabled, PROVIDERS_VARIABLE);
+    components.extend(manager.iter().take(1).cloned());
+    components.extend(rbac_objects(
+        &enabled,
+        vec![
+            rbac::CONTROLLER_PART.to_string(),
+            PROVIDERS_PLACEHOLDER.to_string(),
+        ],
+    ));
+    components.extend(manager.into_iter().skip(1));
     let components: Vec<Value> = components.into_iter().map(with_provider_label).collect();
     out.push((
         PathBuf::from("clusterctl/infrastructure-components.yaml"),
-        yaml(&components)?,
+        clusterctl_parts(&yaml(&components)?)?,
     ));
     out.push((
         PathBuf::from("clusterctl/metadata.yaml"),
@@ -262,10 +359,11 @@ pub fn write(dir: &Path) -> Result<Vec<String>, Box<dyn std::error::Error>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use capi_lb_providers::catalog;
 
     #[test]
     fn the_deployment_is_hardened_and_probed() {
-        let objects = manager_objects(&Enabled::default(), "kubedc");
+        let objects = manager_objects(&Enabled::shipped(), "kubedc");
         let deployment = &objects[1];
         let container = &deployment["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(container["name"], "manager");
@@ -274,6 +372,12 @@ mod tests {
         assert_eq!(sc["readOnlyRootFilesystem"], true);
         assert_eq!(sc["allowPrivilegeEscalation"], false);
         assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/livez");
+        assert_eq!(container["livenessProbe"]["httpGet"]["port"], "health");
+        let args = container["args"].as_array().unwrap();
+        assert!(args.contains(&json!("--health-probe-bind-address=0.0.0.0:8081")));
+        // /metrics on the pod network only with authentication and authorization.
+        assert!(args.contains(&json!("--metrics-bind-address=0.0.0.0:8443")));
+        assert!(args.contains(&json!("--metrics-secure=true")));
         assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
         assert!(container["resources"]["requests"]["memory"].is_string());
         assert!(
@@ -291,26 +395,129 @@ mod tests {
             .iter()
             .find(|(p, _)| p.ends_with("infrastructure-components.yaml"))
             .unwrap();
-        let docs: Vec<Value> = serde_saphyr::from_multiple(text).unwrap();
+        // What clusterctl does first: variables replaced by their defaults.
+        let substituted = text.replace(PROVIDERS_VARIABLE, catalog::DEFAULT_PROVIDERS);
+        assert!(!substituted.contains("${"), "only one variable");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&substituted).unwrap();
         assert!(
             docs.iter()
                 .all(|d| d["metadata"]["labels"]["cluster.x-k8s.io/provider"] == PROVIDER_LABEL)
         );
         assert_eq!(docs.iter().filter(|d| d["kind"] == "Namespace").count(), 1);
-        assert!(text.contains("${CAPI_LB_PROVIDERS:=kubedc}"));
+        assert!(text.contains(&format!("--providers={PROVIDERS_VARIABLE}")));
+        assert!(text.contains(&format!("values: [controller, {PROVIDERS_VARIABLE}]")));
         // No wildcard anywhere in the RBAC.
         for d in docs
             .iter()
             .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
         {
-            for rule in d["rules"].as_array().unwrap() {
-                for field in ["verbs", "resources", "apiGroups"] {
+            for rule in d["rules"].as_array().into_iter().flatten() {
+                for field in ["verbs", "resources", "apiGroups", "nonResourceURLs"] {
                     assert!(
-                        !rule[field].as_array().unwrap().contains(&json!("*")),
+                        !rule[field]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|v| v == "*"),
                         "{d}"
+                    );
+                }
+                assert!(
+                    rule["verbs"].as_array().is_some_and(|v| !v.is_empty()),
+                    "{d}"
+                );
+            }
+        }
+    }
+
+    /// The shipped install never enables the in-memory provider: neither the Deployment's
+    /// `--providers` nor the RBAC (no part role, not among the aggregated parts), in the kustomize
+    /// files and the clusterctl components alike.
+    #[test]
+    fn no_shipped_manifest_enables_the_in_memory_provider() {
+        let files = files().unwrap();
+        let mut seen = 0;
+        for (path, text) in &files {
+            let file = path.display().to_string();
+            if file.starts_with("crd/")
+                || file.ends_with("kustomization.yaml")
+                || file.ends_with("metadata.yaml")
+            {
+                continue;
+            }
+            seen += 1;
+            let text = text.replace(PROVIDERS_VARIABLE, catalog::DEFAULT_PROVIDERS);
+            let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+            for doc in &docs {
+                let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+                assert!(!name.contains("inmemory"), "{file}: {name}");
+                for rule in doc["rules"].as_array().into_iter().flatten() {
+                    assert!(
+                        !rule["resources"].to_string().contains("inmemory"),
+                        "{file}: {name} grants {rule}"
+                    );
+                }
+                for selector in doc["aggregationRule"]["clusterRoleSelectors"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    let values = &selector["matchExpressions"][0]["values"];
+                    assert_eq!(
+                        values,
+                        &json!(["controller", "kubedc", "octavia", "service"]),
+                        "{file}"
+                    );
+                }
+                for container in doc["spec"]["template"]["spec"]["containers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    assert!(
+                        container["args"]
+                            .as_array()
+                            .unwrap()
+                            .contains(&json!("--providers=kubedc,octavia,service")),
+                        "{file}"
                     );
                 }
             }
         }
+        assert!(seen >= 3, "rbac, manager and clusterctl files: {seen}");
+    }
+
+    /// Every part the aggregated role selects has a role, and the parts together grant exactly
+    /// what the enabled components need.
+    #[test]
+    fn the_parts_add_up_to_the_role() {
+        let enabled = Enabled::shipped();
+        let objects = rbac_objects(&enabled, parts_of(&enabled));
+        let selected = parts_of(&enabled);
+        let mut granted = std::collections::BTreeSet::new();
+        for role in objects
+            .iter()
+            .filter(|o| o["metadata"]["labels"][rbac::PART_LABEL].is_string())
+        {
+            let part = role["metadata"]["labels"][rbac::PART_LABEL]
+                .as_str()
+                .unwrap();
+            assert!(selected.iter().any(|s| s == part), "{part} is not selected");
+            for rule in role["rules"].as_array().unwrap() {
+                for verb in rule["verbs"].as_array().unwrap() {
+                    granted.insert((
+                        rule["apiGroups"][0].as_str().unwrap().to_string(),
+                        rule["resources"][0].as_str().unwrap().to_string(),
+                        verb.as_str().unwrap().to_string(),
+                    ));
+                }
+            }
+        }
+        assert_eq!(granted, rbac::permissions(&enabled));
+        let parts = objects
+            .iter()
+            .filter(|o| o["metadata"]["labels"][rbac::PART_LABEL].is_string())
+            .count();
+        assert_eq!(parts, selected.len());
     }
 }

@@ -34,16 +34,36 @@ pub struct Enabled {
     pub providers: Vec<String>,
     /// The `-ext` publisher for Services.
     pub external_endpoints: bool,
+    /// Secure metrics (`--metrics-secure=true`): token and access reviews.
+    pub secure_metrics: bool,
 }
 
-impl Default for Enabled {
-    fn default() -> Self {
+impl Enabled {
+    /// Every provider (the in-memory one included) and the `-ext` publisher: what the tests run.
+    pub fn all() -> Self {
         Self {
             providers: catalog::names().into_iter().map(String::from).collect(),
             external_endpoints: true,
+            secure_metrics: true,
+        }
+    }
+
+    /// What the shipped install enables: the providers of `run`'s default (not the in-memory one)
+    /// and the `-ext` publisher.
+    pub fn shipped() -> Self {
+        Self {
+            providers: catalog::shipped().into_iter().map(String::from).collect(),
+            external_endpoints: true,
+            secure_metrics: true,
         }
     }
 }
+
+/// The label that puts a part's ClusterRole into capi-lb's aggregated manager role: its value is
+/// the part ([`CONTROLLER_PART`] or a provider's name).
+pub const PART_LABEL: &str = "loadbalancer.cluster.x-k8s.io/aggregate-to-manager";
+/// The part of the controllers themselves (the LoadBalancer controller and the `-ext` publisher).
+pub const CONTROLLER_PART: &str = "controller";
 
 fn watched(resources: &[(&str, &str)]) -> Vec<(String, String)> {
     resources
@@ -154,13 +174,24 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
             ]),
         });
     }
+    if enabled.secure_metrics {
+        out.push(Component {
+            name: "secure metrics",
+            calls: vec![
+                // Who a scraper's bearer token is, and whether they may get /metrics.
+                ("authentication.k8s.io", "tokenreviews", &["create"]),
+                ("authorization.k8s.io", "subjectaccessreviews", &["create"]),
+            ],
+            watches: Vec::new(),
+        });
+    }
     out
 }
 
-/// Every permission `enabled` needs, flattened (watched resources get `list` and `watch`).
-pub fn permissions(enabled: &Enabled) -> BTreeSet<Permission> {
+/// The permissions of `components`, flattened (watched resources get `list` and `watch`).
+fn flatten(components: Vec<Component>) -> BTreeSet<Permission> {
     let mut out = BTreeSet::new();
-    for c in components(enabled) {
+    for c in components {
         for (group, resource, verbs) in c.calls {
             for verb in verbs {
                 out.insert((group.to_string(), resource.to_string(), verb.to_string()));
@@ -175,11 +206,48 @@ pub fn permissions(enabled: &Enabled) -> BTreeSet<Permission> {
     out
 }
 
+/// Every permission `enabled` needs.
+pub fn permissions(enabled: &Enabled) -> BTreeSet<Permission> {
+    flatten(components(enabled))
+}
+
+/// The rules of each part `enabled` runs, by part: [`CONTROLLER_PART`] (the controllers) and each
+/// enabled provider's name. Each part is a ClusterRole of its own, aggregated into the manager role
+/// when the install enables it, so the role follows `--providers` (also under clusterctl, whose
+/// variable names the parts the aggregation selects).
+pub fn parts(enabled: &Enabled) -> Vec<(String, Vec<PolicyRule>)> {
+    let controllers = Enabled {
+        providers: Vec::new(),
+        ..enabled.clone()
+    };
+    let mut out = vec![(
+        CONTROLLER_PART.to_string(),
+        to_rules(permissions(&controllers)),
+    )];
+    let all = components(enabled);
+    for name in &enabled.providers {
+        let Some(entry) = catalog::find(name) else {
+            continue;
+        };
+        let provider = all
+            .iter()
+            .filter(|c| c.name == entry.title)
+            .cloned()
+            .collect();
+        out.push((name.clone(), to_rules(flatten(provider))));
+    }
+    out
+}
+
 /// The ClusterRole rules: one rule per (group, resource) with its verbs, sorted.
 pub fn rules(enabled: &Enabled) -> Vec<PolicyRule> {
+    to_rules(permissions(enabled))
+}
+
+fn to_rules(permissions: BTreeSet<Permission>) -> Vec<PolicyRule> {
     let mut grouped: std::collections::BTreeMap<(String, String), BTreeSet<String>> =
         std::collections::BTreeMap::new();
-    for (group, resource, verb) in permissions(enabled) {
+    for (group, resource, verb) in permissions {
         grouped.entry((group, resource)).or_default().insert(verb);
     }
     grouped
@@ -319,15 +387,17 @@ mod tests {
 
     #[test]
     fn rules_follow_what_is_enabled() {
-        let all = permissions(&Enabled::default());
+        let all = permissions(&Enabled::all());
         assert!(all.contains(&("kube-dc.com".into(), "eips".into(), "create".into())));
         let without = permissions(&Enabled {
             providers: vec!["inmemory".into()],
             external_endpoints: false,
+            secure_metrics: false,
         });
+        assert!(!without.iter().any(|(_, r, _)| r == "tokenreviews"));
         assert!(!without.iter().any(|(g, _, _)| g == "kube-dc.com"));
         assert!(!without.iter().any(|(_, r, _)| r == "endpoints"));
-        for rule in rules(&Enabled::default()) {
+        for rule in rules(&Enabled::all()) {
             assert!(!rule.verbs.iter().any(|v| v == "*"));
             assert!(!rule.resources.iter().flatten().any(|r| r == "*"));
         }

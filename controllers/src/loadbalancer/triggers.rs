@@ -318,7 +318,7 @@ impl Triggers {
             return Vec::new();
         };
         let name = svc.name_any();
-        let realising = class::is_ours(svc).then(|| class::realised_by(svc));
+        let realising = class::realised_by(svc).filter(|_| class::is_ours(svc));
         let mut keys: Vec<Key> = self
             .read()
             .in_namespace(&namespace)

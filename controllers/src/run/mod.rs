@@ -62,6 +62,9 @@ pub enum RunError {
     /// The metrics and health server could not start.
     #[error("cannot serve metrics and health on {0}: {1}")]
     Server(SocketAddr, #[source] std::io::Error),
+    /// The certificate of secure metrics could not be read or made.
+    #[error("secure metrics: {0}")]
+    MetricsTls(String),
     /// Options that contradict each other.
     #[error("{0}")]
     Options(String),
@@ -156,6 +159,7 @@ pub async fn run_instrumented(
     };
     let dependencies = Dependencies {
         observer: Some(metrics.clone()),
+        credentials: options.credentials_policy(),
         ..Dependencies::new(client.clone(), clock.clone())
     };
     let mut registry = catalog::registry(&options.providers, &dependencies)?
@@ -175,7 +179,28 @@ pub async fn run_instrumented(
     };
     let shutdown = shutdown.shared();
     if let Some(address) = options.metrics_address {
-        serve_telemetry(address, &metrics, &health, shutdown.clone()).await?;
+        let tls = if options.metrics_secure {
+            let config = telemetry::secure::server_config(options.metrics_cert_dir.as_deref())
+                .map_err(RunError::MetricsTls)?;
+            Some((config, telemetry::secure::Authorizer::new(client.clone())))
+        } else {
+            None
+        };
+        serve_telemetry(
+            address,
+            telemetry::Routes::All,
+            tls,
+            &metrics,
+            &health,
+            shutdown.clone(),
+        )
+        .await?;
+    }
+    if let Some(address) = options.health_address
+        && options.metrics_address != Some(address)
+    {
+        let routes = telemetry::Routes::Health;
+        serve_telemetry(address, routes, None, &metrics, &health, shutdown.clone()).await?;
     }
     // Standby replicas are ready (so rolling updates proceed) and wait here.
     let Some(mut leadership) =
@@ -218,6 +243,7 @@ pub async fn run_instrumented(
                 external: options.external.clone(),
                 addresses: options.address_policy(),
                 names: options.name_policy(),
+                credentials: options.credentials_policy(),
             },
             clock.clone(),
             EventSink::new(client.clone(), std::env::var("POD_NAME").ok(), clock),
@@ -315,9 +341,12 @@ async fn require_crds(client: &kube::Client) -> Result<(), RunError> {
     }
 }
 
-/// Serve `/metrics`, `/livez` and `/readyz` on `address` until `stop`.
+/// Serve `routes` on `address` until `stop`: over TLS with `/metrics` behind the authorizer when
+/// `tls` is given.
 async fn serve_telemetry(
     address: SocketAddr,
+    routes: telemetry::Routes,
+    tls: Option<(Arc<rustls::ServerConfig>, telemetry::secure::Authorizer)>,
     metrics: &Arc<Metrics>,
     health: &Arc<Health>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
@@ -326,8 +355,20 @@ async fn serve_telemetry(
         .await
         .map_err(|e| RunError::Server(address, e))?;
     let (metrics, health) = (metrics.clone(), health.clone());
+    let served = match tls {
+        Some((config, authorizer)) => {
+            let listener = telemetry::secure::TlsListener::new(listener, config)
+                .map_err(|e| RunError::Server(address, e))?;
+            let router = telemetry::routes(routes, Some(authorizer), metrics, health);
+            tokio::spawn(telemetry::serve_on(listener, router, stop))
+        }
+        None => {
+            let router = telemetry::routes(routes, None, metrics, health);
+            tokio::spawn(telemetry::serve_on(listener, router, stop))
+        }
+    };
     tokio::spawn(async move {
-        if let Err(e) = telemetry::serve_on(listener, metrics, health, stop).await {
+        if let Ok(Err(e)) = served.await {
             tracing::error!(error = %e, "metrics and health server failed");
         }
     });

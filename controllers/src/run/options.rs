@@ -23,11 +23,12 @@ pub struct RunOptions {
     /// Cluster DNS domain used in published endpoint names.
     #[arg(long, default_value = DEFAULT_CLUSTER_DOMAIN, env = "CAPI_LB_CLUSTER_DOMAIN")]
     pub cluster_domain: String,
-    /// Providers to enable (comma-separated).
+    /// Providers to enable (comma-separated). The in-memory provider (`inmemory`: tests, demos),
+    /// whose addresses any tenant chooses, runs only when named here.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "inmemory",
+        default_value = catalog::DEFAULT_PROVIDERS,
         env = "CAPI_LB_PROVIDERS",
         value_parser = clap::builder::PossibleValuesParser::new(catalog::names())
     )]
@@ -63,17 +64,45 @@ pub struct RunOptions {
     /// `loadbalancer.cluster.x-k8s.io/dns-wildcards` annotation decides for it).
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "CAPI_LB_DNS_WILDCARDS")]
     pub dns_wildcards: bool,
+    /// Only Secrets with this label (`key=value`, e.g.
+    /// `loadbalancer.cluster.x-k8s.io/credentials=true`) may be used as credentials (an Octavia
+    /// clouds.yaml, a remote kube-dc cluster's kubeconfig); another is not read and the
+    /// LoadBalancer reports CredentialsNotAllowed. Unset, any Secret of the provider object's
+    /// namespace may be.
+    #[arg(long, env = "CAPI_LB_CREDENTIALS_SECRET_LABEL", value_parser = label_pair)]
+    pub credentials_secret_label: Option<(String, String)>,
     /// The `-ext` publisher for Services of type LoadBalancer.
     #[command(flatten)]
     pub external: ExternalEndpoints,
-    /// Serve /metrics, /livez and /readyz on this address ("off" to disable).
+    /// Serve /metrics (and /livez, /readyz) on this address ("off" to disable). Localhost by
+    /// default: /metrics answers anyone who reaches it, so expose it (e.g. 0.0.0.0:8080) only where
+    /// the network keeps others out (a NetworkPolicy that admits the scraper alone).
     #[arg(
         long = "metrics-bind-address",
-        default_value = "0.0.0.0:8080",
+        default_value = "127.0.0.1:8080",
         env = "CAPI_LB_METRICS_BIND_ADDRESS",
         value_parser = metrics_address
     )]
     pub metrics_address: MetricsAddress,
+    /// Serve /metrics over HTTPS and only to a bearer token that the Kubernetes API authenticates
+    /// (TokenReview) and authorizes to get the non-resource URL /metrics (SubjectAccessReview):
+    /// what the shipped Deployment does on 0.0.0.0:8443.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "CAPI_LB_METRICS_SECURE")]
+    pub metrics_secure: bool,
+    /// The certificate of secure metrics: `tls.crt` and `tls.key` in this folder (a mounted
+    /// `kubernetes.io/tls` Secret). Unset, a self-signed one is made at start.
+    #[arg(long, env = "CAPI_LB_METRICS_CERT_DIR")]
+    pub metrics_cert_dir: Option<std::path::PathBuf>,
+    /// Serve only /livez and /readyz on this address, for the kubelet's probes ("off", the
+    /// default, to serve them on the metrics address alone; the shipped Deployment uses
+    /// 0.0.0.0:8081).
+    #[arg(
+        long = "health-probe-bind-address",
+        default_value = "off",
+        env = "CAPI_LB_HEALTH_PROBE_BIND_ADDRESS",
+        value_parser = metrics_address
+    )]
+    pub health_address: MetricsAddress,
     /// Run only while holding a Lease.
     #[command(flatten)]
     pub leader_election: LeaderElection,
@@ -144,7 +173,28 @@ fn provider_range(value: &str) -> Result<(String, IpNet), String> {
     Ok((provider.to_string(), range))
 }
 
-/// `--metrics-bind-address`: an address and port, or "off" (also "" and "0").
+/// `--credentials-secret-label`: `key=value`, a valid label.
+fn label_pair(value: &str) -> Result<(String, String), String> {
+    let (key, label) = value
+        .split_once('=')
+        .ok_or_else(|| format!("{value:?} is not key=value"))?;
+    let valid_key = !key.is_empty()
+        && key.len() <= 253
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c));
+    let valid_value = label.len() <= 63
+        && label
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if !valid_key || !valid_value {
+        return Err(format!("{value:?} is not a label key=value"));
+    }
+    Ok((key.to_string(), label.to_string()))
+}
+
+/// `--metrics-bind-address`, `--health-probe-bind-address`: an address and port, or "off" (also
+/// "" and "0").
 fn metrics_address(value: &str) -> Result<MetricsAddress, String> {
     match value {
         "off" | "" | "0" => Ok(None),
@@ -246,8 +296,12 @@ impl RunOptions {
             address_allow: Vec::new(),
             dns_domains: Vec::new(),
             dns_wildcards: false,
+            credentials_secret_label: None,
             external: ExternalEndpoints::default(),
             metrics_address: None,
+            metrics_secure: false,
+            metrics_cert_dir: None,
+            health_address: None,
             leader_election: LeaderElection::default(),
             watch_filter: None,
             inmemory_state: None,
@@ -264,6 +318,13 @@ impl RunOptions {
         AddressPolicy {
             deny: self.address_deny.clone(),
             allow,
+        }
+    }
+
+    /// Which Secrets may be credentials (`--credentials-secret-label`).
+    pub fn credentials_policy(&self) -> capi_lb_providers::entry::CredentialsPolicy {
+        capi_lb_providers::entry::CredentialsPolicy {
+            required_label: self.credentials_secret_label.clone(),
         }
     }
 

@@ -19,7 +19,22 @@ pub(super) async fn bind(ctx: &Context, service: &Service, reported: &Reported) 
     let namespace = service.namespace().unwrap_or_default();
     let name = service.name_any();
     let uid = service.uid().unwrap_or_default();
-    let lb_name = realised_by(service);
+    let Some(lb_name) = realised_by(service) else {
+        let message = format!(
+            "Service {name} has load-balancer class {} but names no LoadBalancer: name the one that realises it (and gives the provider) with the {ANNOTATION_SERVICE_LOAD_BALANCER_REF} annotation",
+            class::LOAD_BALANCER_CLASS
+        );
+        warn_once(
+            ctx,
+            service,
+            reported,
+            event::SERVICE_NOT_REALISED,
+            "Bind",
+            message,
+        )
+        .await;
+        return Ok(Outcome::done());
+    };
     let lbs: Api<capi_lb_api::LoadBalancer> = Api::namespaced(ctx.client.clone(), &namespace);
     let lb = lbs.get_opt(&lb_name).await.map_err(kube_err(
         "get",
@@ -38,14 +53,14 @@ pub(super) async fn bind(ctx: &Context, service: &Service, reported: &Reported) 
                 .get_opt(other)
                 .await
                 .map_err(kube_err("get", format!("Service {namespace}/{other}")))?
-                .filter(|o| class::is_ours(o) && realised_by(o) == lb_name)
+                .filter(|o| class::is_ours(o) && realised_by(o).as_ref() == Some(&lb_name))
                 .map(|_| other.clone())
         }
         None => None,
     };
     let problem = match &lb {
         None => Some(format!(
-            "Service {name} has load-balancer class {} but there is no LoadBalancer {lb_name} to realise it: create one (it gives the provider), or name an existing one with the {ANNOTATION_SERVICE_LOAD_BALANCER_REF} annotation",
+            "Service {name} has load-balancer class {} and names LoadBalancer {lb_name} ({ANNOTATION_SERVICE_LOAD_BALANCER_REF}), which does not exist: create it (it gives the provider)",
             class::LOAD_BALANCER_CLASS
         )),
         Some(lb) => taken_by

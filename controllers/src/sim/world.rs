@@ -169,6 +169,7 @@ impl World {
         let shared: SharedClock = clock.clone();
         let mut providers = catalog::all(&Dependencies {
             observer: Some(openstack.clone()),
+            credentials: config.credentials.clone(),
             ..Dependencies::new(api.client.clone(), shared.clone())
         });
         // The in-memory provider over the world's cloud, which outlives a controller restart.

@@ -25,6 +25,7 @@
 
 pub mod kube_requests;
 pub mod process;
+pub mod secure;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -493,26 +494,57 @@ async fn readyz(State(state): State<ServerState>) -> impl IntoResponse {
     }
 }
 
-/// The HTTP routes: `/metrics`, `/livez`, `/readyz`.
-pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
-    Router::new()
-        .route("/metrics", get(self::metrics))
-        .route("/livez", get(livez))
-        .route("/readyz", get(readyz))
-        .with_state(ServerState { metrics, health })
+/// Which routes a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routes {
+    /// `/metrics`, `/livez`, `/readyz` (`--metrics-bind-address`).
+    All,
+    /// `/livez`, `/readyz` (`--health-probe-bind-address`).
+    Health,
 }
 
-/// Serve the routes on `listener` until `shutdown` resolves.
-pub async fn serve_on(
-    listener: tokio::net::TcpListener,
+/// The HTTP routes: `/metrics`, `/livez`, `/readyz`.
+pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+    routes(Routes::All, None, metrics, health)
+}
+
+/// `which` routes; `/metrics` behind `authorizer` when there is one.
+pub fn routes(
+    which: Routes,
+    authorizer: Option<secure::Authorizer>,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
+) -> Router {
+    let router = Router::new()
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz));
+    let router = match (which, authorizer) {
+        (Routes::All, None) => router.route("/metrics", get(self::metrics)),
+        (Routes::All, Some(authorizer)) => router.route(
+            "/metrics",
+            get(self::metrics).route_layer(axum::middleware::from_fn_with_state(
+                authorizer,
+                secure::require_reader,
+            )),
+        ),
+        (Routes::Health, _) => router,
+    };
+    router.with_state(ServerState { metrics, health })
+}
+
+/// Serve `router` on `listener` until `shutdown` resolves.
+pub async fn serve_on<L>(
+    listener: L,
+    router: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener<Addr = std::net::SocketAddr>,
+{
     if let Ok(address) = listener.local_addr() {
-        tracing::info!(%address, "serving /metrics, /livez and /readyz");
+        tracing::info!(%address, "serving telemetry");
     }
-    axum::serve(listener, router(metrics, health))
+    axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -547,6 +579,21 @@ mod tests {
         health.set_broken();
         assert_eq!(get(r(), "/livez").await.0, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(get(r(), "/readyz").await.0, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[tokio::test]
+    async fn the_health_listener_serves_no_metrics() {
+        let metrics = Arc::new(Metrics::new());
+        let health = Arc::new(Health::default());
+        health.set_ready(true);
+        let r = |which| routes(which, None, metrics.clone(), health.clone());
+        assert_eq!(get(r(Routes::Health), "/readyz").await.0, StatusCode::OK);
+        assert_eq!(get(r(Routes::Health), "/livez").await.0, StatusCode::OK);
+        assert_eq!(
+            get(r(Routes::Health), "/metrics").await.0,
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(get(r(Routes::All), "/metrics").await.0, StatusCode::OK);
     }
 
     #[test]

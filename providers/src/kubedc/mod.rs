@@ -72,10 +72,10 @@ pub const ENTRY: Entry = Entry {
     infrastructure: || ApiResource::erase::<KubeDCLoadBalancer>(&()),
     crd: <KubeDCLoadBalancer as kube::CustomResourceExt>::crd,
     build: |dependencies| {
-        Arc::new(KubeDcProvider::new(
-            dependencies.client.clone(),
-            dependencies.clock.clone(),
-        ))
+        Arc::new(
+            KubeDcProvider::new(dependencies.client.clone(), dependencies.clock.clone())
+                .with_credentials(dependencies.credentials.clone()),
+        )
     },
     owned_kinds: &[OwnedKind {
         group: "kube-dc.com",
@@ -135,6 +135,14 @@ impl KubeDcProvider {
             client,
             clock,
             remotes: Arc::new(Remotes::default()),
+        }
+    }
+
+    /// Read only the kubeconfig Secrets `policy` admits.
+    pub fn with_credentials(self, policy: crate::entry::CredentialsPolicy) -> Self {
+        Self {
+            remotes: Arc::new(Remotes::admitting(policy)),
+            ..self
         }
     }
 }

@@ -15,6 +15,8 @@ pub const SERVICE_WITHOUT_INGRESS: Reason = Reason::normal("ServiceWithoutIngres
 pub const KUBEDC_NOT_INSTALLED: Reason = Reason::problem("KubeDCNotInstalled");
 /// The Secret (or its key) with the kubeconfig of `spec.cluster` does not exist.
 pub const KUBECONFIG_NOT_FOUND: Reason = Reason::problem("KubeconfigNotFound");
+/// The kubeconfig Secret lacks the label the admin requires of credentials.
+pub const CREDENTIALS_NOT_ALLOWED: Reason = capi_lb_api::constants::reason::CREDENTIALS_NOT_ALLOWED;
 /// An object the provider would create exists and is not capi-lb's.
 pub const NAME_CONFLICT: Reason = capi_lb_api::constants::reason::NAME_CONFLICT;
 
@@ -26,5 +28,6 @@ pub const ALL: &[Reason] = &[
     SERVICE_WITHOUT_INGRESS,
     KUBEDC_NOT_INSTALLED,
     KUBECONFIG_NOT_FOUND,
+    CREDENTIALS_NOT_ALLOWED,
     NAME_CONFLICT,
 ];

@@ -35,6 +35,8 @@ use crate::provider::Progress;
 #[derive(Default)]
 pub(super) struct Remotes {
     clients: Mutex<Clients>,
+    /// Which Secrets may be read as credentials.
+    pub(super) policy: crate::entry::CredentialsPolicy,
 }
 
 /// (namespace, Secret, key) to the client made from that Secret.
@@ -58,6 +60,14 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_RESPONSE: usize = 16 << 20;
 
 impl Remotes {
+    /// No client yet; only the Secrets `policy` admits will be read.
+    pub(super) fn admitting(policy: crate::entry::CredentialsPolicy) -> Self {
+        Self {
+            policy,
+            ..Self::default()
+        }
+    }
+
     /// The client for `cluster`, whose Secret is in `namespace` (read with `local`); waits while
     /// the Secret or its key does not exist; an unusable kubeconfig is a permanent error.
     pub(super) async fn client(
@@ -86,6 +96,13 @@ impl Remotes {
                 "Secret {namespace}/{name} with the kube-dc cluster's kubeconfig (spec.cluster.kubeconfigSecretName) does not exist"
             ))));
         };
+        if let Some(message) = self.policy.refuses(&secret) {
+            return Ok(Step::Wait(Progress::pending_because(
+                reason::CREDENTIALS_NOT_ALLOWED,
+                message,
+                POLL,
+            )));
+        }
         let version = secret.metadata.resource_version.clone().unwrap_or_default();
         if let Some(entry) = self.lock().get_mut(&key)
             && entry.version == version

@@ -117,6 +117,8 @@ impl Reply {
 /// The sessions the provider holds, one per set of credentials.
 #[derive(Default)]
 pub struct Sessions {
+    /// Which Secrets may be read as credentials.
+    pub(super) policy: crate::entry::CredentialsPolicy,
     sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
     /// The session each set of credentials resolved to, and when its Secret was last read: the
     /// calls of one reconcile (`ensure`, then `converge_members`) read the Secret once.
@@ -171,6 +173,12 @@ impl Sessions {
                 ),
             ));
         };
+        if let Some(message) = self.policy.refuses(&secret) {
+            return Err(wait(
+                capi_lb_api::constants::reason::CREDENTIALS_NOT_ALLOWED,
+                message,
+            ));
+        }
         let key = SessionKey {
             credentials: credentials.clone(),
             secret_version: secret.metadata.resource_version.clone().unwrap_or_default(),

@@ -92,7 +92,8 @@ pub const ENTRY: Entry = Entry {
     crd: <OctaviaLoadBalancer as kube::CustomResourceExt>::crd,
     build: |dependencies| {
         let provider =
-            OctaviaProvider::new(dependencies.client.clone(), dependencies.clock.clone());
+            OctaviaProvider::new(dependencies.client.clone(), dependencies.clock.clone())
+                .with_credentials(dependencies.credentials.clone());
         Arc::new(match &dependencies.observer {
             Some(observer) => provider.with_observer(observer.clone()),
             None => provider,
@@ -159,6 +160,12 @@ impl OctaviaProvider {
             verified: Mutex::new(HashSet::new()),
             waits: Waits::default(),
         }
+    }
+
+    /// Read only the credentials Secrets `policy` admits.
+    pub fn with_credentials(mut self, policy: crate::entry::CredentialsPolicy) -> Self {
+        self.sessions.policy = policy;
+        self
     }
 
     /// Report every OpenStack request to `observer` (metrics, benchmarks).

@@ -5,6 +5,8 @@ use crate::provider::Reason;
 
 /// The credentials Secret does not exist.
 pub const CREDENTIALS_NOT_FOUND: Reason = Reason::problem("CredentialsNotFound");
+/// The credentials Secret lacks the label the admin requires of credentials.
+pub const CREDENTIALS_NOT_ALLOWED: Reason = capi_lb_api::constants::reason::CREDENTIALS_NOT_ALLOWED;
 /// The credentials Secret lacks the key, or its clouds.yaml is unusable or lacks the cloud.
 pub const CREDENTIALS_INVALID: Reason = Reason::problem("CredentialsInvalid");
 /// Keystone refused the credentials.
@@ -38,6 +40,7 @@ pub const CREDENTIALS_UNAVAILABLE: Reason = Reason::problem("CredentialsUnavaila
 /// Every reason above.
 pub const ALL: &[Reason] = &[
     CREDENTIALS_NOT_FOUND,
+    CREDENTIALS_NOT_ALLOWED,
     CREDENTIALS_INVALID,
     AUTHENTICATION_FAILED,
     ENDPOINT_NOT_IN_CATALOG,
