@@ -867,6 +867,149 @@ async fn a_credentials_secret_without_the_required_label_is_not_used() {
     delete_and_settle(&world, &h, &tag).await;
 }
 
+/// A CA certificate (PEM) of its own, made with openssl.
+fn ca_pem(n: usize) -> String {
+    let dir = std::env::temp_dir().join(format!("capi-lb-test-ca-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("ca.key");
+    let cert = dir.join("ca.crt");
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ])
+        .args(["-days", "1", "-subj", &format!("/CN=tenant-ca-{n}")])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let pem = std::fs::read_to_string(&cert).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    pem
+}
+
+/// This process's CA bundle files in the temporary folder (what the provider writes for the SDK).
+fn ca_files() -> Vec<String> {
+    let suffix = format!("-{}-", std::process::id());
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("capi-lb-octavia-ca-") && n.contains(&suffix))
+        .collect()
+}
+
+/// A flood of CA bundles costs no disk: twenty tenants each name a Secret with a CA bundle of its
+/// own; each bundle is written only while its session connects and removed right after, so the
+/// temporary folder (16 MiB in the Deployment) holds none of them afterwards. Without the removal
+/// every distinct bundle stayed on disk for good.
+#[tokio::test]
+async fn a_flood_of_ca_bundles_leaves_no_file_behind() {
+    let h = harness();
+    const TENANTS: usize = 20;
+    let mut objects = Vec::new();
+    for n in 0..TENANTS {
+        let name = format!("ca-{n}");
+        let mut secret: k8s_openapi::api::core::v1::Secret =
+            serde_json::from_value(Harness::secret(&name, &h.clouds_yaml)).unwrap();
+        secret.data.get_or_insert_default().insert(
+            "ca.crt".into(),
+            k8s_openapi::ByteString(ca_pem(n).into_bytes()),
+        );
+        objects.push(serde_json::to_value(secret).unwrap());
+        objects.push(octavia_lb(&name).build());
+        objects.push(olb(
+            &name,
+            &h,
+            json!({"credentials": {"secretName": name, "cloud": "harness", "caBundleKey": "ca.crt"}}),
+        ));
+    }
+    let world = World::new(objects).await.unwrap();
+    let before = ca_files();
+    for n in 0..TENANTS {
+        world.reconcile(NS, &format!("ca-{n}")).await.unwrap();
+    }
+    // Every tenant's session was opened with its bundle (each OctaviaLoadBalancer got its Octavia
+    // load balancer), and no bundle is left on disk.
+    let mut ids = std::collections::BTreeSet::new();
+    for n in 0..TENANTS {
+        let status = octavia_status(&world, &format!("ca-{n}")).await;
+        ids.insert(
+            status
+                .load_balancer_id
+                .unwrap_or_else(|| panic!("ca-{n} has no load balancer")),
+        );
+    }
+    assert_eq!(ids.len(), TENANTS);
+    let after = ca_files();
+    assert!(
+        after.len() <= before.len(),
+        "CA bundles left in {}: {after:?}",
+        std::env::temp_dir().display()
+    );
+    for n in 0..TENANTS {
+        delete_until_gone(&world, NS, &format!("ca-{n}")).await;
+    }
+}
+
+/// Another LoadBalancer's Octavia ID written into a status is not trusted: LoadBalancer `other`'s
+/// OctaviaLoadBalancer status is made to name `cp`'s load balancer (which this same provider has
+/// verified, for `cp`). `other` checks the tags, leaves `cp`'s load balancer alone (members and
+/// address unchanged) and gets a load balancer of its own. Verified IDs were once kept by ID alone,
+/// and then `other` took over `cp`'s.
+#[tokio::test]
+async fn another_load_balancers_octavia_id_in_a_status_is_not_trusted() {
+    let h = harness();
+    let mut objects = basic(&h);
+    objects.push(octavia_lb("other").build());
+    objects.push(olb("other", &h, json!({})));
+    objects.push(machine("other-m1", "other", "10.0.0.21").build());
+    let world = World::new(objects).await.unwrap();
+    let cp = reconcile_cp_until(&world, "cp Ready", is_ready).await;
+    let cp_status = octavia_status(&world, "cp").await;
+    let cp_id = cp_status.load_balancer_id.clone().unwrap();
+    let cp_members = members(&h, &cp_status);
+
+    // The status of `other` names `cp`'s load balancer before `other` ever reconciled.
+    let olbs = Api::<OctaviaLoadBalancer>::namespaced(world.client(), NS);
+    olbs.patch_status(
+        "other",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"loadBalancerID": cp_id}})),
+    )
+    .await
+    .unwrap();
+    let other = reconcile_until(&world, NS, "other", "other Ready", is_ready).await;
+    let other_status = octavia_status(&world, "other").await;
+    assert_ne!(
+        other_status.load_balancer_id.as_deref(),
+        Some(cp_id.as_str())
+    );
+    assert_eq!(
+        h.lbs_tagged(&uid_tag(&other)).len(),
+        1,
+        "other's own load balancer"
+    );
+    // `cp`'s load balancer is as it was.
+    assert_eq!(members(&h, &octavia_status(&world, "cp").await), cp_members);
+    assert_eq!(h.lbs_tagged(&uid_tag(&cp)).len(), 1);
+    assert_ne!(
+        get_lb(&world, "other").await.status.unwrap().addresses,
+        get_lb(&world, "cp").await.status.unwrap().addresses,
+        "other publishes cp's address"
+    );
+    delete_until_gone(&world, NS, "other").await;
+    delete_and_settle(&world, &h, &uid_tag(&cp)).await;
+}
+
 fn fip(h: &Harness, id: &str) -> (u16, Value) {
     let (code, body) = h.neutron("GET", &format!("floatingips/{id}"), None);
     (code, body["floatingip"].clone())
