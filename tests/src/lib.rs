@@ -359,6 +359,16 @@ pub fn uid_tag(lb: &LoadBalancer) -> String {
     format!("{}={}", tags::UID, lb.metadata.uid.clone().unwrap())
 }
 
+/// Whether a Warning Event of `reason` was published.
+pub fn warned(world: &World, reason: &str) -> bool {
+    world
+        .ctx
+        .events
+        .timeline()
+        .iter()
+        .any(|e| e.warning && e.reason == reason)
+}
+
 /// The Service `name`, if any.
 pub async fn service(world: &World, name: &str) -> Option<Service> {
     Api::<Service>::namespaced(world.client(), NS)

@@ -56,6 +56,17 @@ async fn settle_services_and_load_balancers(world: &World) {
     world.settle_services(10).await.unwrap();
 }
 
+/// The ServiceNotRealised Events published.
+fn not_realised(world: &World) -> Vec<capi_lb::events::TimelineEntry> {
+    world
+        .ctx
+        .events
+        .timeline()
+        .into_iter()
+        .filter(|e| e.reason == "ServiceNotRealised")
+        .collect()
+}
+
 fn members(world: &World) -> Vec<(String, String)> {
     world
         .cloud
@@ -213,13 +224,7 @@ async fn a_load_balancer_named_like_a_service_does_not_claim_it() {
         members(&world).is_empty(),
         "the Service's pods became members"
     );
-    let reported: Vec<_> = world
-        .ctx
-        .events
-        .timeline()
-        .into_iter()
-        .filter(|e| e.reason == "ServiceNotRealised")
-        .collect();
+    let reported = not_realised(&world);
     assert_eq!(reported.len(), 1, "{reported:?}");
     assert!(
         reported[0].message.contains("names no LoadBalancer"),
@@ -252,13 +257,7 @@ async fn other_classes_are_never_touched_and_a_missing_load_balancer_is_reported
             .is_none_or(|i| i.is_empty()),
         "another class's Service gets no ingress from capi-lb"
     );
-    let reported: Vec<_> = world
-        .ctx
-        .events
-        .timeline()
-        .into_iter()
-        .filter(|e| e.reason == "ServiceNotRealised")
-        .collect();
+    let reported = not_realised(&world);
     assert_eq!(reported.len(), 1, "{reported:?}");
     assert!(reported[0].message.contains("nowhere"));
 }

@@ -477,3 +477,35 @@ async fn the_kube_dc_examples_become_ready() {
         assert_eq!(status.active_targets.len(), 1, "{name}: {status:#?}");
     }
 }
+
+/// The admin's opt-in label for credentials (`--credentials-secret-label`) holds for kube-dc in
+/// another cluster too: a kubeconfig Secret without it is not read (nothing is made, in either
+/// cluster) and the LoadBalancer says why, with a Warning Event.
+#[tokio::test]
+async fn a_kubeconfig_secret_without_the_required_label_is_not_used() {
+    let label = ("loadbalancer.cluster.x-k8s.io/credentials", "true");
+    let world = world_with_eips(vec![
+        kubedc_lb("cp").build(),
+        kubedc_infra(
+            "cp",
+            json!({"cluster": {"kubeconfigSecretName": "remote", "namespace": "project"}}),
+        ),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "remote", "namespace": NS},
+               "data": {"value": "bm90IHJlYWQ="}}),
+        machine("cp-m1", "cp", "10.0.0.11").build(),
+    ])
+    .await
+    .reconfigured(|c| c.credentials.required_label = Some((label.0.into(), label.1.into())));
+    world.reconcile(NS, "cp").await.unwrap();
+    let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
+    assert_eq!(c.reason, "CredentialsNotAllowed", "{c:?}");
+    assert!(
+        c.message.contains(&format!(
+            "Secret {NS}/remote is not labelled {}={}",
+            label.0, label.1
+        )),
+        "{c:?}"
+    );
+    assert!(warned(&world, "CredentialsNotAllowed"));
+    assert!(eips(&world).await.is_empty(), "an EIp was made");
+}

@@ -757,12 +757,7 @@ async fn bad_credentials_and_a_missing_catalog_entry_are_clear_conditions() {
     );
     // ... and a Warning Event says so.
     assert!(
-        world
-            .ctx
-            .events
-            .timeline()
-            .iter()
-            .any(|e| e.warning && e.reason == "AuthenticationFailed"),
+        warned(&world, "AuthenticationFailed"),
         "{:?}",
         world.ctx.events.timeline()
     );
@@ -844,12 +839,7 @@ async fn a_credentials_secret_without_the_required_label_is_not_used() {
     assert!(!is_ready(&lb));
     assert_eq!(world.openstack.calls(), vec![], "the Secret was used");
     assert!(
-        world
-            .ctx
-            .events
-            .timeline()
-            .iter()
-            .any(|e| e.warning && e.reason == "CredentialsNotAllowed"),
+        warned(&world, "CredentialsNotAllowed"),
         "{:?}",
         world.ctx.events.timeline()
     );

@@ -24,16 +24,7 @@ pub(super) async fn bind(ctx: &Context, service: &Service, reported: &Reported) 
             "Service {name} has load-balancer class {} but names no LoadBalancer: name the one that realises it (and gives the provider) with the {ANNOTATION_SERVICE_LOAD_BALANCER_REF} annotation",
             class::LOAD_BALANCER_CLASS
         );
-        warn_once(
-            ctx,
-            service,
-            reported,
-            event::SERVICE_NOT_REALISED,
-            "Bind",
-            message,
-        )
-        .await;
-        return Ok(Outcome::done());
+        return not_realised(ctx, service, reported, message).await;
     };
     let lbs: Api<capi_lb_api::LoadBalancer> = Api::namespaced(ctx.client.clone(), &namespace);
     let lb = lbs.get_opt(&lb_name).await.map_err(kube_err(
@@ -72,16 +63,7 @@ pub(super) async fn bind(ctx: &Context, service: &Service, reported: &Reported) 
             .or_else(|| class::will_not_realise(lb, &name)),
     };
     if let Some(message) = problem {
-        warn_once(
-            ctx,
-            service,
-            reported,
-            event::SERVICE_NOT_REALISED,
-            "Bind",
-            message,
-        )
-        .await;
-        return Ok(Outcome::done());
+        return not_realised(ctx, service, reported, message).await;
     }
     reported.clear(&uid);
     if let Some(lb) = lb
@@ -107,5 +89,24 @@ pub(super) async fn bind(ctx: &Context, service: &Service, reported: &Reported) 
             )
             .await;
     }
+    Ok(Outcome::done())
+}
+
+/// Say once why `service` is not realised (a Warning Event), and wait for a change.
+async fn not_realised(
+    ctx: &Context,
+    service: &Service,
+    reported: &Reported,
+    message: String,
+) -> Result<Outcome> {
+    warn_once(
+        ctx,
+        service,
+        reported,
+        event::SERVICE_NOT_REALISED,
+        "Bind",
+        message,
+    )
+    .await;
     Ok(Outcome::done())
 }
