@@ -340,6 +340,10 @@ async fn clusterctl_components_follow_the_providers_variable() {
                 granted.contains("loadbalancers/status"),
                 "the controller part is missing: {granted}"
             );
+            roles
+                .delete("capi-lb-e2e-aggregation-kubedc", &Default::default())
+                .await
+                .unwrap();
         }
     }
 }
