@@ -1,9 +1,11 @@
 //! The provider registry: maps an `infrastructureRef` (API group and kind) to the enabled provider
 //! that handles it. Built once at start-up from the catalog entries of the enabled providers; the
 //! entry says the provider's name and kind, so a provider does not repeat them. Every call to a
-//! provider goes through [`Enabled`], which gives it a deadline.
+//! provider goes through [`Enabled`], which gives it a deadline and, while it waits, gives back
+//! the caller's work slot ([`Waiting`]).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +23,22 @@ use crate::provider::{
 /// requests have shorter deadlines (Octavia: 5 s to connect, 15 s a request; a remote kube-dc
 /// cluster: 5 s to connect, 10 s a request); this one bounds a call of several of them.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+
+/// What a caller holds while it works and gives back while a provider call waits on a cloud or a
+/// remote cluster: the controller's work slot. So a cloud that answers only at the deadline holds
+/// no slot while it is waited for, and reconciles of other tenants run meanwhile.
+pub trait Waiting: Send + Sync {
+    /// A provider call starts waiting: give the slot back.
+    fn release(&self);
+    /// The call has ended: resolves when the caller holds a slot again.
+    fn reacquire(&self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+}
+
+tokio::task_local! {
+    /// The [`Waiting`] of the reconcile that runs in this task, if it set one
+    /// (`WAITING.scope(slot, reconcile)`). Provider calls made without one keep what they hold.
+    pub static WAITING: Arc<dyn Waiting>;
+}
 
 /// An enabled provider: its catalog entry and the provider built from it. Its calls have a
 /// deadline.
@@ -71,17 +89,26 @@ impl Enabled {
         self.within(self.provider.delete(request)).await
     }
 
-    /// `call`, abandoned (dropped, so whatever it waits on is cancelled) after the deadline.
+    /// `call`, abandoned (dropped, so whatever it waits on is cancelled) after the deadline; the
+    /// caller's [`WAITING`] slot is given back while it runs.
     async fn within<T>(
         &self,
         call: impl Future<Output = Result<T, ProviderError>>,
     ) -> Result<T, ProviderError> {
-        match tokio::time::timeout(self.deadline, call).await {
+        let waiting = WAITING.try_with(Arc::clone).ok();
+        if let Some(waiting) = &waiting {
+            waiting.release();
+        }
+        let result = match tokio::time::timeout(self.deadline, call).await {
             Ok(result) => result,
             Err(_) => Err(ProviderError::TimedOut {
                 message: format!("no answer within {} s", self.deadline.as_secs()),
             }),
+        };
+        if let Some(waiting) = &waiting {
+            waiting.reacquire().await;
         }
+        result
     }
 }
 

@@ -161,7 +161,7 @@ async fn hanging_and_huge_remote_clusters_do_not_stall_other_tenants() {
     let took = created.elapsed();
     println!("the bystander's LoadBalancer was Ready after {took:?}");
     assert!(
-        took < Duration::from_secs(20),
+        took < Duration::from_secs(5),
         "the bystander waited {took:?} behind the stalled tenants"
     );
 

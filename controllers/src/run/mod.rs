@@ -22,9 +22,11 @@ use capi_lb_providers::clock::{SharedClock, SystemClock};
 use capi_lb_providers::entry::Dependencies;
 use capi_lb_providers::inmemory::{self, InMemoryCloud, InMemoryProvider};
 use capi_lb_providers::observe::ApiObserver;
+use capi_lb_providers::registry::WAITING;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{CustomResourceExt, ResourceExt};
 
 use crate::context::{Config, Context, Outcome};
@@ -255,11 +257,14 @@ pub async fn run_instrumented(
     );
     let observers = observe_cache(store, metrics.clone());
     let fair = Fairness::new(options.concurrency);
+    let latest = controller.store();
     let loadbalancers = controller
-        .with_config(ControllerConfig::default().concurrency(options.concurrency))
+        // Unbounded here: `Fairness` gives out the `--concurrency` work slots, which a reconcile
+        // waiting on a provider does not hold.
+        .with_config(ControllerConfig::default().concurrency(0))
         .graceful_shutdown_on(stop.clone())
         .run(
-            move |lb, ctx| reconcile_action(lb, ctx, fair.clone()),
+            move |lb, ctx| reconcile_action(lb, ctx, fair.clone(), latest.clone()),
             error_policy,
             ctx.clone(),
         )
@@ -403,19 +408,32 @@ async fn services(
         reported: Reported::default(),
         fair: Fairness::new(options.concurrency),
     });
-    service_controller(client, options.namespace.as_deref(), &context.ctx.caches)
-        .await
-        .with_config(ControllerConfig::default().concurrency(options.concurrency))
+    let controller =
+        service_controller(client, options.namespace.as_deref(), &context.ctx.caches).await;
+    let latest = controller.store();
+    controller
+        // Unbounded here: `Fairness` gives out the `--concurrency` work slots.
+        .with_config(ControllerConfig::default().concurrency(0))
         .graceful_shutdown_on(shutdown)
         .run(
-            |svc: Arc<Service>, c: Arc<ServiceContext>| async move {
-                let Some(_permit) = c.fair.enter(&svc.namespace().unwrap_or_default()) else {
-                    return Ok(Action::requeue(fairness::RETRY));
-                };
-                let timer = c.ctx.metrics.reconcile("external-endpoint");
-                let outcome = reconcile_service(svc, c.ctx.clone(), &c.reported).await?;
-                timer.succeeded();
-                Ok::<_, Error>(action(outcome, c.ctx.config.resync))
+            move |svc: Arc<Service>, c: Arc<ServiceContext>| {
+                let latest = latest.clone();
+                async move {
+                    let Some(permit) = c.fair.enter(&svc.namespace().unwrap_or_default()) else {
+                        return Ok(Action::requeue(fairness::RETRY));
+                    };
+                    let slot = permit.work().await;
+                    let Some(svc) = now(&latest, &svc) else {
+                        return Ok(Action::await_change());
+                    };
+                    let reconcile = async {
+                        let timer = c.ctx.metrics.reconcile("external-endpoint");
+                        let outcome = reconcile_service(svc, c.ctx.clone(), &c.reported).await?;
+                        timer.succeeded();
+                        Ok::<_, Error>(action(outcome, c.ctx.config.resync))
+                    };
+                    WAITING.scope(slot, reconcile).await
+                }
             },
             |svc: Arc<Service>, error: &Error, c: Arc<ServiceContext>| {
                 let key = svc.uid().unwrap_or_else(|| svc.name_any());
@@ -433,19 +451,38 @@ async fn services(
         .await;
 }
 
-/// Reconcile a LoadBalancer, when its namespace has not its share of the slots in flight.
+/// Reconcile a LoadBalancer, when its namespace has not its share of the slots in flight, once it
+/// holds a work slot.
 async fn reconcile_action(
     lb: Arc<Watched>,
     ctx: Arc<Context>,
     fair: Arc<Fairness>,
+    latest: Store<Watched>,
 ) -> Result<Action, Error> {
-    let Some(_permit) = fair.enter(&lb.namespace().unwrap_or_default()) else {
+    let Some(permit) = fair.enter(&lb.namespace().unwrap_or_default()) else {
         return Ok(Action::requeue(fairness::RETRY));
     };
-    let timer = ctx.metrics.reconcile("loadbalancer");
-    let outcome = reconcile_watched(lb, ctx.clone()).await?;
-    timer.succeeded();
-    Ok(action(outcome, ctx.config.resync))
+    let slot = permit.work().await;
+    let Some(lb) = now(&latest, &lb) else {
+        return Ok(Action::await_change());
+    };
+    let reconcile = async {
+        let timer = ctx.metrics.reconcile("loadbalancer");
+        let outcome = reconcile_watched(lb, ctx.clone()).await?;
+        timer.succeeded();
+        Ok(action(outcome, ctx.config.resync))
+    };
+    WAITING.scope(slot, reconcile).await
+}
+
+/// The object as the cache holds it now: it may have changed while its reconcile waited for a work
+/// slot. `None` when it is gone (deleted after its finalizers went: nothing to do).
+fn now<K>(latest: &Store<K>, object: &Arc<K>) -> Option<Arc<K>>
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    latest.get(&ObjectRef::from_obj(object.as_ref()))
 }
 
 /// The scheduler's action for a reconcile's outcome: the requeue it asks for, else the periodic

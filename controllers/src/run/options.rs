@@ -33,7 +33,8 @@ pub struct RunOptions {
         value_parser = clap::builder::PossibleValuesParser::new(catalog::names())
     )]
     pub providers: Vec<String>,
-    /// LoadBalancers reconciled at the same time.
+    /// Reconciles working at the same time, per controller (a reconcile waiting on a provider
+    /// gives its slot back; one namespace has at most half of them in flight).
     #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// Seconds between reconciles of an unchanged LoadBalancer (repairs drift in the cloud; at

@@ -5,8 +5,9 @@
 //! - `reconciles_total{controller,result}` and `reconcile_duration_seconds{controller}`: every
 //!   reconcile of the `loadbalancer` and `external-endpoint` controllers, `result` = `success` or
 //!   `error`;
-//! - `reconciles_in_flight{controller}`: reconciles running now (kube-runtime does not expose its
-//!   queue; a value stuck at the concurrency limit means work is queueing);
+//! - `reconciles_in_flight{controller}`: reconciles running now, working or waiting on a provider
+//!   (a reconcile waiting on a provider gives its work slot back, so this can exceed the
+//!   concurrency);
 //! - `provider_calls_total{provider,operation,result}` and
 //!   `provider_call_duration_seconds{provider,operation}`: every `ensure`, `converge_members` and
 //!   `delete`, `result` = `done`, `pending`, `transient_error`, `timed_out` or `permanent_error`;
