@@ -329,6 +329,9 @@ pub mod event {
     pub const LOAD_BALANCER_CREATED: &str = "LoadBalancerCreated";
     /// The provider changed the load balancer (listeners, addresses, configuration).
     pub const LOAD_BALANCER_UPDATED: &str = "LoadBalancerUpdated";
+    /// A load balancer that was ready is gone behind capi-lb's back (deleted in the cloud, its
+    /// objects removed) and the provider created a new one (a Warning, naming what was found).
+    pub const LOAD_BALANCER_LOST: &str = "LoadBalancerLost";
     /// The provider's addresses changed.
     pub const ADDRESSES_CHANGED: &str = "AddressesChanged";
     /// The member set changed.

@@ -20,8 +20,13 @@ use crate::telemetry::Metrics;
 pub struct Config {
     /// Cluster DNS domain used in published endpoint names.
     pub cluster_domain: String,
-    /// How often an unchanged LoadBalancer is reconciled anyway, to repair drift in the cloud.
+    /// How often an unchanged LoadBalancer (and Service) is reconciled anyway.
     pub resync: Duration,
+    /// How often a Ready load balancer that capi-lb does not watch (in a cloud, in a remote
+    /// cluster) is looked at again, to find it deleted or broken behind capi-lb's back
+    /// (`--drift-check-seconds`); each LoadBalancer's interval is spread by up to a tenth around it
+    /// ([`Config::drift_check_for`]).
+    pub drift_check: Duration,
     /// The `-ext` publisher for Services of type LoadBalancer.
     pub external: ExternalEndpoints,
     /// The admin's rules for the addresses capi-lb publishes.
@@ -37,11 +42,30 @@ impl Default for Config {
         Self {
             cluster_domain: capi_lb_api::constants::DEFAULT_CLUSTER_DOMAIN.to_string(),
             resync: Duration::from_secs(600),
+            drift_check: DEFAULT_DRIFT_CHECK,
             external: ExternalEndpoints::default(),
             addresses: AddressPolicy::default(),
             names: NamePolicy::default(),
             credentials: Default::default(),
         }
+    }
+}
+
+/// The default of `--drift-check-seconds`.
+pub const DEFAULT_DRIFT_CHECK: Duration = Duration::from_secs(60);
+
+impl Config {
+    /// The drift check interval of the LoadBalancer with UID `uid`: [`Config::drift_check`] spread
+    /// by up to a tenth either way, the same for one LoadBalancer every time, so that load balancers
+    /// created together are not all looked at in the same second.
+    pub fn drift_check_for(&self, uid: &str) -> Duration {
+        // FNV-1a: stable across runs and versions (std's hasher is not).
+        let hash = uid.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        // A fraction in [0.9, 1.1).
+        let spread = 0.9 + (hash % 2_000) as f64 / 10_000.0;
+        self.drift_check.mul_f64(spread)
     }
 }
 
@@ -168,6 +192,10 @@ pub struct Outcome {
     /// Only a change of the object itself can help (its spec is invalid): no periodic resync
     /// either, unless a requeue was asked for.
     pub until_changed: bool,
+    /// Nothing is pending, but the load balancer is to be looked at again after this long, to find
+    /// drift in a cloud capi-lb does not watch (`--drift-check-seconds`). Not work in progress:
+    /// `simulate` counts a LoadBalancer that asks only for this as settled.
+    pub look_after: Option<Duration>,
 }
 
 impl Outcome {
@@ -180,27 +208,39 @@ impl Outcome {
     pub fn requeue(after: Duration) -> Self {
         Self {
             requeue_after: Some(after),
-            until_changed: false,
+            ..Self::default()
         }
     }
 
     /// Nothing to do until the object changes.
     pub fn until_changed() -> Self {
         Self {
-            requeue_after: None,
             until_changed: true,
+            ..Self::default()
         }
     }
 
     /// The earlier of two requeue requests.
     pub fn min(self, other: Option<Duration>) -> Self {
         Self {
-            until_changed: self.until_changed,
-            requeue_after: match (self.requeue_after, other) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            },
+            requeue_after: earlier(self.requeue_after, other),
+            ..self
         }
+    }
+
+    /// Look at the load balancer again after `after` at the latest (drift checks).
+    pub fn look(self, after: Duration) -> Self {
+        Self {
+            look_after: earlier(self.look_after, Some(after)),
+            ..self
+        }
+    }
+}
+
+fn earlier(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -252,6 +292,30 @@ impl Default for ExternalEndpoints {
             suffix: DEFAULT_PUBLICATION_SUFFIX.to_string(),
             adopt_kube_dc: false,
             legacy_endpoints: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drift_checks_are_spread_by_up_to_a_tenth_and_stable_per_load_balancer() {
+        let config = Config::default();
+        let uids: Vec<String> = (0..1_000)
+            .map(|i| format!("6f1c2a3b-0000-4000-8000-{i:012}"))
+            .collect();
+        let intervals: Vec<Duration> = uids.iter().map(|u| config.drift_check_for(u)).collect();
+        let (low, high) = (Duration::from_secs(54), Duration::from_secs(66));
+        assert!(intervals.iter().all(|i| *i >= low && *i < high));
+        assert_eq!(config.drift_check_for(&uids[7]), intervals[7]);
+        // Spread over the range, not bunched: every 2-second bucket holds some of the 1,000.
+        for bucket in 0..6 {
+            let from = low + Duration::from_secs(2 * bucket);
+            let to = from + Duration::from_secs(2);
+            let n = intervals.iter().filter(|i| **i >= from && **i < to).count();
+            assert!(n > 100, "{n} in [{from:?}, {to:?})");
         }
     }
 }

@@ -244,6 +244,7 @@ mod tests {
             "--namespace=capi",
             "--providers=octavia,kubedc",
             "--resync-seconds=30",
+            "--drift-check-seconds=20",
             "--provider-timeout-seconds=7",
             "--metrics-bind-address=off",
             "--health-probe-bind-address=0.0.0.0:8081",
@@ -265,6 +266,7 @@ mod tests {
         assert_eq!(options.namespace.as_deref(), Some("capi"));
         assert_eq!(options.providers, ["octavia", "kubedc"]);
         assert_eq!(options.resync, Duration::from_secs(30));
+        assert_eq!(options.drift_check, Duration::from_secs(20));
         assert_eq!(options.provider_timeout, Duration::from_secs(7));
         assert_eq!(options.metrics_address, None);
         assert_eq!(
@@ -289,6 +291,7 @@ mod tests {
         for (flag, says) in [
             ("--resync-seconds=5", "at least 10 seconds"),
             ("--resync-seconds=soon", "not a number of seconds"),
+            ("--drift-check-seconds=9", "at least 10 seconds"),
             ("--provider-timeout-seconds=0", "1 to 600 seconds"),
             (
                 "--metrics-bind-address=localhost",

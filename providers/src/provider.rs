@@ -340,6 +340,11 @@ pub struct EnsureOutcome {
     /// sentence each naming the field; reported in the LoadBalancer's `SpecHonoured` condition.
     /// Empty when everything asked is in effect.
     pub unsupported: Vec<String>,
+    /// Everything the load balancer is made of is an object capi-lb watches (an owned kind in the
+    /// management cluster): a change or deletion behind capi-lb's back triggers a reconcile at
+    /// once, so a Ready one needs no drift checks. False for a cloud's or a remote cluster's load
+    /// balancer, which is looked at again every `--drift-check-seconds`.
+    pub watched: bool,
 }
 
 /// Everything the reconciler needs to converge members.

@@ -15,6 +15,7 @@ fn options(providers: &[&str]) -> RunOptions {
         providers: providers.iter().map(|p| p.to_string()).collect(),
         concurrency: 1,
         resync: Duration::from_secs(60),
+        drift_check: Duration::from_secs(60),
         provider_timeout: Duration::from_secs(30),
         address_deny: Vec::new(),
         address_allow: Vec::new(),

@@ -143,14 +143,28 @@ impl Reconciliation<'_> {
                 };
             }
         };
-        let reason = if out.created {
-            event::LOAD_BALANCER_CREATED
-        } else {
-            event::LOAD_BALANCER_UPDATED
-        };
-        self.note(false, reason, out.changes);
+        // The infrastructure object says its load balancer was ready, and the provider had to
+        // create one: it was lost behind capi-lb's back (a Warning, with what the provider found).
+        let was_ready = claimed.infra.data.pointer("/status/ready") == Some(&Value::Bool(true));
+        match (out.created, was_ready) {
+            (true, true) => {
+                let mut found = vec![format!(
+                    "the load balancer of {} {} was ready and is gone",
+                    claimed.resource.kind,
+                    claimed.infra.name_any()
+                )];
+                found.extend(out.changes);
+                self.note(true, event::LOAD_BALANCER_LOST, found);
+            }
+            (true, false) => self.note(false, event::LOAD_BALANCER_CREATED, out.changes),
+            (false, _) => self.note(false, event::LOAD_BALANCER_UPDATED, out.changes),
+        }
         if let Some(retry) = out.progress.retry_after() {
             self.outcome = self.outcome.min(Some(retry));
+        }
+        if out.progress.is_done() && !out.watched {
+            let interval = self.ctx.config.drift_check_for(&self.identity.uid);
+            self.outcome = self.outcome.look(interval);
         }
         let state = match out.progress {
             Progress::Done => InfraState::Provisioned,

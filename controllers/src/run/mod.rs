@@ -242,6 +242,7 @@ pub async fn run_instrumented(
             Config {
                 cluster_domain: options.cluster_domain.clone(),
                 resync: options.resync,
+                drift_check: options.drift_check,
                 external: options.external.clone(),
                 addresses: options.address_policy(),
                 names: options.name_policy(),
@@ -485,8 +486,8 @@ where
     latest.get(&ObjectRef::from_obj(object.as_ref()))
 }
 
-/// The scheduler's action for a reconcile's outcome: the requeue it asks for, else the periodic
-/// resync, unless only a change of the object can help.
+/// The scheduler's action for a reconcile's outcome: the requeue it asks for, else its drift check
+/// or the periodic resync, whichever comes first, unless only a change of the object can help.
 fn action(outcome: Outcome, resync: Duration) -> Action {
     match outcome {
         Outcome {
@@ -497,7 +498,9 @@ fn action(outcome: Outcome, resync: Duration) -> Action {
             until_changed: true,
             ..
         } => Action::await_change(),
-        Outcome { .. } => Action::requeue(resync),
+        Outcome { look_after, .. } => {
+            Action::requeue(look_after.map_or(resync, |look| look.min(resync)))
+        }
     }
 }
 
@@ -535,6 +538,20 @@ mod tests {
         // A requeue asked for by any step wins over waiting.
         assert_eq!(
             action(Outcome::until_changed().min(Some(soon)), resync),
+            Action::requeue(soon)
+        );
+        // A drift check comes before the resync, never after it, and after any requeue asked for.
+        let look = Duration::from_secs(60);
+        assert_eq!(
+            action(Outcome::done().look(look), resync),
+            Action::requeue(look)
+        );
+        assert_eq!(
+            action(Outcome::done().look(Duration::from_secs(900)), resync),
+            Action::requeue(resync)
+        );
+        assert_eq!(
+            action(Outcome::requeue(soon).look(look), resync),
             Action::requeue(soon)
         );
     }

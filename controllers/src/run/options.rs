@@ -37,10 +37,15 @@ pub struct RunOptions {
     /// gives its slot back; one namespace has at most half of them in flight).
     #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
-    /// Seconds between reconciles of an unchanged LoadBalancer (repairs drift in the cloud; at
-    /// least 10).
+    /// Seconds between reconciles of an unchanged LoadBalancer or Service (at least 10).
     #[arg(long = "resync-seconds", default_value = "600", value_parser = resync_seconds)]
     pub resync: Duration,
+    /// Seconds between looks at a Ready load balancer that capi-lb does not watch (Octavia, a
+    /// remote kube-dc cluster, the in-memory cloud), to find it deleted or broken behind capi-lb's
+    /// back and repair it; spread by up to a tenth per LoadBalancer (at least 10; at most the
+    /// resync). One Octavia request per look.
+    #[arg(long = "drift-check-seconds", default_value = "60", value_parser = resync_seconds)]
+    pub drift_check: Duration,
     /// Seconds a provider call may take before it is abandoned and retried with back-off
     /// (condition reason ProviderTimeout), so that a cloud or cluster that never answers does not
     /// hold a reconcile slot.
@@ -292,6 +297,7 @@ impl RunOptions {
             providers,
             concurrency: DEFAULT_CONCURRENCY,
             resync: Duration::from_secs(600),
+            drift_check: crate::context::DEFAULT_DRIFT_CHECK,
             provider_timeout: capi_lb_providers::registry::DEFAULT_DEADLINE,
             address_deny: Vec::new(),
             address_allow: Vec::new(),

@@ -304,6 +304,7 @@ impl Provider for InMemoryProvider {
                         changes,
                         status: status_of(None, now),
                         unsupported: Vec::new(),
+                        watched: false,
                     });
                 }
                 let addresses = plan_addresses(&spec, &lb.addresses, &used)?;
@@ -379,6 +380,8 @@ impl Provider for InMemoryProvider {
             changes,
             status: status_of(lb, now),
             unsupported: Vec::new(),
+            // An in-memory cloud is looked at like a real one (it can lose a load balancer too).
+            watched: false,
         })
     }
 

@@ -162,6 +162,13 @@ impl Provider for KubeDcProvider {
                 request.source_ranges.join(", ")
             )]
         };
+        // Local EIps and Services are watched (by their ownership label); those of a kube-dc
+        // cluster elsewhere (spec.cluster) are not.
+        let local = request
+            .infra
+            .data
+            .pointer("/spec/cluster")
+            .is_none_or(serde_json::Value::is_null);
         let outcome = |progress: Progress, addresses, created, changes, status| EnsureOutcome {
             progress,
             addresses,
@@ -170,6 +177,7 @@ impl Provider for KubeDcProvider {
             changes,
             status,
             unsupported: unsupported.clone(),
+            watched: local,
         };
         let infra = match Infra::read(request.infra, identity, &self.client, &self.remotes).await? {
             Step::Ready(infra) => infra,

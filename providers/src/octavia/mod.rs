@@ -227,6 +227,7 @@ impl Provider for OctaviaProvider {
             changes: call.changes.clone(),
             status: call.status_map(),
             unsupported,
+            watched: false,
         })
     }
 

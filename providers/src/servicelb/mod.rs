@@ -163,6 +163,7 @@ impl Provider for ServiceProvider {
                     changes,
                     status,
                     unsupported: Vec::new(),
+                    watched: true,
                 });
             }
         };
@@ -195,6 +196,8 @@ impl Provider for ServiceProvider {
             changes,
             status,
             unsupported: Vec::new(),
+            // The `<infra>-lb` Service, watched by its ownership label.
+            watched: true,
         })
     }
 
