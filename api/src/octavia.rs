@@ -214,19 +214,25 @@ pub struct HealthMonitor {
     /// Check type. Defaults to `TCP`.
     #[serde(default, rename = "type")]
     pub type_: MonitorType,
-    /// Seconds between checks. Defaults to 10.
+    /// Seconds between checks. Defaults to 5.
     #[serde(default = "default_delay")]
     #[schemars(range(min = 1, max = 3600))]
     pub delay_seconds: i32,
-    /// Seconds a check may take. Defaults to 5.
+    /// Seconds a check may take (at most `delaySeconds`). Defaults to 3.
     #[serde(default = "default_timeout")]
     #[schemars(range(min = 1, max = 3600))]
     pub timeout_seconds: i32,
-    /// Successful checks before a member is ONLINE (and failed ones before it is not). Defaults
-    /// to 3.
+    /// Successful checks in a row before a member that failed is ONLINE again. Defaults to 2.
     #[serde(default = "default_retries")]
     #[schemars(range(min = 1, max = 10))]
     pub max_retries: i32,
+    /// Failed checks in a row before a member is taken out (ERROR), apart from `maxRetries`.
+    /// Defaults to 2: with the other defaults a member that stopped answering gets no new
+    /// connections 5 to 10 s after it stopped (8 to 13 s when it does not refuse connections and
+    /// each check waits its timeout).
+    #[serde(default = "default_retries_down")]
+    #[schemars(range(min = 1, max = 10))]
+    pub max_retries_down: i32,
     /// Path for HTTP and HTTPS checks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 2048), regex(pattern = r"^/"))]
@@ -247,6 +253,7 @@ impl Default for HealthMonitor {
             delay_seconds: default_delay(),
             timeout_seconds: default_timeout(),
             max_retries: default_retries(),
+            max_retries_down: default_retries_down(),
             url_path: None,
             expected_codes: None,
         }
@@ -376,15 +383,19 @@ fn default_cloud() -> String {
 }
 
 fn default_delay() -> i32 {
-    10
-}
-
-fn default_timeout() -> i32 {
     5
 }
 
-fn default_retries() -> i32 {
+fn default_timeout() -> i32 {
     3
+}
+
+fn default_retries() -> i32 {
+    2
+}
+
+fn default_retries_down() -> i32 {
+    2
 }
 
 crate::validation::validated!(OctaviaLoadBalancer);

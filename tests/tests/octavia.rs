@@ -329,6 +329,18 @@ async fn create_ready_publish_members_drain_and_cascade_delete() {
         None,
     );
     assert_eq!(monitor["healthmonitor"]["type"], "TCP");
+    // The defaults take a member that stopped answering out after two failed checks 5 s apart.
+    let hm = &monitor["healthmonitor"];
+    assert_eq!(
+        (
+            &hm["delay"],
+            &hm["timeout"],
+            &hm["max_retries"],
+            &hm["max_retries_down"]
+        ),
+        (&json!(5), &json!(3), &json!(2), &json!(2)),
+        "{hm}"
+    );
     assert!(
         monitor["healthmonitor"]["tags"]
             .as_array()
@@ -654,7 +666,8 @@ async fn ports_added_and_removed_get_and_lose_their_listener_pool_and_monitor() 
     objects[2] = olb(
         "cp",
         &h,
-        json!({"healthMonitor": {"type": "HTTPS", "urlPath": "/readyz", "expectedCodes": "200"}}),
+        json!({"healthMonitor": {"type": "HTTPS", "urlPath": "/readyz", "expectedCodes": "200",
+                                 "maxRetries": 3, "maxRetriesDown": 1}}),
     );
     let world = World::new(objects).await.unwrap();
     let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
@@ -664,6 +677,22 @@ async fn ports_added_and_removed_get_and_lose_their_listener_pool_and_monitor() 
     let (_, body) = h.octavia("GET", &format!("lbaas/healthmonitors/{monitor}"), None);
     assert_eq!(body["healthmonitor"]["type"], "HTTPS");
     assert_eq!(body["healthmonitor"]["url_path"], "/readyz");
+    assert_eq!(body["healthmonitor"]["max_retries"], 3);
+    assert_eq!(body["healthmonitor"]["max_retries_down"], 1);
+    // A changed maxRetriesDown reaches the existing monitor (updated in place, same ID).
+    patch_olb(&world, json!({"healthMonitor": {"maxRetriesDown": 4}})).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        world.reconcile(NS, "cp").await.unwrap();
+        let (_, body) = h.octavia("GET", &format!("lbaas/healthmonitors/{monitor}"), None);
+        if body["healthmonitor"]["max_retries_down"] == 4 {
+            assert_eq!(body["healthmonitor"]["max_retries"], 3);
+            break;
+        }
+        assert!(Instant::now() < deadline, "not updated: {body}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    reconcile_cp_until(&world, "Ready after the monitor update", is_ready).await;
 
     Api::<LoadBalancer>::namespaced(world.client(), NS)
         .patch(

@@ -197,6 +197,7 @@ impl Settings {
             json!(hm.timeout_seconds.min(hm.delay_seconds)),
         );
         m.insert("max_retries".into(), json!(hm.max_retries));
+        m.insert("max_retries_down".into(), json!(hm.max_retries_down));
         if kind == "HTTP" || kind == "HTTPS" {
             m.insert(
                 "url_path".into(),
