@@ -13,6 +13,10 @@
 //!
 //! Settled, the load balancer costs one Octavia request per drift check and no apiserver write.
 //! Without the drift check (only the resync of 600 s) neither loss is seen within the test's limits.
+//!
+//! A load balancer made of objects capi-lb watches needs no drift check: the Service provider's
+//! `<infra>-lb` Service, served by MetalLB's real controller, deleted by hand, is recreated at
+//! once (the watch), with its members, and the `-ext` name follows MetalLB's new address.
 // Integration tests: helpers panic on broken fixtures, which is the failure we want.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -22,10 +26,14 @@ use std::time::{Duration, Instant};
 use capi_lb_api::externaldns::DNSEndpoint;
 use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer};
 use capi_lb_tests::k8s::{
-    DnsAnswer, TestNs, condition, dns_query, eventually, external_dns, wait_for,
+    DnsAnswer, TestNs, condition, dns_query, eventually, external_dns, install_capi_crds,
+    load_balancer, machine, metallb, set_machine_ip, wait_for,
 };
 use capi_lb_tests::octavia::{self, Harness};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
+use kube::api::DeleteParams;
 use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
@@ -216,4 +224,93 @@ async fn a_load_balancer_lost_in_octavia_is_recreated_and_one_in_error_is_report
         code == 404 || body["loadbalancer"]["provisioning_status"] == "DELETED",
         "{code} {body}"
     );
+}
+
+/// The addresses of the endpoints of EndpointSlice `name`.
+async fn slice_addresses(t: &TestNs, name: &str) -> Vec<String> {
+    match t.api::<EndpointSlice>().get_opt(name).await.unwrap() {
+        Some(slice) => slice
+            .endpoints
+            .iter()
+            .flat_map(|e| e.addresses.clone())
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn a_deleted_service_of_the_service_provider_is_recreated_at_once_with_its_members() {
+    let mut t = TestNs::new("drift-svc").await;
+    install_capi_crds(&t.client).await;
+    t.start(t.options(&["service"]));
+    t.create(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "ServiceLoadBalancer",
+        "metadata": {"name": "metal"},
+        "spec": {"loadBalancerClass": metallb().class, "allocateLoadBalancerNodePorts": false},
+    }))
+    .await;
+    let mut lb = load_balancer("cp", "metal", json!({}));
+    lb["spec"]["infrastructureRef"]["kind"] = json!("ServiceLoadBalancer");
+    t.create(lb).await;
+    t.create(machine(
+        "cp-m1",
+        json!({"loadbalancer.cluster.x-k8s.io/name": "cp"}),
+    ))
+    .await;
+    set_machine_ip(&t, "cp-m1", "10.0.0.11").await;
+    wait_for(
+        &t.api::<LoadBalancer>(),
+        "cp",
+        "Ready with cp-m1 active",
+        |l| {
+            l.and_then(|l| l.status.as_ref())
+                .is_some_and(|s| s.ready && s.active_targets == ["cp-m1"])
+        },
+    )
+    .await
+    .unwrap();
+    let services = t.api::<Service>();
+    let old = services.get("metal-lb").await.unwrap();
+
+    // Someone deletes the Service behind capi-lb's back.
+    services
+        .delete("metal-lb", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deleted = Instant::now();
+    let note = warning(&t, "LoadBalancerLost").await;
+    let noticed = deleted.elapsed();
+    assert!(
+        note.contains("ServiceLoadBalancer metal was ready and is gone"),
+        "{note}"
+    );
+    let recreated = wait_for(&services, "metal-lb", "a new Service metal-lb", |s| {
+        s.is_some_and(|s| s.metadata.uid != old.metadata.uid)
+    })
+    .await
+    .unwrap();
+    // Its members come back with it, and -ext follows whatever address MetalLB gives it now.
+    eventually("the new Service's members", || async {
+        (slice_addresses(&t, "metal-lb-ipv4").await == ["10.0.0.11"]).then_some(())
+    })
+    .await;
+    let address = ready_address(&t, "Ready again", None).await;
+    let ingress = services
+        .get("metal-lb")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.load_balancer)
+        .and_then(|l| l.ingress)
+        .and_then(|i| i.first().and_then(|i| i.ip.clone()));
+    assert_eq!(ingress.as_deref(), Some(address.as_str()));
+    ext_answers(&t, &address).await;
+    println!(
+        "deleted Service: noticed after {noticed:?}, recreated as {}, {address} on -ext after {:?}",
+        recreated.metadata.uid.unwrap_or_default(),
+        deleted.elapsed()
+    );
+    // Watched: no drift check needed, well under its interval.
+    assert!(noticed < Duration::from_secs(10), "{noticed:?}");
+    t.finish().await;
 }
