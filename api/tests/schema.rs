@@ -491,7 +491,12 @@ fn octavia_defaults_and_rules() {
     assert_eq!(parsed.spec.credentials.cloud, "openstack");
     assert_eq!(parsed.spec.algorithm, Algorithm::RoundRobin);
     assert_eq!(parsed.spec.health_monitor.type_, MonitorType::Tcp);
-    assert_eq!(parsed.spec.health_monitor.delay_seconds, 10);
+    // A member out after two failed checks 5 s apart.
+    let hm = &parsed.spec.health_monitor;
+    assert_eq!(
+        (hm.delay_seconds, hm.timeout_seconds, hm.max_retries, hm.max_retries_down),
+        (5, 3, 2, 2)
+    );
     let rejected = |spec: Value, fragment: &str| {
         let errors = parse::<OctaviaLoadBalancer>(&obj(spec)).expect_err("should be rejected");
         assert!(
