@@ -187,6 +187,8 @@ pub mod condition {
     pub const SPEC_HONOURED: &str = "SpecHonoured";
     /// The DNS names of `spec.dns` are in ExternalDNS's `DNSEndpoint` and ExternalDNS processed it.
     pub const DNS_PUBLISHED: &str = "DNSPublished";
+    /// (With `spec.reachability`) the endpoint answered capi-lb's last probe.
+    pub const REACHABLE: &str = "Reachable";
 }
 
 /// Condition reasons, each with its severity ([`crate::conditions::Severity`]: a problem someone has
@@ -315,6 +317,20 @@ pub mod reason {
     pub const DNS_DISABLED: Reason = Reason::normal("DNSDisabled");
     /// A name asked for is not a DNS name.
     pub const INVALID_HOSTNAME: Reason = Reason::problem("InvalidHostname");
+
+    // Reachable
+    /// Every address and port of the endpoint answered the last probe.
+    pub const ENDPOINT_REACHABLE: Reason = Reason::normal("EndpointReachable");
+    /// An address or port of the endpoint did not answer (refused, no answer within the timeout,
+    /// the name does not resolve).
+    pub const ENDPOINT_UNREACHABLE: Reason = Reason::problem("EndpointUnreachable");
+    /// A kube-apiserver behind the endpoint answered `GET /readyz` with an error.
+    pub const ENDPOINT_NOT_READY: Reason = Reason::problem("EndpointNotReady");
+    /// A kube-apiserver behind the endpoint showed a certificate the Cluster's CA does not sign
+    /// (or that does not name the endpoint's host).
+    pub const CERTIFICATE_NOT_TRUSTED: Reason = Reason::problem("CertificateNotTrusted");
+    /// Not probed: the LoadBalancer is not Ready, or its first probe is still to come.
+    pub const NOT_PROBED: Reason = Reason::normal("NotProbed");
 
     // Paused
     /// Reconciliation is paused.

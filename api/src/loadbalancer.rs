@@ -137,6 +137,46 @@ pub struct LoadBalancerSpec {
     /// (started with `--source=crd`) writes them to the DNS provider. Unset: no DNS publication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<DnsPublication>,
+
+    /// Probe the endpoint (`status.endpoint`: `spec.endpoint` when set, else the stable name) from
+    /// where capi-lb runs, as its consumers reach it, and report the `Reachable` condition: a TCP
+    /// connection to each port, and for a port named `kube-apiserver` an HTTPS `GET /readyz` whose
+    /// certificate is checked against the Cluster's CA (the Secret `<clusterName>-ca`) when it
+    /// exists. Only a Ready LoadBalancer is probed. Unset: no probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reachability: Option<Reachability>,
+}
+
+/// Probes of the endpoint (`spec.reachability`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.timeoutSeconds < self.periodSeconds").message("timeoutSeconds must be less than periodSeconds"))]
+pub struct Reachability {
+    /// Seconds between two probes (spread by up to a tenth per LoadBalancer). Defaults to 30.
+    #[serde(default = "default_probe_period")]
+    #[schemars(range(min = 5, max = 3600))]
+    pub period_seconds: i32,
+    /// Seconds one probe of one port may take before it counts as failed. Defaults to 5.
+    #[serde(default = "default_probe_timeout")]
+    #[schemars(range(min = 1, max = 60))]
+    pub timeout_seconds: i32,
+}
+
+impl Default for Reachability {
+    fn default() -> Self {
+        Self {
+            period_seconds: default_probe_period(),
+            timeout_seconds: default_probe_timeout(),
+        }
+    }
+}
+
+fn default_probe_period() -> i32 {
+    30
+}
+
+fn default_probe_timeout() -> i32 {
+    5
 }
 
 /// DNS names published through ExternalDNS.
@@ -584,6 +624,7 @@ impl LoadBalancerSpec {
             readiness_gates: Vec::new(),
             source_ranges: Vec::new(),
             dns: None,
+            reachability: None,
         }
     }
 }

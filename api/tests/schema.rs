@@ -494,7 +494,12 @@ fn octavia_defaults_and_rules() {
     // A member out after two failed checks 5 s apart.
     let hm = &parsed.spec.health_monitor;
     assert_eq!(
-        (hm.delay_seconds, hm.timeout_seconds, hm.max_retries, hm.max_retries_down),
+        (
+            hm.delay_seconds,
+            hm.timeout_seconds,
+            hm.max_retries,
+            hm.max_retries_down
+        ),
         (5, 3, 2, 2)
     );
     let rejected = |spec: Value, fragment: &str| {

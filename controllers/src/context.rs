@@ -91,6 +91,9 @@ pub struct Context {
     pub capi: CapiKinds,
     /// What the address policy reads of the cluster (`run` only).
     pub facts: Arc<PolicyFacts>,
+    /// The endpoint probes of `spec.reachability` (`run` only: `simulate` and the in-memory API
+    /// probe nothing).
+    pub prober: Option<Arc<crate::reachability::Prober>>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -132,6 +135,7 @@ impl Context {
             caches: Caches::default(),
             capi: CapiKinds::default(),
             facts: Arc::default(),
+            prober: None,
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -139,6 +143,12 @@ impl Context {
     /// Use `metrics` (shared with the HTTP server) instead of a private registry.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = metrics;
+        self
+    }
+
+    /// Probe the endpoints of `spec.reachability` with `prober`.
+    pub fn with_prober(mut self, prober: Arc<crate::reachability::Prober>) -> Self {
+        self.prober = Some(prober);
         self
     }
 

@@ -17,6 +17,7 @@ pub mod loadbalancer;
 pub mod metadata;
 pub mod policy;
 pub mod publication;
+pub mod reachability;
 pub mod run;
 pub mod service;
 pub mod sim;

@@ -774,6 +774,15 @@ fn cel_cases() -> Vec<CelCase> {
         .spec(lb_spec(json!({"controlPlane": {}}))),
         case(
             "LoadBalancer",
+            "spec.reachability",
+            "timeoutSeconds must be less than periodSeconds",
+            "spec.reachability",
+        )
+        .spec(lb_spec(
+            json!({"reachability": {"periodSeconds": 5, "timeoutSeconds": 5}}),
+        )),
+        case(
+            "LoadBalancer",
             "spec.ports",
             "port names must be unique",
             "spec.ports",

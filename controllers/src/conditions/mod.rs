@@ -6,11 +6,13 @@
 //!
 //! This module: `Ready`, `InfrastructureReady`, `SpecHonoured`, `EndpointPublished`, `Paused`;
 //! `targets.rs`: `TargetsReady`; `migration.rs`: `InfrastructureMigration`; `cluster.rs`:
-//! `ClusterEndpoint`; `dns.rs`: `DNSPublished` (whose facts the Service controller reads too).
+//! `ClusterEndpoint`; `dns.rs`: `DNSPublished` (whose facts the Service controller reads too);
+//! `reachability.rs`: `Reachable`.
 
 mod cluster;
 mod dns;
 mod migration;
+mod reachability;
 mod targets;
 
 use capi_lb_api::conditions::{DesiredCondition, Reason};
@@ -24,6 +26,7 @@ use crate::publication::Published;
 pub use cluster::{ClusterEndpoint, cluster_endpoint_condition};
 pub use dns::dns_condition;
 pub use migration::{Migration, migration_condition};
+pub use reachability::{NotProbed, reachable_condition};
 pub use targets::{targets_condition, views};
 
 /// State of the provider's load balancer.

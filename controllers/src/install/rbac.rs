@@ -98,6 +98,9 @@ pub fn components(enabled: &Enabled) -> Vec<Component> {
             // Owner reference from the EndpointSlices to their Service.
             ("", "services/finalizers", &["update"]),
             (CAPI_GROUP, "machines", &["list", "patch"]),
+            // spec.reachability: the Cluster's CA (`tls.crt` of `<clusterName>-ca`, in the
+            // LoadBalancer's namespace) to check a kube-apiserver's certificate with.
+            ("", "secrets", &["get"]),
             // `spec.controlPlaneEndpoint` of the Cluster of a control-plane LoadBalancer.
             (CAPI_GROUP, "clusters", &["get", "patch"]),
             ("events.k8s.io", "events", &["create", "patch"]),

@@ -33,6 +33,9 @@ pub(super) async fn cleanup(
         return Ok(Outcome::done());
     }
     let identity = identity(lb)?;
+    if let Some(prober) = &ctx.prober {
+        prober.forget(&identity.uid);
+    }
     let reference = lb.object_ref(&());
     // Hooks and target annotations go first, so that Machine deletion never waits on a
     // LoadBalancer that is going away.

@@ -1,10 +1,12 @@
 //! The pass over a LoadBalancer that exists and is not paused: validate the spec, bring the serving
 //! infrastructure up, move the targets, publish, and finish with the status and Events.
 
+use std::time::Duration;
+
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::conditions::{DesiredCondition, merge_conditions};
 use capi_lb_api::constants::{FIELD_MANAGER, condition as c, event, reason as r};
-use capi_lb_api::loadbalancer::{LoadBalancerAddress, LoadBalancerStatus};
+use capi_lb_api::loadbalancer::{LoadBalancerAddress, LoadBalancerStatus, Protocol};
 use capi_lb_api::validation::check;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
@@ -15,14 +17,15 @@ use serde_json::{Map, Value, json};
 
 use crate::class;
 use crate::conditions::{
-    InfraState, TargetsState, address_refused_condition, dns_condition, infrastructure_condition,
-    invalid_spec_condition, paused_condition, publication_condition, ready_condition,
-    spec_honoured_condition, targets_condition,
+    InfraState, NotProbed, TargetsState, address_refused_condition, dns_condition,
+    infrastructure_condition, invalid_spec_condition, paused_condition, publication_condition,
+    reachable_condition, ready_condition, spec_honoured_condition, targets_condition,
 };
 use crate::context::Outcome;
 use crate::error::{Result, kube_err};
 use crate::policy::{self, Refusal};
 use crate::publication;
+use crate::reachability;
 
 use super::{Access, Claim, Note, Provisioned, Reconciliation, describe};
 
@@ -203,6 +206,7 @@ impl Reconciliation<'_> {
             self.conditions.push(cc);
         }
         self.publish_dns(&publishable).await?;
+        self.probe_reachability();
         // The realised Service gets the provider's address as its ingress.
         if let Some(binding) = &self.binding
             && infra_ready
@@ -241,6 +245,80 @@ impl Reconciliation<'_> {
             }
         }
         refused
+    }
+
+    /// `spec.reachability`: the endpoint of a Ready LoadBalancer is probed (by the prober's own
+    /// task, never here), and `Reachable` says what the last probe found.
+    fn probe_reachability(&mut self) {
+        let uid = self.identity.uid.clone();
+        let Some(asked) = &self.lb.spec.reachability else {
+            if let Some(prober) = &self.ctx.prober {
+                prober.forget(&uid);
+            }
+            // Probes were asked for before: what they found is not true any more.
+            let reported = self
+                .lb
+                .status
+                .as_ref()
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == c::REACHABLE));
+            if reported {
+                self.conditions
+                    .push(reachable_condition(Err(NotProbed::NotAsked)));
+            }
+            return;
+        };
+        let ready = self
+            .conditions
+            .iter()
+            .any(|c| c.type_ == c::READY && c.status);
+        let condition = match (&self.ctx.prober, ready, &self.status.endpoint) {
+            (None, _, _) => reachable_condition(Err(NotProbed::NoProber)),
+            (Some(prober), true, Some(endpoint)) => {
+                let ports = self
+                    .lb
+                    .spec
+                    .ports
+                    .iter()
+                    .filter(|p| p.protocol == Protocol::Tcp)
+                    .filter_map(|p| {
+                        Some(reachability::Port {
+                            port: u16::try_from(p.port).ok()?,
+                            readyz: p.name == reachability::API_SERVER_PORT_NAME,
+                        })
+                    })
+                    .collect();
+                prober.want(
+                    &uid,
+                    reachability::Wanted {
+                        namespace: self.namespace.clone(),
+                        name: self.lb.name_any(),
+                        host: endpoint.host.clone(),
+                        ports,
+                        ca_secret: self
+                            .lb
+                            .spec
+                            .cluster_name
+                            .as_ref()
+                            .map(|c| format!("{c}-ca")),
+                        period: Duration::from_secs(
+                            u64::try_from(asked.period_seconds).unwrap_or(30),
+                        ),
+                        timeout: Duration::from_secs(
+                            u64::try_from(asked.timeout_seconds).unwrap_or(5),
+                        ),
+                    },
+                );
+                match prober.finding(&uid) {
+                    Some(found) => reachable_condition(Ok(&found)),
+                    None => reachable_condition(Err(NotProbed::Pending)),
+                }
+            }
+            (Some(prober), _, _) => {
+                prober.forget(&uid);
+                reachable_condition(Err(NotProbed::NotReady))
+            }
+        };
+        self.conditions.push(condition);
     }
 
     /// The DNS names of `spec.dns` through ExternalDNS (see [`crate::dns`]); nothing at all for a

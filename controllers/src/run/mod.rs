@@ -35,6 +35,7 @@ use crate::events::EventSink;
 use crate::kinds::{CapiKinds, KindResolver, TargetKinds};
 use crate::loadbalancer::reconcile_watched;
 use crate::loadbalancer::triggers::Watched;
+use crate::reachability::{Finding, ProbeObserver, Prober};
 use crate::service::{Reported, reconcile_service};
 use crate::telemetry::{self, Health, MeteredProvider, Metrics};
 
@@ -233,6 +234,9 @@ pub async fn run_instrumented(
     // Ready (`/readyz`) once the LoadBalancer cache is synced (standby replicas already are).
     let (controller, store, caches, facts) =
         loadbalancer_controller(&client, &options, &registry, &capi, health.clone()).await?;
+    let observer = Arc::new(ProbeMetrics(metrics.clone()));
+    let (prober, mut probed) = Prober::new(client.clone(), Some(observer));
+    let probes = tokio::spawn(prober.clone().run(stop.clone()));
     let ctx = Arc::new(
         Context::new(
             client.clone(),
@@ -254,7 +258,8 @@ pub async fn run_instrumented(
         .with_metrics(metrics.clone())
         .with_caches(caches)
         .with_facts(facts)
-        .with_capi(capi),
+        .with_capi(capi)
+        .with_prober(prober),
     );
     let observers = observe_cache(store, metrics.clone());
     let fair = Fairness::new(options.concurrency);
@@ -263,6 +268,12 @@ pub async fn run_instrumented(
         // Unbounded here: `Fairness` gives out the `--concurrency` work slots, which a reconcile
         // waiting on a provider does not hold.
         .with_config(ControllerConfig::default().concurrency(0))
+        // A probe of spec.reachability found something new: the Reachable condition follows.
+        .reconcile_on(futures::stream::poll_fn(move |cx| {
+            probed.poll_recv(cx).map(|found| {
+                found.map(|(namespace, name)| ObjectRef::new(&name).within(&namespace))
+            })
+        }))
         .graceful_shutdown_on(stop.clone())
         .run(
             move |lb, ctx| reconcile_action(lb, ctx, fair.clone(), latest.clone()),
@@ -282,6 +293,7 @@ pub async fn run_instrumented(
     };
     futures::join!(loadbalancers, services);
     observers.abort();
+    probes.abort();
     if let Some(saver) = saver {
         saver.stop().await;
     }
@@ -486,6 +498,20 @@ where
     latest.get(&ObjectRef::from_obj(object.as_ref()))
 }
 
+/// The probes of `spec.reachability` in the metrics.
+struct ProbeMetrics(Arc<Metrics>);
+
+impl ProbeObserver for ProbeMetrics {
+    fn probed(&self, namespace: &str, name: &str, finding: &Finding) {
+        self.0
+            .probed(namespace, name, finding.reachable, finding.reason.name);
+    }
+
+    fn forgotten(&self, namespace: &str, name: &str) {
+        self.0.forget_reachable(namespace, name);
+    }
+}
+
 /// The scheduler's action for a reconcile's outcome: the requeue it asks for, else its drift check
 /// or the periodic resync, whichever comes first, unless only a change of the object can help.
 fn action(outcome: Outcome, resync: Duration) -> Action {
@@ -554,5 +580,23 @@ mod tests {
             action(Outcome::requeue(soon).look(look), resync),
             Action::requeue(soon)
         );
+    }
+
+    #[test]
+    fn probes_set_the_reachable_gauge_and_count_their_results_and_forget_drops_the_gauge() {
+        let metrics = Arc::new(Metrics::new());
+        let observer = ProbeMetrics(metrics.clone());
+        let finding = Finding {
+            reachable: false,
+            reason: capi_lb_api::constants::reason::ENDPOINT_UNREACHABLE,
+            message: String::new(),
+        };
+        observer.probed("a", "web", &finding);
+        observer.probed("a", "web", &finding);
+        let text = metrics.encode();
+        assert!(text.contains("endpoint_reachable{namespace=\"a\",name=\"web\"} 0"));
+        assert!(text.contains("endpoint_probes_total{result=\"EndpointUnreachable\"} 2"));
+        observer.forgotten("a", "web");
+        assert!(!metrics.encode().contains("endpoint_reachable{"));
     }
 }

@@ -25,6 +25,7 @@
 //!   `process_cpu_seconds`: the process' memory and CPU time, read from `/proc` at each scrape.
 
 pub mod kube_requests;
+mod probes;
 pub mod process;
 pub mod secure;
 
@@ -67,6 +68,8 @@ pub struct Metrics {
     provider_calls: Family<Labels, Counter>,
     provider_duration: Family<Labels, Histogram>,
     managed: Family<Labels, Gauge>,
+    reachable: Family<Labels, Gauge>,
+    probes: Family<Labels, Counter>,
     leader: Gauge,
     openstack_requests: Family<Labels, Counter>,
     openstack_duration: Family<Labels, Histogram>,
@@ -101,6 +104,18 @@ impl Metrics {
         let provider_duration =
             Family::<Labels, Histogram>::new_with_constructor(duration_histogram as fn() -> _);
         let managed = Family::<Labels, Gauge>::default();
+        let reachable = Family::<Labels, Gauge>::default();
+        let probes = Family::<Labels, Counter>::default();
+        registry.register(
+            "endpoint_reachable",
+            "1 when the last probe of a LoadBalancer's endpoint (spec.reachability) found every address and port answering, else 0, by namespace and name",
+            reachable.clone(),
+        );
+        registry.register(
+            "endpoint_probes",
+            "Probes of LoadBalancer endpoints (spec.reachability) by result (the Reachable condition's reason)",
+            probes.clone(),
+        );
         let leader = Gauge::default();
         let openstack_requests = Family::<Labels, Counter>::default();
         let openstack_duration =
@@ -180,6 +195,8 @@ impl Metrics {
             provider_calls,
             provider_duration,
             managed,
+            reachable,
+            probes,
             leader,
             openstack_requests,
             openstack_duration,

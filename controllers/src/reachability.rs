@@ -1,0 +1,584 @@
+//! Endpoint reachability (`spec.reachability`): capi-lb probes a Ready LoadBalancer's endpoint
+//! (`status.endpoint`) from where it runs, as the endpoint's consumers reach it, and the
+//! `Reachable` condition says what it found.
+//!
+//! Probes never run inside a reconcile. A reconcile tells the [`Prober`] what to probe
+//! ([`Prober::want`], or [`Prober::forget`]) and reads its last [`Finding`]; the prober's own task
+//! ([`Prober::run`]) probes each wanted endpoint every `periodSeconds` (spread by up to a tenth per
+//! LoadBalancer, so that many do not probe in the same second), at most [`PARALLEL`] at a time,
+//! each port within `timeoutSeconds`, and asks for a reconcile of the LoadBalancer when the finding
+//! changes, so the condition (and its Event) follows within a probe.
+//!
+//! A probe resolves the endpoint's host the way the process resolves names (in a Pod: the cluster's
+//! DNS, so `<name>-ext.<namespace>.svc` answers the load balancer's addresses), and for every
+//! address (at most [`MAX_ADDRESSES`]) and port: a TCP connection; for a port named
+//! `kube-apiserver`, HTTPS `GET /readyz` too, whose certificate is checked against the Cluster's CA
+//! (`tls.crt` of the Secret `<clusterName>-ca`, re-read every [`CA_FRESH`]) when that Secret
+//! exists, and not checked otherwise (the message says so). Reachable when every one answers.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use capi_lb_api::conditions::Reason;
+use capi_lb_api::constants::reason as r;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, mpsc};
+
+/// Probes running at the same time, over all LoadBalancers.
+pub const PARALLEL: usize = 16;
+/// Addresses of one endpoint probed (a name with more answers: the first ones).
+pub const MAX_ADDRESSES: usize = 8;
+/// How long a Cluster's CA read from its Secret is used before it is read again.
+pub const CA_FRESH: Duration = Duration::from_secs(300);
+/// The port name whose probe is an HTTPS `GET /readyz`.
+pub const API_SERVER_PORT_NAME: &str = "kube-apiserver";
+/// At most this much of an answer to `GET /readyz` is read.
+const MAX_ANSWER: usize = 4096;
+
+/// One port of the endpoint to probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Port {
+    /// The port number.
+    pub port: u16,
+    /// Probe it with HTTPS `GET /readyz` (a kube-apiserver), not only a TCP connection.
+    pub readyz: bool,
+}
+
+/// What a reconcile asks to be probed for one LoadBalancer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wanted {
+    /// The LoadBalancer's namespace.
+    pub namespace: String,
+    /// The LoadBalancer's name.
+    pub name: String,
+    /// The endpoint's host: a DNS name or an address.
+    pub host: String,
+    /// The ports.
+    pub ports: Vec<Port>,
+    /// The Secret with the Cluster's CA (`<clusterName>-ca`), when the LoadBalancer has a Cluster.
+    pub ca_secret: Option<String>,
+    /// Time between probes.
+    pub period: Duration,
+    /// Time one port's probe may take.
+    pub timeout: Duration,
+}
+
+/// What the last probe found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// Every address and port answered.
+    pub reachable: bool,
+    /// The condition reason.
+    pub reason: Reason,
+    /// What was probed and what answered (stable while nothing changes: no timings).
+    pub message: String,
+}
+
+/// A Cluster's CA as read (`None`: no Secret or no `tls.crt`), and when.
+type ReadCa = (Instant, Option<Vec<u8>>);
+
+struct Entry {
+    wanted: Wanted,
+    due: Instant,
+    running: bool,
+    finding: Option<Finding>,
+}
+
+/// Told of every probe and of every LoadBalancer no longer probed (the metrics).
+pub trait ProbeObserver: Send + Sync {
+    /// LoadBalancer `namespace/name`'s endpoint was probed.
+    fn probed(&self, namespace: &str, name: &str, finding: &Finding);
+    /// LoadBalancer `namespace/name` is no longer probed.
+    fn forgotten(&self, namespace: &str, name: &str);
+}
+
+/// The probes of every LoadBalancer that asks for them.
+pub struct Prober {
+    client: kube::Client,
+    entries: Mutex<HashMap<String, Entry>>,
+    cas: Mutex<HashMap<(String, String), ReadCa>>,
+    changed: mpsc::UnboundedSender<(String, String)>,
+    wake: tokio::sync::Notify,
+    observer: Option<Arc<dyn ProbeObserver>>,
+}
+
+impl std::fmt::Debug for Prober {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prober").finish_non_exhaustive()
+    }
+}
+
+impl Prober {
+    /// A prober reading CA Secrets with `client`; the receiver gets `(namespace, name)` of each
+    /// LoadBalancer whose finding changed.
+    pub fn new(
+        client: kube::Client,
+        observer: Option<Arc<dyn ProbeObserver>>,
+    ) -> (Arc<Self>, mpsc::UnboundedReceiver<(String, String)>) {
+        let (changed, receiver) = mpsc::unbounded_channel();
+        let prober = Arc::new(Self {
+            client,
+            entries: Mutex::new(HashMap::new()),
+            cas: Mutex::new(HashMap::new()),
+            changed,
+            wake: tokio::sync::Notify::new(),
+            observer,
+        });
+        (prober, receiver)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Probe `wanted` for the LoadBalancer with UID `uid` from now on (a changed `wanted` is probed
+    /// soon, spread by the UID; an unchanged one keeps its schedule).
+    pub fn want(&self, uid: &str, wanted: Wanted) {
+        let mut entries = self.lock();
+        match entries.get_mut(uid) {
+            Some(entry) if entry.wanted == wanted => return,
+            Some(entry) => {
+                entry.wanted = wanted;
+                entry.due = Instant::now() + spread(uid, Duration::from_secs(1));
+            }
+            None => {
+                entries.insert(
+                    uid.to_string(),
+                    Entry {
+                        due: Instant::now() + spread(uid, Duration::from_secs(1)),
+                        wanted,
+                        running: false,
+                        finding: None,
+                    },
+                );
+            }
+        }
+        drop(entries);
+        self.wake.notify_one();
+    }
+
+    /// Stop probing for the LoadBalancer with UID `uid`.
+    pub fn forget(&self, uid: &str) {
+        if let Some(entry) = self.lock().remove(uid)
+            && let Some(observer) = &self.observer
+        {
+            observer.forgotten(&entry.wanted.namespace, &entry.wanted.name);
+        }
+    }
+
+    /// The last finding for the LoadBalancer with UID `uid` (`None` before its first probe).
+    pub fn finding(&self, uid: &str) -> Option<Finding> {
+        self.lock().get(uid).and_then(|e| e.finding.clone())
+    }
+
+    /// Probe what is due, until `shutdown`.
+    pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        let slots = Arc::new(Semaphore::new(PARALLEL));
+        tokio::pin!(shutdown);
+        loop {
+            let now = Instant::now();
+            let (due, next) = {
+                let mut entries = self.lock();
+                let mut due = Vec::new();
+                let mut next = now + Duration::from_secs(60);
+                for (uid, entry) in entries.iter_mut() {
+                    if entry.running {
+                        continue;
+                    }
+                    if entry.due <= now {
+                        entry.running = true;
+                        due.push((uid.clone(), entry.wanted.clone()));
+                    } else {
+                        next = next.min(entry.due);
+                    }
+                }
+                (due, next)
+            };
+            for (uid, wanted) in due {
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
+                let prober = self.clone();
+                tokio::spawn(async move {
+                    let finding = prober.probe(&wanted).await;
+                    drop(slot);
+                    prober.record(&uid, &wanted, finding);
+                });
+            }
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = tokio::time::sleep_until(next.into()) => {}
+                () = self.wake.notified() => {}
+            }
+        }
+    }
+
+    /// Keep `finding` for `uid` (unless it was forgotten or changed meanwhile), schedule its next
+    /// probe, and ask for a reconcile when the finding changed.
+    fn record(&self, uid: &str, probed: &Wanted, finding: Finding) {
+        let mut entries = self.lock();
+        let Some(entry) = entries.get_mut(uid) else {
+            return;
+        };
+        entry.running = false;
+        if entry.wanted != *probed {
+            // Changed while it was probed: probe what is wanted now.
+            entry.due = Instant::now();
+            drop(entries);
+            self.wake.notify_one();
+            return;
+        }
+        entry.due = Instant::now() + spread(uid, probed.period);
+        if let Some(observer) = &self.observer {
+            observer.probed(&probed.namespace, &probed.name, &finding);
+        }
+        if entry.finding.as_ref() != Some(&finding) {
+            entry.finding = Some(finding);
+            let _ = self
+                .changed
+                .send((probed.namespace.clone(), probed.name.clone()));
+        }
+        drop(entries);
+        self.wake.notify_one();
+    }
+
+    /// Probe every address and port of `wanted`.
+    async fn probe(&self, wanted: &Wanted) -> Finding {
+        let Some(first) = wanted.ports.first() else {
+            return Finding {
+                reachable: false,
+                reason: r::ENDPOINT_UNREACHABLE,
+                message: "the LoadBalancer has no port to probe".into(),
+            };
+        };
+        let resolved = tokio::time::timeout(
+            wanted.timeout,
+            tokio::net::lookup_host((wanted.host.as_str(), first.port)),
+        )
+        .await;
+        let addresses: Vec<std::net::IpAddr> = match resolved {
+            Ok(Ok(found)) => {
+                let mut ips: Vec<_> = found.map(|a| a.ip()).collect();
+                ips.dedup();
+                ips.truncate(MAX_ADDRESSES);
+                ips
+            }
+            Ok(Err(e)) => {
+                return unreachable(format!("{} does not resolve: {e}", wanted.host));
+            }
+            Err(_) => {
+                return unreachable(format!(
+                    "{} did not resolve within {} s",
+                    wanted.host,
+                    wanted.timeout.as_secs()
+                ));
+            }
+        };
+        if addresses.is_empty() {
+            return unreachable(format!("{} resolves to no address", wanted.host));
+        }
+        let needs_ca = wanted.ports.iter().any(|p| p.readyz);
+        let ca = match (&wanted.ca_secret, needs_ca) {
+            (Some(secret), true) => self.ca(&wanted.namespace, secret).await,
+            _ => None,
+        };
+        let mut answered = Vec::new();
+        let mut failed: Vec<(Reason, String)> = Vec::new();
+        for port in &wanted.ports {
+            for ip in &addresses {
+                let at = SocketAddr::new(*ip, port.port);
+                let outcome = tokio::time::timeout(
+                    wanted.timeout,
+                    probe_port(at, &wanted.host, port.readyz, ca.as_deref()),
+                )
+                .await
+                .unwrap_or_else(|_| {
+                    Err((
+                        r::ENDPOINT_UNREACHABLE,
+                        format!("no answer within {} s", wanted.timeout.as_secs()),
+                    ))
+                });
+                match outcome {
+                    Ok(what) => answered.push(format!("{at} {what}")),
+                    Err((reason, why)) => failed.push((reason, format!("{at}: {why}"))),
+                }
+            }
+        }
+        let checked = match (needs_ca, &wanted.ca_secret, &ca) {
+            (false, _, _) => String::new(),
+            (true, Some(secret), Some(_)) => format!(
+                "; certificates checked against Secret {}/{secret}",
+                wanted.namespace
+            ),
+            (true, Some(secret), None) => format!(
+                "; certificates not checked: no CA in Secret {}/{secret} (tls.crt)",
+                wanted.namespace
+            ),
+            (true, None, _) => "; certificates not checked: no spec.clusterName".into(),
+        };
+        if failed.is_empty() {
+            return Finding {
+                reachable: true,
+                reason: r::ENDPOINT_REACHABLE,
+                message: format!("{}: {}{checked}", wanted.host, answered.join(", ")),
+            };
+        }
+        // The gravest reason: an untrusted certificate, then an API server not ready, then no
+        // answer.
+        let reason = [
+            r::CERTIFICATE_NOT_TRUSTED,
+            r::ENDPOINT_NOT_READY,
+            r::ENDPOINT_UNREACHABLE,
+        ]
+        .into_iter()
+        .find(|r| failed.iter().any(|(f, _)| f == r))
+        .unwrap_or(r::ENDPOINT_UNREACHABLE);
+        Finding {
+            reachable: false,
+            reason,
+            message: format!(
+                "{}: {}{checked}",
+                wanted.host,
+                failed
+                    .into_iter()
+                    .map(|(_, m)| m)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    /// The CA bundle (PEM) of Secret `namespace/name`, key `tls.crt`, from the last read when it is
+    /// fresh. `None` when the Secret or the key is missing or cannot be read (the probe then does
+    /// not check certificates, and says so).
+    async fn ca(&self, namespace: &str, name: &str) -> Option<Vec<u8>> {
+        let key = (namespace.to_string(), name.to_string());
+        if let Some((read, pem)) = self
+            .cas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            && read.elapsed() < CA_FRESH
+        {
+            return pem.clone();
+        }
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let pem = match secrets.get_opt(name).await {
+            Ok(found) => found
+                .and_then(|s| s.data)
+                .and_then(|d| d.get("tls.crt").map(|b| b.0.clone())),
+            Err(e) => {
+                tracing::debug!(namespace, secret = name, error = %e, "reading the Cluster's CA");
+                None
+            }
+        };
+        self.cas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, (Instant::now(), pem.clone()));
+        pem
+    }
+}
+
+fn unreachable(message: String) -> Finding {
+    Finding {
+        reachable: false,
+        reason: r::ENDPOINT_UNREACHABLE,
+        message,
+    }
+}
+
+/// `period` spread by up to a tenth either way, the same for one UID every time.
+fn spread(uid: &str, period: Duration) -> Duration {
+    let hash = uid.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    period.mul_f64(0.9 + (hash % 2_000) as f64 / 10_000.0)
+}
+
+type PortResult = Result<String, (Reason, String)>;
+
+/// One address and port: a TCP connection, and for an API server `GET /readyz` over TLS.
+async fn probe_port(at: SocketAddr, host: &str, readyz: bool, ca: Option<&[u8]>) -> PortResult {
+    let stream = TcpStream::connect(at)
+        .await
+        .map_err(|e| (r::ENDPOINT_UNREACHABLE, format!("{e}")))?;
+    if !readyz {
+        return Ok("accepts connections".into());
+    }
+    let config = tls_config(ca).map_err(|e| (r::CERTIFICATE_NOT_TRUSTED, e))?;
+    let name = match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ServerName::IpAddress(ip.into()),
+        Err(_) => ServerName::try_from(host.to_string())
+            .map_err(|e| (r::ENDPOINT_UNREACHABLE, format!("{host}: {e}")))?,
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let mut tls = connector.connect(name, stream).await.map_err(|e| {
+        match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+            Some(rustls::Error::InvalidCertificate(why)) => (
+                r::CERTIFICATE_NOT_TRUSTED,
+                format!("certificate not trusted: {why:?}"),
+            ),
+            _ => (r::ENDPOINT_UNREACHABLE, format!("TLS: {e}")),
+        }
+    })?;
+    let request = format!(
+        "GET /readyz HTTP/1.1\r\nHost: {host}\r\nUser-Agent: capi-lb\r\nConnection: close\r\n\r\n"
+    );
+    tls.write_all(request.as_bytes())
+        .await
+        .map_err(|e| (r::ENDPOINT_UNREACHABLE, format!("sending GET /readyz: {e}")))?;
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 1024];
+    while answer.len() < MAX_ANSWER && !answer.windows(2).any(|w| w == b"\r\n") {
+        match tls.read(&mut buffer).await {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            Err(e) => {
+                return Err((
+                    r::ENDPOINT_UNREACHABLE,
+                    format!("reading the answer to GET /readyz: {e}"),
+                ));
+            }
+        }
+    }
+    let status = String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .and_then(|line| line.split_whitespace().nth(1).map(str::to_string))
+        .unwrap_or_default();
+    match status.as_str() {
+        "200" => Ok("answered GET /readyz 200".into()),
+        // Anonymous requests refused: TLS and the API server work; readiness is not told.
+        "401" | "403" => Ok(format!(
+            "answered GET /readyz {status} (anonymous requests refused: readiness not known)"
+        )),
+        "" => Err((
+            r::ENDPOINT_UNREACHABLE,
+            "no HTTP answer to GET /readyz".into(),
+        )),
+        other => Err((
+            r::ENDPOINT_NOT_READY,
+            format!("answered GET /readyz {other}"),
+        )),
+    }
+}
+
+/// A TLS client configuration trusting `ca` (PEM), or, without one, any certificate.
+fn tls_config(ca: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let Some(pem) = ca else {
+        return Ok(builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Unchecked(provider)))
+            .with_no_client_auth());
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| format!("the Cluster's CA is not PEM: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("the Cluster's CA is not usable: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err("the Cluster's CA (tls.crt) holds no certificate".into());
+    }
+    Ok(builder.with_root_certificates(roots).with_no_client_auth())
+}
+
+/// Accepts any certificate (there is no CA to check it against), still checking the handshake's
+/// signatures.
+#[derive(Debug)]
+struct Unchecked(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for Unchecked {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    #[tokio::test]
+    async fn a_listening_port_answers_and_a_closed_one_is_unreachable() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let open = listener.local_addr().unwrap();
+        assert_eq!(
+            probe_port(open, "127.0.0.1", false, None).await,
+            Ok("accepts connections".to_string())
+        );
+        drop(listener);
+        let (reason, _) = probe_port(open, "127.0.0.1", false, None)
+            .await
+            .unwrap_err();
+        assert_eq!(reason, r::ENDPOINT_UNREACHABLE);
+    }
+
+    #[test]
+    fn a_ca_that_is_no_certificate_is_refused() {
+        assert!(tls_config(Some(b"not pem")).is_err());
+        assert!(tls_config(None).is_ok());
+    }
+
+    #[test]
+    fn probes_are_spread_by_up_to_a_tenth() {
+        let period = Duration::from_secs(30);
+        for i in 0..100 {
+            let s = spread(&format!("uid-{i}"), period);
+            assert!(s >= Duration::from_secs(27) && s < Duration::from_secs(33));
+        }
+    }
+}
