@@ -210,6 +210,8 @@ async fn a_recreated_eip_changes_the_address_and_the_stable_endpoint_follows() {
         vec![after.addresses[0].address.clone()]
     );
     assert!(after.ready);
+    // What was found is told: a Warning that the ready load balancer was gone.
+    assert!(warned(&world, "LoadBalancerLost"));
 }
 
 #[tokio::test]
