@@ -237,6 +237,9 @@ pub mod reason {
     pub const TARGETS_ACTIVE: Reason = Reason::normal("TargetsActive");
     /// Some targets are still being added.
     pub const TARGETS_PROGRESSING: Reason = Reason::normal("TargetsProgressing");
+    /// Targets fail their health probes (`spec.targetHealth`): taken out, or all kept because every
+    /// one fails.
+    pub const TARGETS_UNHEALTHY: Reason = Reason::problem("TargetsUnhealthy");
     /// Some selected targets have no usable address.
     pub const TARGETS_WITHOUT_ADDRESS: Reason = Reason::problem("TargetsWithoutAddress");
     /// The selector matches no target.

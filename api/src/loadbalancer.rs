@@ -145,6 +145,62 @@ pub struct LoadBalancerSpec {
     /// exists. Only a Ready LoadBalancer is probed. Unset: no probes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reachability: Option<Reachability>,
+
+    /// Probe each target where the provider does not (the in-memory and kube-dc providers; Octavia's
+    /// health monitor and the Service provider's implementation check members themselves): a TCP
+    /// connection to its address on every TCP port's `targetPort`. A target that fails
+    /// `failureThreshold` probes in a row is taken out (drained like a disabled one; state
+    /// `failing`, then `unhealthy`) and comes back after `successThreshold` passes in a row. Never
+    /// every target at once: when all would be out, all are kept and `TargetsReady` says so.
+    /// Unset: no probes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_health: Option<TargetHealth>,
+}
+
+/// Probes of the targets (`spec.targetHealth`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.timeoutSeconds < self.periodSeconds").message("timeoutSeconds must be less than periodSeconds"))]
+pub struct TargetHealth {
+    /// Seconds between two probes of a target. Defaults to 5.
+    #[serde(default = "default_target_probe_period")]
+    #[schemars(range(min = 2, max = 3600))]
+    pub period_seconds: i32,
+    /// Seconds one probe may take. Defaults to 2.
+    #[serde(default = "default_target_probe_timeout")]
+    #[schemars(range(min = 1, max = 60))]
+    pub timeout_seconds: i32,
+    /// Failed probes in a row before a target is taken out. Defaults to 2.
+    #[serde(default = "default_threshold")]
+    #[schemars(range(min = 1, max = 10))]
+    pub failure_threshold: i32,
+    /// Passed probes in a row before a target taken out comes back. Defaults to 2.
+    #[serde(default = "default_threshold")]
+    #[schemars(range(min = 1, max = 10))]
+    pub success_threshold: i32,
+}
+
+impl Default for TargetHealth {
+    fn default() -> Self {
+        Self {
+            period_seconds: default_target_probe_period(),
+            timeout_seconds: default_target_probe_timeout(),
+            failure_threshold: default_threshold(),
+            success_threshold: default_threshold(),
+        }
+    }
+}
+
+fn default_target_probe_period() -> i32 {
+    5
+}
+
+fn default_target_probe_timeout() -> i32 {
+    2
+}
+
+fn default_threshold() -> i32 {
+    2
 }
 
 /// Probes of the endpoint (`spec.reachability`).
@@ -625,6 +681,7 @@ impl LoadBalancerSpec {
             source_ranges: Vec::new(),
             dns: None,
             reachability: None,
+            target_health: None,
         }
     }
 }

@@ -30,17 +30,23 @@ pub enum TargetState {
     Removing,
     /// Out of the load balancer; a deleting target may now go.
     Removed,
+    /// Failed its health probes (`spec.targetHealth`): draining until `spec.drainSeconds` passed.
+    Failing,
+    /// Failed its health probes and out of the load balancer until it passes them again.
+    Unhealthy,
 }
 
 impl TargetState {
     /// Every state, in lifecycle order.
-    pub const ALL: [TargetState; 6] = [
+    pub const ALL: [TargetState; 8] = [
         TargetState::Adding,
         TargetState::Active,
         TargetState::Disabling,
         TargetState::Disabled,
         TargetState::Removing,
         TargetState::Removed,
+        TargetState::Failing,
+        TargetState::Unhealthy,
     ];
 
     /// The annotation value.
@@ -52,6 +58,8 @@ impl TargetState {
             TargetState::Disabled => "disabled",
             TargetState::Removing => "removing",
             TargetState::Removed => "removed",
+            TargetState::Failing => "failing",
+            TargetState::Unhealthy => "unhealthy",
         }
     }
 
@@ -60,15 +68,21 @@ impl TargetState {
         Self::ALL.into_iter().find(|s| s.as_str() == value)
     }
 
-    /// True while a member is (or may be) in the provider: every state but `disabled` and
-    /// `removed`.
+    /// True while a member is (or may be) in the provider: every state but `disabled`, `removed`
+    /// and `unhealthy`.
     pub fn may_be_member(self) -> bool {
-        !matches!(self, TargetState::Disabled | TargetState::Removed)
+        !matches!(
+            self,
+            TargetState::Disabled | TargetState::Removed | TargetState::Unhealthy
+        )
     }
 
     /// True for the draining states.
     pub fn is_draining(self) -> bool {
-        matches!(self, TargetState::Disabling | TargetState::Removing)
+        matches!(
+            self,
+            TargetState::Disabling | TargetState::Removing | TargetState::Failing
+        )
     }
 }
 

@@ -68,6 +68,9 @@ pub struct Wanted {
     pub period: Duration,
     /// Time one port's probe may take.
     pub timeout: Duration,
+    /// For a target's probes (`spec.targetHealth`): the failures in a row that make it unhealthy
+    /// and the passes in a row that make it healthy again. `None` for an endpoint's probes.
+    pub thresholds: Option<(u32, u32)>,
 }
 
 /// What the last probe found.
@@ -89,6 +92,16 @@ struct Entry {
     due: Instant,
     running: bool,
     finding: Option<Finding>,
+    /// A target's health (healthy until it fails its threshold), and the probes in a row that
+    /// failed and passed.
+    healthy: bool,
+    fails: u32,
+    passes: u32,
+}
+
+/// The key of target `target`'s probes for the LoadBalancer with UID `uid`.
+fn member_key(uid: &str, target: &str) -> String {
+    format!("{uid}/{target}")
 }
 
 /// Told of every probe and of every LoadBalancer no longer probed (the metrics).
@@ -156,6 +169,9 @@ impl Prober {
                         wanted,
                         running: false,
                         finding: None,
+                        healthy: true,
+                        fails: 0,
+                        passes: 0,
                     },
                 );
             }
@@ -164,13 +180,37 @@ impl Prober {
         self.wake.notify_one();
     }
 
-    /// Stop probing for the LoadBalancer with UID `uid`.
+    /// Stop probing the endpoint of the LoadBalancer with UID `uid`.
     pub fn forget(&self, uid: &str) {
         if let Some(entry) = self.lock().remove(uid)
             && let Some(observer) = &self.observer
         {
             observer.forgotten(&entry.wanted.namespace, &entry.wanted.name);
         }
+    }
+
+    /// Probe target `target` of the LoadBalancer with UID `uid` as `wanted` says (its address and
+    /// ports, and `thresholds`).
+    pub fn want_target(&self, uid: &str, target: &str, wanted: Wanted) {
+        self.want(&member_key(uid, target), wanted);
+    }
+
+    /// Whether target `target` of the LoadBalancer with UID `uid` is healthy (`None`: not probed
+    /// yet), and what its last probe found.
+    pub fn target_health(&self, uid: &str, target: &str) -> Option<(bool, Option<Finding>)> {
+        self.lock()
+            .get(&member_key(uid, target))
+            .filter(|e| e.finding.is_some())
+            .map(|e| (e.healthy, e.finding.clone()))
+    }
+
+    /// Stop probing the targets of the LoadBalancer with UID `uid` but those in `keep`.
+    pub fn forget_targets(&self, uid: &str, keep: &[&str]) {
+        let prefix = format!("{uid}/");
+        self.lock().retain(|key, _| {
+            key.strip_prefix(&prefix)
+                .is_none_or(|target| keep.contains(&target))
+        });
     }
 
     /// The last finding for the LoadBalancer with UID `uid` (`None` before its first probe).
@@ -236,11 +276,32 @@ impl Prober {
             return;
         }
         entry.due = Instant::now() + spread(uid, probed.period);
-        if let Some(observer) = &self.observer {
-            observer.probed(&probed.namespace, &probed.name, &finding);
-        }
-        if entry.finding.as_ref() != Some(&finding) {
-            entry.finding = Some(finding);
+        let changed = match probed.thresholds {
+            // An endpoint: any change of what was found is reported.
+            None => {
+                if let Some(observer) = &self.observer {
+                    observer.probed(&probed.namespace, &probed.name, &finding);
+                }
+                entry.finding.as_ref() != Some(&finding)
+            }
+            // A target: only a change of its health, after its thresholds.
+            Some((failures, successes)) => {
+                if finding.reachable {
+                    (entry.passes, entry.fails) = (entry.passes.saturating_add(1), 0);
+                } else {
+                    (entry.fails, entry.passes) = (entry.fails.saturating_add(1), 0);
+                }
+                let was = entry.healthy;
+                if was && entry.fails >= failures {
+                    entry.healthy = false;
+                } else if !was && entry.passes >= successes {
+                    entry.healthy = true;
+                }
+                was != entry.healthy
+            }
+        };
+        entry.finding = Some(finding);
+        if changed {
             let _ = self
                 .changed
                 .send((probed.namespace.clone(), probed.name.clone()));

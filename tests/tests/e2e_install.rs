@@ -783,6 +783,15 @@ fn cel_cases() -> Vec<CelCase> {
         )),
         case(
             "LoadBalancer",
+            "spec.targetHealth",
+            "timeoutSeconds must be less than periodSeconds",
+            "spec.targetHealth",
+        )
+        .spec(lb_spec(
+            json!({"targetHealth": {"periodSeconds": 2, "timeoutSeconds": 3}}),
+        )),
+        case(
+            "LoadBalancer",
             "spec.ports",
             "port names must be unique",
             "spec.ports",

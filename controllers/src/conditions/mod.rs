@@ -83,6 +83,9 @@ pub struct TargetView {
     pub has_address: bool,
     /// Readiness gates it has not passed.
     pub gates_pending: Vec<String>,
+    /// It fails its health probes (`spec.targetHealth`): what the last probe found. Taken out
+    /// (state `failing`, `unhealthy`), or kept when every serving target fails.
+    pub failing_probes: Option<String>,
 }
 
 /// What a reconcile learned about the targets.

@@ -64,7 +64,35 @@ pub fn targets_condition(
             ]),
         );
     }
-    let (problems, reason) = problems(targets, members, address_types);
+    let (mut problems, mut reason) = problems(targets, members, address_types);
+    // Targets failing their health probes: taken out, or all kept when every one fails.
+    let failing: Vec<String> = targets
+        .iter()
+        .filter_map(|t| {
+            t.failing_probes
+                .as_ref()
+                .map(|why| format!("{} ({why})", t.name))
+        })
+        .collect();
+    if !failing.is_empty() {
+        let refs: Vec<&str> = failing.iter().map(String::as_str).collect();
+        let kept = targets
+            .iter()
+            .filter(|t| t.failing_probes.is_some())
+            .all(|t| t.wants_in);
+        problems.push(if kept {
+            format!(
+                "every target fails its health probes, so none is taken out: {}",
+                list(&refs)
+            )
+        } else {
+            format!(
+                "taken out after failing their health probes: {}",
+                list(&refs)
+            )
+        });
+        reason = reason.or(Some(r::TARGETS_UNHEALTHY));
+    }
     let active = names(targets, |t| t.wants_in && t.state == TargetState::Active);
     match reason {
         None => DesiredCondition::true_(
@@ -193,6 +221,7 @@ pub fn views(desired: &[DesiredMember], members: Option<&[MemberStatus]>) -> Vec
                 state,
                 has_address: true,
                 gates_pending: Vec::new(),
+                failing_probes: None,
             }
         })
         .collect()
@@ -210,6 +239,7 @@ mod tests {
             state,
             has_address: address.is_some(),
             gates_pending: Vec::new(),
+            failing_probes: None,
         }
     }
 
@@ -224,6 +254,32 @@ mod tests {
             "a=b",
             "InternalIP, ExternalIP",
         )
+    }
+
+    #[test]
+    fn targets_failing_their_probes_are_a_problem_whether_taken_out_or_all_kept() {
+        let mut out = target("m2", Some("10.0.0.2"), TargetState::Unhealthy);
+        out.wants_in = false;
+        out.failing_probes = Some("10.0.0.2:6443: refused".into());
+        let d = cond(vec![
+            target("m1", Some("10.0.0.1"), TargetState::Active),
+            out,
+        ]);
+        assert!(!d.status);
+        assert_eq!(d.reason, r::TARGETS_UNHEALTHY);
+        assert!(d.reason.is_problem());
+        assert!(
+            d.message.contains(
+                "taken out after failing their health probes: m2 (10.0.0.2:6443: refused)"
+            ),
+            "{}",
+            d.message
+        );
+        let mut kept = target("m1", Some("10.0.0.1"), TargetState::Active);
+        kept.failing_probes = Some("refused".into());
+        let d = cond(vec![kept]);
+        assert_eq!(d.reason, r::TARGETS_UNHEALTHY);
+        assert!(d.message.contains("none is taken out"), "{}", d.message);
     }
 
     #[test]

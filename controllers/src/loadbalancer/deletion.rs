@@ -35,6 +35,7 @@ pub(super) async fn cleanup(
     let identity = identity(lb)?;
     if let Some(prober) = &ctx.prober {
         prober.forget(&identity.uid);
+        prober.forget_targets(&identity.uid, &[]);
     }
     let reference = lb.object_ref(&());
     // Hooks and target annotations go first, so that Machine deletion never waits on a

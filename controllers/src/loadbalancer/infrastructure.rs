@@ -177,12 +177,19 @@ impl Reconciliation<'_> {
             } => InfraState::Waiting { reason, message },
             Progress::Pending { message, .. } => InfraState::Provisioning(message),
         };
+        let mut unsupported = out.unsupported;
+        if self.lb.spec.target_health.is_some() && claimed.provider.entry.checks_members {
+            unsupported.push(format!(
+                "spec.targetHealth is not used: the {} checks its members itself (Octavia: the OctaviaLoadBalancer's healthMonitor; the Service provider: its implementation)",
+                claimed.provider.entry.title
+            ));
+        }
         Provisioned {
             state,
             answer: Some(Answer {
                 created: out.created,
                 addresses: out.addresses,
-                unsupported: out.unsupported,
+                unsupported,
                 status: out.status,
             }),
         }

@@ -13,6 +13,9 @@
 //!            disabled ◄──── member gone ◄──── drainSeconds ◄──── disabling
 //!
 //!   deleting or deselected, from any state:  removing ──(drainSeconds, member gone)──► removed
+//!
+//!   failed its health probes (spec.targetHealth):  failing ──(drainSeconds, member gone)──► unhealthy
+//!   passes them again:                             adding ──► active
 //! ```
 //!
 //! A member leaving the load balancer is first drained (no new connections, existing ones continue)
@@ -41,6 +44,9 @@ pub struct Observed {
     pub deleting: bool,
     /// It has the `loadbalancer.cluster.x-k8s.io/disabled` annotation.
     pub disabled: bool,
+    /// It failed its health probes (`spec.targetHealth`) and is to be taken out. Decided by the
+    /// caller over all targets: never for every target that would serve.
+    pub unhealthy: bool,
     /// Its preferred usable address.
     pub address: Option<String>,
     /// Readiness gates that are not `True` on it (empty: admitted).
@@ -72,6 +78,7 @@ impl Observed {
             selected,
             deleting,
             disabled: annotations.contains_key(ANNOTATION_TARGET_DISABLED),
+            unhealthy: false,
             address,
             gates_pending,
             recorded: annotations
@@ -85,14 +92,24 @@ impl Observed {
         }
     }
 
-    /// Selected, not being deleted and not disabled: it should serve.
+    /// Selected, not being deleted, not disabled and not unhealthy: it should serve.
     pub fn wants_in(&self) -> bool {
+        self.would_serve() && !self.unhealthy
+    }
+
+    /// Selected, not being deleted and not disabled: it should serve if it is healthy.
+    pub fn would_serve(&self) -> bool {
         self.selected && !self.deleting && !self.disabled
     }
 
     /// Out because the user disabled it (rather than deleted or deselected it).
     fn disabled_only(&self) -> bool {
         self.selected && !self.deleting && self.disabled
+    }
+
+    /// Out only because it failed its health probes.
+    fn unhealthy_only(&self) -> bool {
+        self.would_serve() && self.unhealthy
     }
 
     /// Whether a member may exist for it, going by what was recorded.
@@ -128,7 +145,7 @@ pub fn intent(target: &Observed, now: Timestamp, settings: &Settings) -> Option<
             Some(since) if drained(since, now, settings.drain) => None,
             _ => Some(MemberIntent::Drain),
         },
-        Some(TargetState::Disabled | TargetState::Removed) => None,
+        Some(TargetState::Disabled | TargetState::Removed | TargetState::Unhealthy) => None,
         // Serving, joining, or never recorded (a member may exist): drain first.
         _ if settings.drain.is_zero() => None,
         _ => Some(MemberIntent::Drain),
@@ -186,6 +203,8 @@ pub fn settle(
 ) -> Settled {
     let leaving = if target.disabled_only() {
         (TargetState::Disabling, TargetState::Disabled)
+    } else if target.unhealthy_only() {
+        (TargetState::Failing, TargetState::Unhealthy)
     } else {
         (TargetState::Removing, TargetState::Removed)
     };
@@ -353,6 +372,7 @@ mod tests {
             selected: true,
             deleting: false,
             disabled: false,
+            unhealthy: false,
             address: Some("10.0.0.1".into()),
             gates_pending: Vec::new(),
             recorded: None,
@@ -473,6 +493,56 @@ mod tests {
             Some(MemberIntent::Serve("10.0.0.1".into()))
         );
         assert_eq!(hooks_before(&t, &s), Some(true));
+    }
+
+    #[test]
+    fn an_unhealthy_target_drains_then_is_out_in_states_of_its_own_and_comes_back_healthy() {
+        let s = settings();
+        let mut t = recorded(target(), TargetState::Active, 0);
+        t.unhealthy = true;
+        assert!(!t.wants_in() && t.would_serve());
+        assert_eq!(intent(&t, at(10), &s), Some(MemberIntent::Drain));
+        let out = settle(
+            &t,
+            Some(&MemberIntent::Drain),
+            Members::Known(&member(MemberState::Draining)),
+            at(10),
+            &s,
+        );
+        assert_eq!(out.state, TargetState::Failing);
+        assert!(out.hooks, "a draining member keeps the hooks");
+        let t = Observed {
+            recorded: Some(TargetState::Failing),
+            since: Some(at(10)),
+            ..t
+        };
+        assert_eq!(intent(&t, at(40), &s), None, "drained: out");
+        let out = settle(&t, None, Members::Known(&[]), at(40), &s);
+        assert_eq!(out.state, TargetState::Unhealthy);
+        assert!(!out.hooks, "no member, no hooks");
+        let mut t = recorded(t, TargetState::Unhealthy, 40);
+        assert_eq!(intent(&t, at(45), &s), None, "stays out while unhealthy");
+        // Deleted while out: removed, not unhealthy.
+        t.deleting = true;
+        assert_eq!(
+            settle(&t, None, Members::Known(&[]), at(46), &s).state,
+            TargetState::Removed
+        );
+        // Healthy again: served again.
+        t.deleting = false;
+        t.unhealthy = false;
+        assert_eq!(
+            intent(&t, at(50), &s),
+            Some(MemberIntent::Serve("10.0.0.1".into()))
+        );
+        let out = settle(
+            &t,
+            intent(&t, at(50), &s).as_ref(),
+            Members::Known(&member(MemberState::Active)),
+            at(50),
+            &s,
+        );
+        assert_eq!(out.state, TargetState::Active);
     }
 
     #[test]
@@ -695,34 +765,37 @@ mod tests {
         for selected in bools {
             for deleting in bools {
                 for disabled in bools {
-                    for address in bools {
-                        for gated in bools {
-                            for rec in &recorded {
-                                for since in [None, Some(at(0))] {
-                                    for member in member_states {
-                                        for release in bools {
-                                            for drain in [Duration::ZERO, DRAIN] {
-                                                let t = Observed {
-                                                    selected,
-                                                    deleting,
-                                                    disabled,
-                                                    address: address.then(|| "10.0.0.1".into()),
-                                                    gates_pending: if gated {
-                                                        vec!["G".into()]
-                                                    } else {
-                                                        Vec::new()
-                                                    },
-                                                    recorded: *rec,
-                                                    since,
-                                                    ..target()
-                                                };
-                                                let s = Settings {
-                                                    drain,
-                                                    hooks: true,
-                                                    release_hooks: release,
-                                                };
-                                                check_rules(&t, member, &s);
-                                                checked += 1;
+                    for unhealthy in bools {
+                        for address in bools {
+                            for gated in bools {
+                                for rec in &recorded {
+                                    for since in [None, Some(at(0))] {
+                                        for member in member_states {
+                                            for release in bools {
+                                                for drain in [Duration::ZERO, DRAIN] {
+                                                    let t = Observed {
+                                                        selected,
+                                                        deleting,
+                                                        disabled,
+                                                        unhealthy,
+                                                        address: address.then(|| "10.0.0.1".into()),
+                                                        gates_pending: if gated {
+                                                            vec!["G".into()]
+                                                        } else {
+                                                            Vec::new()
+                                                        },
+                                                        recorded: *rec,
+                                                        since,
+                                                        ..target()
+                                                    };
+                                                    let s = Settings {
+                                                        drain,
+                                                        hooks: true,
+                                                        release_hooks: release,
+                                                    };
+                                                    check_rules(&t, member, &s);
+                                                    checked += 1;
+                                                }
                                             }
                                         }
                                     }
@@ -733,7 +806,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(checked, 2 * 2 * 2 * 2 * 2 * 7 * 2 * 4 * 2 * 2);
+        assert_eq!(checked, 2 * 2 * 2 * 2 * 2 * 2 * 9 * 2 * 4 * 2 * 2);
     }
 
     fn check_rules(t: &Observed, member: Option<MemberState>, s: &Settings) {
@@ -791,12 +864,18 @@ mod tests {
             !s.release_hooks && out.state.may_be_member(),
             "{ctx} => {out:?}"
         );
-        // Disabled vs removed follows the reason.
+        // Disabled, unhealthy or removed follows the reason.
         if !t.wants_in() {
-            let by_user = t.selected && !t.deleting;
+            let by_user = t.selected && !t.deleting && t.disabled;
+            let by_health = t.selected && !t.deleting && !t.disabled && t.unhealthy;
             assert_eq!(
                 matches!(out.state, TargetState::Disabling | TargetState::Disabled),
                 by_user,
+                "{ctx} => {out:?}"
+            );
+            assert_eq!(
+                matches!(out.state, TargetState::Failing | TargetState::Unhealthy),
+                by_health,
                 "{ctx} => {out:?}"
             );
         }

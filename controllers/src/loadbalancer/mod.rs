@@ -15,6 +15,7 @@
 
 mod cluster;
 mod deletion;
+mod health;
 mod infrastructure;
 pub mod lifecycle;
 mod members;

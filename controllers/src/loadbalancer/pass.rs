@@ -306,6 +306,7 @@ impl Reconciliation<'_> {
                         timeout: Duration::from_secs(
                             u64::try_from(asked.timeout_seconds).unwrap_or(5),
                         ),
+                        thresholds: None,
                     },
                 );
                 match prober.finding(&uid) {

@@ -253,6 +253,8 @@ pub struct Prepared {
     hooks_added: Vec<String>,
     /// Targets whose hooks were released.
     hooks_released: Vec<String>,
+    /// Targets failing their health probes (`spec.targetHealth`), with what the last probe found.
+    failing: BTreeMap<String, String>,
 }
 
 impl Prepared {
@@ -324,6 +326,7 @@ impl Pass<'_> {
             }
         };
         let mut targets = observe(objects, self.selector, &self.keys, &self.lb.spec);
+        let failing = self.probe_targets(&mut targets);
         let now = self.ctx.clock.now();
         let intents = targets
             .iter()
@@ -372,6 +375,7 @@ impl Pass<'_> {
             now,
             hooks_added,
             hooks_released,
+            failing,
         }))
     }
 
@@ -477,6 +481,7 @@ impl Pass<'_> {
                 state: settled.state,
                 has_address: observed.address.is_some(),
                 gates_pending: observed.gates_pending.clone(),
+                failing_probes: prepared.failing.get(&observed.name).cloned(),
             });
         }
         Ok(completed)

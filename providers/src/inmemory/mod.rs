@@ -53,6 +53,7 @@ pub const ENTRY: Entry = Entry {
             dependencies.clock.clone(),
         )))
     },
+    checks_members: false,
     owned_kinds: &[],
     calls: &[
         (

@@ -77,6 +77,7 @@ pub const ENTRY: Entry = Entry {
                 .with_credentials(dependencies.credentials.clone()),
         )
     },
+    checks_members: false,
     owned_kinds: &[OwnedKind {
         group: "kube-dc.com",
         version: "v1",

@@ -99,6 +99,7 @@ pub const ENTRY: Entry = Entry {
             None => provider,
         })
     },
+    checks_members: true,
     owned_kinds: &[],
     calls: &[
         (

@@ -66,6 +66,7 @@ pub const ENTRY: Entry = Entry {
             dependencies.clock.clone(),
         ))
     },
+    checks_members: true,
     owned_kinds: &[],
     calls: &[
         (
