@@ -925,6 +925,12 @@ impl TestNs {
     /// [`TestNs::new`] on the cluster of `access`.
     pub async fn on(access: Access<'_>, prefix: &str) -> Self {
         capi_lb::install_crypto_provider();
+        // capi-lb's warnings (a refused Event, a failed write: with the apiserver's message) in the
+        // output of a failed test.
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+            .try_init();
         let client = Client::try_from(config_of(access.kubeconfig).await).unwrap();
         install_crds(&client).await;
         apply_generated_rbac(&client).await;
