@@ -317,8 +317,14 @@ pub fn clusterctl_generate_yaml(file: &Path, variables: &[(&str, &str)]) -> Resu
         .clusterctl
         .as_deref()
         .expect("no clusterctl: set CAPI_LB_E2E_CLUSTERCTL (tests/k8s/harness.sh start does)");
-    // An empty home: no clusterctl.yaml of the machine's user takes part.
-    let home = std::env::temp_dir().join(format!("capi-lb-clusterctl-home-{}", std::process::id()));
+    // An empty home of its own (no clusterctl.yaml of the machine's user takes part), removed
+    // after.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let home = std::env::temp_dir().join(format!(
+        "capi-lb-clusterctl-home-{}-{call}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&home).map_err(|e| e.to_string())?;
     let out = Command::new(clusterctl)
         .args(["generate", "yaml", "--from"])
@@ -327,8 +333,9 @@ pub fn clusterctl_generate_yaml(file: &Path, variables: &[(&str, &str)]) -> Resu
         .env("HOME", &home)
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .envs(variables.iter().copied())
-        .output()
-        .map_err(|e| e.to_string())?;
+        .output();
+    let _ = std::fs::remove_dir_all(&home);
+    let out = out.map_err(|e| e.to_string())?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
