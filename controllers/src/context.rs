@@ -59,13 +59,7 @@ impl Config {
     /// by up to a tenth either way, the same for one LoadBalancer every time, so that load balancers
     /// created together are not all looked at in the same second.
     pub fn drift_check_for(&self, uid: &str) -> Duration {
-        // FNV-1a: stable across runs and versions (std's hasher is not).
-        let hash = uid.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        // A fraction in [0.9, 1.1).
-        let spread = 0.9 + (hash % 2_000) as f64 / 10_000.0;
-        self.drift_check.mul_f64(spread)
+        crate::reachability::spread(uid, self.drift_check)
     }
 }
 

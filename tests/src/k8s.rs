@@ -297,6 +297,34 @@ pub async fn admin_client() -> Client {
     Client::try_from(config_of(&cluster().kubeconfig).await).unwrap()
 }
 
+/// The note of a Warning Event `reason` in `t`'s namespace, once there is one.
+pub async fn warning_event(t: &TestNs, reason: &str) -> String {
+    let events: Api<k8s_openapi::api::events::v1::Event> = t.api();
+    eventually(&format!("a Warning Event {reason}"), || async {
+        let list = events.list(&Default::default()).await.unwrap();
+        list.items.into_iter().find_map(|e| {
+            (e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning"))
+                .then(|| e.note.unwrap_or_default())
+        })
+    })
+    .await
+}
+
+/// A TCP listener on `at` (the same address again after a stop: `SO_REUSEADDR`) accepting and
+/// dropping connections, as a stand-in for a server a test stops and starts; stopped by aborting
+/// the task.
+pub fn listen(at: SocketAddr) -> tokio::task::JoinHandle<()> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_reuseaddr(true).unwrap();
+    socket.bind(at).unwrap();
+    let listener = socket.listen(16).unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            drop(stream);
+        }
+    })
+}
+
 /// Run `kubectl` with the admin kubeconfig; returns stdout, panics with stderr on failure.
 pub fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
     let out = kubectl_output(args, stdin);

@@ -27,14 +27,13 @@ use capi_lb_api::externaldns::DNSEndpoint;
 use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer};
 use capi_lb_tests::k8s::{
     DnsAnswer, TestNs, condition, dns_query, eventually, external_dns, install_capi_crds,
-    load_balancer, machine, metallb, set_machine_ip, wait_for,
+    load_balancer, machine, metallb, set_machine_ip, wait_for, warning_event,
 };
 use capi_lb_tests::octavia::{self, Harness};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::events::v1::Event;
+use kube::api::Api;
 use kube::api::DeleteParams;
-use kube::api::{Api, ListParams};
 use serde_json::{Value, json};
 
 /// The drift check interval of this test's controller (the smallest `--drift-check-seconds`).
@@ -69,19 +68,6 @@ async fn ext_answers(t: &TestNs, address: &str) {
         (dns_query(&name, "A").await.1 == want).then_some(())
     })
     .await;
-}
-
-/// The Warning Event `reason` on LoadBalancer `cp`, once there is one.
-async fn warning(t: &TestNs, reason: &str) -> String {
-    let events: Api<Event> = t.api();
-    eventually(&format!("a Warning Event {reason}"), || async {
-        let list = events.list(&ListParams::default()).await.unwrap();
-        list.items.into_iter().find_map(|e| {
-            (e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning"))
-                .then(|| e.note.unwrap_or_default())
-        })
-    })
-    .await
 }
 
 /// The times (seconds of the day, as octavia-api's access log has them) of the requests made for
@@ -173,7 +159,7 @@ async fn a_load_balancer_lost_in_octavia_is_recreated_and_one_in_error_is_report
     assert_eq!(code, 204, "{body}");
     let deleted = Instant::now();
 
-    let note = warning(&t, "LoadBalancerLost").await;
+    let note = warning_event(&t, "LoadBalancerLost").await;
     let noticed = deleted.elapsed();
     assert!(
         note.contains("OctaviaLoadBalancer cp was ready and is gone") && note.contains(&id),
@@ -278,7 +264,7 @@ async fn a_deleted_service_of_the_service_provider_is_recreated_at_once_with_its
         .await
         .unwrap();
     let deleted = Instant::now();
-    let note = warning(&t, "LoadBalancerLost").await;
+    let note = warning_event(&t, "LoadBalancerLost").await;
     let noticed = deleted.elapsed();
     assert!(
         note.contains("ServiceLoadBalancer metal was ready and is gone"),

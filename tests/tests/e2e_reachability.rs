@@ -21,27 +21,13 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use capi_lb_api::LoadBalancer;
-use capi_lb_tests::k8s::{TestNs, cluster, eventually, in_memory, load_balancer, merge, wait_for};
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
+use capi_lb_tests::k8s::{
+    TestNs, cluster, in_memory, listen, load_balancer, merge, wait_for, warning_event,
+};
 use serde_json::{Value, json};
-use tokio::net::{TcpListener, TcpSocket};
 
 const PERIOD: Duration = Duration::from_secs(5);
 const TIMEOUT: Duration = Duration::from_secs(2);
-
-/// A listener on `at` (the same port again after a stop), accepting and dropping connections.
-fn listen(at: SocketAddr) -> tokio::task::JoinHandle<()> {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.set_reuseaddr(true).unwrap();
-    socket.bind(at).unwrap();
-    let listener: TcpListener = socket.listen(16).unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            drop(stream);
-        }
-    })
-}
 
 /// The `Reachable` condition of LoadBalancer `name` once `status` and `reason` are what it says.
 async fn reachable(t: &TestNs, name: &str, status: &str, reason: &str) -> String {
@@ -115,18 +101,7 @@ async fn reachable_follows_a_listener_stopped_and_started() {
     println!("unreachable {took:?} after the listener stopped: {message}");
     assert!(message.contains(&at.to_string()), "{message}");
     assert!(took < PERIOD * 2 + TIMEOUT, "{took:?}");
-    let events: Api<Event> = t.api();
-    eventually("a Warning Event EndpointUnreachable", || async {
-        let list = events.list(&ListParams::default()).await.unwrap();
-        list.items
-            .iter()
-            .any(|e| {
-                e.reason.as_deref() == Some("EndpointUnreachable")
-                    && e.type_.as_deref() == Some("Warning")
-            })
-            .then_some(())
-    })
-    .await;
+    warning_event(&t, "EndpointUnreachable").await;
 
     let listener = listen(at);
     let started = Instant::now();

@@ -18,27 +18,13 @@ use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Machine;
 use capi_lb_api::target::TargetKeys;
 use capi_lb_tests::k8s::{
-    TestNs, condition, eventually, in_memory, install_capi_crds, load_balancer, machine,
+    TestNs, condition, eventually, in_memory, install_capi_crds, listen, load_balancer, machine,
     set_machine_ip, wait_for,
 };
 use kube::ResourceExt;
 use serde_json::json;
-use tokio::net::{TcpListener, TcpSocket};
 
 const PERIOD: Duration = Duration::from_secs(2);
-
-/// A listener on `at` (the same address again after a stop), accepting and dropping connections.
-fn listen(at: SocketAddr) -> tokio::task::JoinHandle<()> {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.set_reuseaddr(true).unwrap();
-    socket.bind(at).unwrap();
-    let listener: TcpListener = socket.listen(16).unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            drop(stream);
-        }
-    })
-}
 
 async fn stop(listener: tokio::task::JoinHandle<()>) {
     listener.abort();

@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use capi_lb_api::loadbalancer::Protocol;
 use kube::ResourceExt;
 
 use super::targets::{Pass, TargetObject};
@@ -34,19 +33,7 @@ impl Pass<'_> {
                 return failing;
             }
         };
-        let ports: Vec<reachability::Port> = self
-            .lb
-            .spec
-            .ports
-            .iter()
-            .filter(|p| p.protocol == Protocol::Tcp)
-            .filter_map(|p| {
-                Some(reachability::Port {
-                    port: u16::try_from(p.target_port.unwrap_or(p.port)).ok()?,
-                    readyz: false,
-                })
-            })
-            .collect();
+        let ports = reachability::tcp_ports(&self.lb.spec.ports, true);
         let seconds = |s: i32| Duration::from_secs(u64::try_from(s).unwrap_or(1));
         let threshold = |n: i32| u32::try_from(n).unwrap_or(1);
         let mut probed = Vec::new();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::conditions::{DesiredCondition, merge_conditions};
 use capi_lb_api::constants::{FIELD_MANAGER, condition as c, event, reason as r};
-use capi_lb_api::loadbalancer::{LoadBalancerAddress, LoadBalancerStatus, Protocol};
+use capi_lb_api::loadbalancer::{LoadBalancerAddress, LoadBalancerStatus};
 use capi_lb_api::validation::check;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
@@ -274,19 +274,7 @@ impl Reconciliation<'_> {
         let condition = match (&self.ctx.prober, ready, &self.status.endpoint) {
             (None, _, _) => reachable_condition(Err(NotProbed::NoProber)),
             (Some(prober), true, Some(endpoint)) => {
-                let ports = self
-                    .lb
-                    .spec
-                    .ports
-                    .iter()
-                    .filter(|p| p.protocol == Protocol::Tcp)
-                    .filter_map(|p| {
-                        Some(reachability::Port {
-                            port: u16::try_from(p.port).ok()?,
-                            readyz: p.name == reachability::API_SERVER_PORT_NAME,
-                        })
-                    })
-                    .collect();
+                let ports = reachability::tcp_ports(&self.lb.spec.ports, false);
                 prober.want(
                     &uid,
                     reachability::Wanted {

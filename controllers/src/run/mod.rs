@@ -235,7 +235,12 @@ pub async fn run_instrumented(
     let (controller, store, caches, facts) =
         loadbalancer_controller(&client, &options, &registry, &capi, health.clone()).await?;
     let observer = Arc::new(ProbeMetrics(metrics.clone()));
-    let (prober, mut probed) = Prober::new(client.clone(), Some(observer));
+    // Probe destinations are the tenant's to write: never the cloud's metadata address or any other
+    // the built-in address policy refuses, but for loopback (only capi-lb's own Pod is there).
+    let refuse: crate::reachability::Refuse = Arc::new(|ip: std::net::IpAddr| {
+        crate::policy::addresses::builtin(ip).filter(|_| !ip.is_loopback())
+    });
+    let (prober, mut probed) = Prober::new(client.clone(), Some(observer), Some(refuse));
     let probes = tokio::spawn(prober.clone().run(stop.clone()));
     let ctx = Arc::new(
         Context::new(

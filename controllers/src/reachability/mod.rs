@@ -23,13 +23,16 @@ use std::time::{Duration, Instant};
 
 use capi_lb_api::conditions::Reason;
 use capi_lb_api::constants::reason as r;
+use capi_lb_api::loadbalancer::{LoadBalancerPort, Protocol};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
+
+mod tls;
+use tls::tls_config;
 
 /// Probes running at the same time, over all LoadBalancers.
 pub const PARALLEL: usize = 16;
@@ -120,7 +123,11 @@ pub struct Prober {
     changed: mpsc::UnboundedSender<(String, String)>,
     wake: tokio::sync::Notify,
     observer: Option<Arc<dyn ProbeObserver>>,
+    refuse: Option<Refuse>,
 }
+
+/// Why an address must never be probed (`None`: it may be).
+pub type Refuse = Arc<dyn Fn(std::net::IpAddr) -> Option<&'static str> + Send + Sync>;
 
 impl std::fmt::Debug for Prober {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -129,11 +136,14 @@ impl std::fmt::Debug for Prober {
 }
 
 impl Prober {
-    /// A prober reading CA Secrets with `client`; the receiver gets `(namespace, name)` of each
-    /// LoadBalancer whose finding changed.
+    /// A prober reading CA Secrets with `client`, never connecting to an address `refuse` names a
+    /// reason for (a host or a target address is the tenant's to write: the cloud's metadata
+    /// address, say, is not probed); the receiver gets `(namespace, name)` of each LoadBalancer
+    /// whose finding changed.
     pub fn new(
         client: kube::Client,
         observer: Option<Arc<dyn ProbeObserver>>,
+        refuse: Option<Refuse>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<(String, String)>) {
         let (changed, receiver) = mpsc::unbounded_channel();
         let prober = Arc::new(Self {
@@ -143,6 +153,7 @@ impl Prober {
             changed,
             wake: tokio::sync::Notify::new(),
             observer,
+            refuse,
         });
         (prober, receiver)
     }
@@ -345,6 +356,13 @@ impl Prober {
         if addresses.is_empty() {
             return unreachable(format!("{} resolves to no address", wanted.host));
         }
+        if let Some(refused) = self
+            .refuse
+            .as_ref()
+            .and_then(|refuse| refused(refuse, &wanted.host, &addresses))
+        {
+            return refused;
+        }
         let needs_ca = wanted.ports.iter().any(|p| p.readyz);
         let ca = match (&wanted.ca_secret, needs_ca) {
             (Some(secret), true) => self.ca(&wanted.namespace, secret).await,
@@ -448,6 +466,20 @@ impl Prober {
     }
 }
 
+/// The finding of a probe not made because `refuse` names a reason for one of `addresses`.
+fn refused(refuse: &Refuse, host: &str, addresses: &[std::net::IpAddr]) -> Option<Finding> {
+    let refused: Vec<String> = addresses
+        .iter()
+        .filter_map(|ip| refuse(*ip).map(|why| format!("{ip} ({why})")))
+        .collect();
+    (!refused.is_empty()).then(|| {
+        unreachable(format!(
+            "{host} resolves to an address capi-lb never connects to: {}; not probed",
+            refused.join(", ")
+        ))
+    })
+}
+
 fn unreachable(message: String) -> Finding {
     Finding {
         reachable: false,
@@ -456,12 +488,35 @@ fn unreachable(message: String) -> Finding {
     }
 }
 
-/// `period` spread by up to a tenth either way, the same for one UID every time.
-fn spread(uid: &str, period: Duration) -> Duration {
-    let hash = uid.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+/// `period` spread by up to a tenth either way, the same for one key (a UID) every time: what
+/// starts together (probes, drift checks) does not run in the same second.
+pub fn spread(key: &str, period: Duration) -> Duration {
+    // FNV-1a: stable across runs and versions (std's hasher is not).
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
+    // A fraction in [0.9, 1.1).
     period.mul_f64(0.9 + (hash % 2_000) as f64 / 10_000.0)
+}
+
+/// The TCP ports of `spec.ports` to probe: the load balancer's own ports (its endpoint; a
+/// `kube-apiserver` port gets `GET /readyz`), or the ports on the targets (`targetPort`).
+pub fn tcp_ports(ports: &[LoadBalancerPort], on_targets: bool) -> Vec<Port> {
+    ports
+        .iter()
+        .filter(|p| p.protocol == Protocol::Tcp)
+        .filter_map(|p| {
+            let number = if on_targets {
+                p.target_port.unwrap_or(p.port)
+            } else {
+                p.port
+            };
+            Some(Port {
+                port: u16::try_from(number).ok()?,
+                readyz: !on_targets && p.name == API_SERVER_PORT_NAME,
+            })
+        })
+        .collect()
 }
 
 type PortResult = Result<String, (Reason, String)>;
@@ -532,81 +587,6 @@ async fn probe_port(at: SocketAddr, host: &str, readyz: bool, ca: Option<&[u8]>)
     }
 }
 
-/// A TLS client configuration trusting `ca` (PEM), or, without one, any certificate.
-fn tls_config(ca: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?;
-    let Some(pem) = ca else {
-        return Ok(builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Unchecked(provider)))
-            .with_no_client_auth());
-    };
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(pem) {
-        let cert = cert.map_err(|e| format!("the Cluster's CA is not PEM: {e}"))?;
-        roots
-            .add(cert)
-            .map_err(|e| format!("the Cluster's CA is not usable: {e}"))?;
-    }
-    if roots.is_empty() {
-        return Err("the Cluster's CA (tls.crt) holds no certificate".into());
-    }
-    Ok(builder.with_root_certificates(roots).with_no_client_auth())
-}
-
-/// Accepts any certificate (there is no CA to check it against), still checking the handshake's
-/// signatures.
-#[derive(Debug)]
-struct Unchecked(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
@@ -632,6 +612,25 @@ mod tests {
     fn a_ca_that_is_no_certificate_is_refused() {
         assert!(tls_config(Some(b"not pem")).is_err());
         assert!(tls_config(None).is_ok());
+    }
+
+    #[test]
+    fn an_address_the_policy_refuses_is_never_connected_to() {
+        let refuse: Refuse = Arc::new(|ip: std::net::IpAddr| {
+            ip.to_string()
+                .starts_with("169.254.")
+                .then_some("link-local")
+        });
+        let metadata = ["169.254.169.254".parse().unwrap()];
+        let found = refused(&refuse, "api.example.org", &metadata).unwrap();
+        assert!(!found.reachable);
+        assert_eq!(found.reason, r::ENDPOINT_UNREACHABLE);
+        assert!(
+            found.message.contains("169.254.169.254 (link-local)"),
+            "{}",
+            found.message
+        );
+        assert!(refused(&refuse, "h", &["10.0.0.1".parse().unwrap()]).is_none());
     }
 
     #[test]
