@@ -39,7 +39,7 @@ use crate::constants::{
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     // The name is a label value on everything capi-lb publishes and in the default selector (as
     // Cluster API limits Cluster names): a longer name could not publish DNS names or select
-    // targets (found by the property test on the real apiserver, e2e_fuzz.rs).
+    // targets (found by the property test on the real apiserver, e2e/fuzz.rs).
     validation = Rule::new("size(self.metadata.name) <= 63").message(Message::Expression("'the LoadBalancer name ' + self.metadata.name + ' is longer than 63 characters: it is the value of the label loadbalancer.cluster.x-k8s.io/name on what capi-lb publishes and selects, so it must be a valid label value'".into())),
     validation = Rule::new("!self.spec.publication.enabled || (size(self.metadata.name + self.spec.publication.suffix) <= 63 && (self.metadata.name + self.spec.publication.suffix).matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))").message(Message::Expression("'the published Service name ' + self.metadata.name + self.spec.publication.suffix + ' must be a DNS label (lowercase letters, digits and -, starting with a letter) of at most 63 characters: shorten the LoadBalancer name or spec.publication.suffix, or disable publication'".into())).field_path(".spec.publication.suffix"),
 )]

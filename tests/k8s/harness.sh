@@ -88,7 +88,7 @@
 # CAPI_LB_E2E_TARGET_* keys only (no KUBECONFIG), so both envs can be read into one process.
 #
 # The legacy instance (`legacy ACTION`) is an older management cluster whose Cluster API serves only
-# the deprecated v1beta1 API, for the tests that capi-lb still reads it (tests/tests/e2e_v1beta1.rs):
+# the deprecated v1beta1 API, for the tests that capi-lb still reads it (tests/tests/e2e/v1beta1.rs):
 # etcd, kube-apiserver, kube-controller-manager (garbage collection of owner references, namespace
 # deletion) and capi-lb's ServiceAccount as above, plus the cluster.x-k8s.io and
 # controlplane.cluster.x-k8s.io CRDs of Cluster API $LEGACY_CAPI_VERSION unmodified (v1beta1 served

@@ -1,5 +1,5 @@
 //! Least-privilege RBAC: what each controller and provider is allowed to do, as data, turned into
-//! the ClusterRole that `capi-lb manifests` writes. A test (`tests/tests/rbac.rs`) runs the
+//! the ClusterRole that `capi-lb manifests` writes. A test (`tests/tests/integration/rbac.rs`) runs the
 //! controllers through their scenarios against the in-memory API, turns every request they make
 //! into (group, resource, verb) with [`verb_of`] (plus `create` for a server-side apply that
 //! creates its object, which a real apiserver also authorizes as `create`), and checks that the

@@ -4,7 +4,7 @@
 //! API's Machines and Clusters, DNSEndpoints) with the caches its reconciles read; `service.rs`
 //! builds the Service controller (Services, the `-ext` objects and DNSEndpoints it makes). Adding a
 //! watched kind to a controller is a method there, a mapping beside the controller's reconcile
-//! (`loadbalancer/triggers.rs` or `service/`), its RBAC and a scenario in `e2e_triggers.rs`.
+//! (`loadbalancer/triggers.rs` or `service/`), its RBAC and a scenario in `e2e/triggers.rs`.
 
 mod loadbalancer;
 mod service;

@@ -1,0 +1,241 @@
+//! One tenant cannot stall the controller every tenant shares, on a real apiserver.
+//!
+//! Eight tenants each point a `KubeDCLoadBalancer` at a "kube-dc cluster" of their own choosing
+//! (`spec.cluster`: a kubeconfig in a Secret of their namespace) whose server accepts connections
+//! and never answers; a ninth points at a server that answers every request with 2 GiB. Then a
+//! bystander creates an in-memory LoadBalancer in another namespace. One controller (four reconciles
+//! at a time, as shipped) serves all of them.
+//!
+//! - The bystander's LoadBalancer becomes Ready within 5 s (0.13 to 0.15 s measured): a reconcile
+//!   waiting on a provider gives its work slot back, so the nine stalled reconciles hold none of
+//!   the four. While they held their slots until their remote requests gave up (10 s), it took 3.6
+//!   to 33.8 s; without the clients' timeouts (and the provider call deadline behind them) it
+//!   never did.
+//! - The stalled ones report InfrastructureReady False `ProviderTimeout`, with a Warning Event.
+//! - The huge answer is refused after 16 MiB (`ProviderError`, "length limit"), and the process'
+//!   peak memory grows by far less than the 2 GiB offered.
+
+use std::time::{Duration, Instant};
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_tests::k8s::{
+    TestNs, condition, dynamic_api, eventually, in_memory, load_balancer, merge, wait_for,
+};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// The watch filter of this test's controller: it reconciles only these LoadBalancers, whatever
+/// else the cluster holds.
+const FILTER: &str = "isolation-test";
+
+/// A server that accepts connections and never answers (nor closes them). Its address.
+async fn hanging_server() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    address
+}
+
+/// An HTTP server that answers every request with a 200 of 2 GiB, sent as fast as it can.
+async fn huge_server() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let size: u64 = 2 << 30;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {size}\r\n\r\n["
+                );
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = vec![b' '; 1 << 16];
+                let mut sent = 1u64;
+                while sent < size {
+                    if socket.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                    sent += chunk.len() as u64;
+                }
+            });
+        }
+    });
+    address
+}
+
+/// A kubeconfig whose cluster is `server`.
+fn kubeconfig(server: &str) -> String {
+    serde_json::to_string(&json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": true}}],
+        "users": [{"name": "u", "user": {"token": "tenant-token"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }))
+    .unwrap()
+}
+
+/// A LoadBalancer in `t` on a KubeDCLoadBalancer whose kube-dc cluster is `server`.
+async fn remote_kube_dc(t: &TestNs, server: &str) {
+    t.create(json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "kube-dc", "namespace": t.ns},
+                    "stringData": {"value": kubeconfig(server)}}))
+        .await;
+    t.create(json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                    "kind": "KubeDCLoadBalancer", "metadata": {"name": "lb", "namespace": t.ns},
+                    "spec": {"cluster": {"kubeconfigSecretName": "kube-dc", "namespace": "project"}}}))
+        .await;
+    let mut lb = load_balancer("lb", "lb", json!({}));
+    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": FILTER});
+    lb["spec"]["infrastructureRef"]["kind"] = json!("KubeDCLoadBalancer");
+    t.create(lb).await;
+}
+
+/// The peak resident memory of this process (VmHWM), in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+#[tokio::test]
+async fn hanging_and_huge_remote_clusters_do_not_stall_other_tenants() {
+    let mut tenants = Vec::new();
+    for _ in 0..8 {
+        let t = TestNs::new("iso-hang").await;
+        let server = hanging_server().await;
+        remote_kube_dc(&t, &format!("https://{server}")).await;
+        tenants.push(t);
+    }
+    let huge = TestNs::new("iso-huge").await;
+    let huge_address = huge_server().await;
+    remote_kube_dc(&huge, &format!("http://{huge_address}")).await;
+    let mut bystander = TestNs::new("iso-bystander").await;
+
+    // One controller for every namespace, four reconciles at a time, as shipped.
+    let mut options = bystander.options(&["kubedc", "inmemory"]);
+    options.namespace = None;
+    options.watch_filter = Some(FILTER.into());
+    options.concurrency = 4;
+    options.external.enabled = false;
+    let memory_before = peak_rss();
+    bystander.start(options);
+    // The stalled ones are being reconciled before the bystander's LoadBalancer exists.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    bystander
+        .create(in_memory(
+            "web",
+            json!({"addressPools": ["203.0.113.0/28"]}),
+        ))
+        .await;
+    let mut lb = load_balancer("web", "web", json!({}));
+    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": FILTER});
+    let created = Instant::now();
+    bystander.create(lb).await;
+    let lbs: Api<LoadBalancer> = bystander.api();
+    wait_for(&lbs, "web", "the bystander's LoadBalancer Ready", |l| {
+        l.and_then(|l| l.status.as_ref()).is_some_and(|s| s.ready)
+    })
+    .await
+    .unwrap();
+    let took = created.elapsed();
+    println!("the bystander's LoadBalancer was Ready after {took:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "the bystander waited {took:?} behind the stalled tenants"
+    );
+
+    // Each stalled tenant is told why, with a Warning Event.
+    for t in &tenants {
+        let api: Api<LoadBalancer> = t.api();
+        let lb = wait_for(&api, "lb", "InfrastructureReady ProviderTimeout", |l| {
+            l.and_then(|l| condition(l, "InfrastructureReady"))
+                .is_some_and(|(status, reason)| status == "False" && reason == "ProviderTimeout")
+        })
+        .await
+        .unwrap();
+        let message = lb
+            .status
+            .as_ref()
+            .and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == "InfrastructureReady")
+            })
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(message.contains("timed out"), "{message}");
+        let events: Api<Event> = t.api();
+        eventually("a Warning Event ProviderTimeout", || async {
+            let list = events.list(&ListParams::default()).await.unwrap();
+            list.items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("ProviderTimeout")
+                        && e.type_.as_deref() == Some("Warning")
+                })
+                .then_some(())
+        })
+        .await;
+    }
+
+    // The huge answer is cut off: a transient provider error naming the limit, no 2 GiB in memory.
+    let api: Api<LoadBalancer> = huge.api();
+    let lb = wait_for(&api, "lb", "InfrastructureReady ProviderError", |l| {
+        l.and_then(|l| condition(l, "InfrastructureReady"))
+            .is_some_and(|(status, reason)| status == "False" && reason == "ProviderError")
+    })
+    .await
+    .unwrap();
+    let message = lb
+        .status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "InfrastructureReady")
+        })
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("length limit"), "{message}");
+    let grew = peak_rss().saturating_sub(memory_before);
+    println!("peak memory grew by {} MiB", grew >> 20);
+    assert!(
+        grew < 512 << 20,
+        "the process' peak memory grew by {} MiB",
+        grew >> 20
+    );
+
+    // The bystander's LoadBalancer goes through the controller; the stalled ones cannot be
+    // deleted while their kube-dc cluster does not answer (nothing is leaked silently), so their
+    // finalizers are removed by hand once the controller is stopped.
+    bystander.finish().await;
+    for t in tenants.into_iter().chain([huge]) {
+        let finalizers = json!({"metadata": {"finalizers": null}});
+        merge(&t.api::<LoadBalancer>(), "lb", finalizers.clone()).await;
+        let kind = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                          "kind": "KubeDCLoadBalancer"});
+        let infra = dynamic_api(&t.client, Some(&t.ns), &kind).await.unwrap();
+        merge(&infra, "lb", finalizers).await;
+        t.finish().await;
+    }
+}
