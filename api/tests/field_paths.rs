@@ -122,7 +122,10 @@ fn with_defaults(text: &str) -> String {
 #[test]
 fn committed_crd_field_paths_resolve_against_the_rules_node() {
     let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config");
-    let mut files = vec![config.join("clusterctl/infrastructure-components.yaml")];
+    let mut files = vec![config.join(format!(
+        "clusterctl/infrastructure-capi-lb/v{}/infrastructure-components.yaml",
+        env!("CARGO_PKG_VERSION")
+    ))];
     for entry in std::fs::read_dir(config.join("crd/bases")).unwrap() {
         files.push(entry.unwrap().path());
     }

@@ -16,7 +16,9 @@
 #                                  # the same for a second, minimal instance: the target of `clusterctl move`
 #   tests/k8s/harness.sh legacy start|stop|clean|env
 #                                  # a third, minimal instance whose Cluster API CRDs serve v1beta1 only
-#   tests/k8s/harness.sh [target|legacy] apiserver-stop|apiserver-start [--compact]
+#   tests/k8s/harness.sh fresh start|stop|clean|env
+#                                  # a fourth, minimal instance where clusterctl installs capi-lb
+#   tests/k8s/harness.sh [target|legacy|fresh] apiserver-stop|apiserver-start [--compact]
 #                                  # an outage: stop kube-apiserver and etcd (the other components keep
 #                                  # running and reconnect), start them again with the same data; with
 #                                  # --compact, etcd's history is compacted first, so that every watch
@@ -99,6 +101,19 @@
 # $CAPI_LB_K8S_LEGACY_STATE (default: the first instance's state folder + "-legacy"), its ports are
 # CAPI_LB_K8S_LEGACY_{ETCD,APISERVER,KCM}_PORT (defaults below, shared with neither other instance),
 # and its env prints CAPI_LB_E2E_LEGACY_* keys only.
+#
+# The fresh instance (`fresh ACTION`) is a management cluster as `clusterctl init` of Cluster API alone
+# leaves it, for the tests that install capi-lb with the real clusterctl (tests/tests/e2e/clusterctl.rs:
+# `clusterctl init --infrastructure capi-lb`, `upgrade plan`, `delete`): etcd, kube-apiserver,
+# kube-controller-manager and the Cluster API manager with its webhooks as on the target, the clusterctl
+# inventory holding only the core provider cluster-api, and cert-manager's API (the CRDs of
+# cert-manager.io's Issuer and Certificate, schema-less; no cert-manager runs): `clusterctl init`
+# checks for cert-manager by creating a test Issuer and Certificate, and installs it from GitHub when
+# that fails, which no test machine can reach. Nothing of capi-lb is there before clusterctl installs
+# it (no namespace, ServiceAccount or RBAC). Its state is in $CAPI_LB_K8S_FRESH_STATE (default: the
+# first instance's state folder + "-fresh"), its ports are CAPI_LB_K8S_FRESH_{ETCD,APISERVER,KCM,
+# CAPI_WEBHOOK,CAPI_HEALTH,CAPI_DIAGNOSTICS}_PORT, and its env prints CAPI_LB_E2E_FRESH_* keys only.
+# A test that installs capi-lb there removes it (`clusterctl delete`) when it is done.
 # Facts behind the flags: ../shared/FACTS.md section 8.
 set -euo pipefail
 
@@ -133,7 +148,7 @@ case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH="$PATH:/usr/sbin" ;; esac # named an
 # `harness.sh target ACTION` acts on the second instance, `harness.sh legacy ACTION` on the third.
 INSTANCE=main
 SELF="$0" # for messages
-if [ "${1:-}" = target ] || [ "${1:-}" = legacy ]; then
+if [ "${1:-}" = target ] || [ "${1:-}" = legacy ] || [ "${1:-}" = fresh ]; then
   INSTANCE="$1"
   SELF="$0 $1"
   shift
@@ -168,6 +183,15 @@ if [ "$INSTANCE" = target ]; then
   CAPI_WEBHOOK_PORT="${CAPI_LB_K8S_TARGET_CAPI_WEBHOOK_PORT:-19543}"
   CAPI_HEALTH_PORT="${CAPI_LB_K8S_TARGET_CAPI_HEALTH_PORT:-19540}"
   CAPI_DIAGNOSTICS_PORT="${CAPI_LB_K8S_TARGET_CAPI_DIAGNOSTICS_PORT:-18543}"
+  COMPONENTS="etcd kube-apiserver kube-controller-manager cluster-api-manager"
+elif [ "$INSTANCE" = fresh ]; then
+  STATE="${CAPI_LB_K8S_FRESH_STATE:-$STATE-fresh}"
+  ETCD_PORT="${CAPI_LB_K8S_FRESH_ETCD_PORT:-23820}" # and +1 for its peer URL
+  APISERVER_PORT="${CAPI_LB_K8S_FRESH_APISERVER_PORT:-36743}"
+  KCM_PORT="${CAPI_LB_K8S_FRESH_KCM_PORT:-30557}"
+  CAPI_WEBHOOK_PORT="${CAPI_LB_K8S_FRESH_CAPI_WEBHOOK_PORT:-19643}"
+  CAPI_HEALTH_PORT="${CAPI_LB_K8S_FRESH_CAPI_HEALTH_PORT:-19640}"
+  CAPI_DIAGNOSTICS_PORT="${CAPI_LB_K8S_FRESH_CAPI_DIAGNOSTICS_PORT:-18643}"
   COMPONENTS="etcd kube-apiserver kube-controller-manager cluster-api-manager"
 elif [ "$INSTANCE" = legacy ]; then
   STATE="${CAPI_LB_K8S_LEGACY_STATE:-$STATE-legacy}"
@@ -730,6 +754,8 @@ start_controller_manager() {
 # What exists in every harness cluster (both instances): capi-lb's namespace and its ServiceAccount
 # with the generated RBAC (the tests re-apply the RBAC the code under test generates).
 bootstrap_objects() {
+  # The fresh instance gets capi-lb from clusterctl, nothing before.
+  [ "$INSTANCE" != fresh ] || return 0
   kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Namespace
@@ -1098,7 +1124,13 @@ metadata:
 type: CoreProvider
 providerName: cluster-api
 version: $CAPI_VERSION
----
+EOF
+  # The fresh instance's inventory has Cluster API alone: clusterctl installs capi-lb there.
+  if [ "$INSTANCE" = fresh ]; then
+    cert_manager_api
+    return 0
+  fi
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f - >/dev/null <<EOF
 apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3
 kind: Provider
 metadata:
@@ -1109,6 +1141,35 @@ type: InfrastructureProvider
 providerName: capi-lb
 version: $capi_lb_version
 EOF
+}
+
+# cert-manager's API as far as `clusterctl init` looks at it (its readiness check creates an Issuer
+# and a Certificate in cert-manager.io/v1 and deletes them): the two CRDs, without a schema. No
+# cert-manager runs; nothing capi-lb installs uses it.
+cert_manager_api() {
+  local kind plural singular
+  for kind in Issuer Certificate; do
+    singular="$(printf '%s' "$kind" | tr '[:upper:]' '[:lower:]')"
+    plural="${singular}s"
+    kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f - >/dev/null <<EOF
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: $plural.cert-manager.io
+  labels: {capi-lb-harness/stand-in: cert-manager}
+spec:
+  group: cert-manager.io
+  names: {kind: $kind, listKind: ${kind}List, plural: $plural, singular: $singular}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+EOF
+  done
+  kubectl_admin wait --for=condition=Established --timeout=30s crd/issuers.cert-manager.io crd/certificates.cert-manager.io >/dev/null
 }
 
 # The legacy instance's Cluster API CRDs, as released (no conversion webhook to call: they serve one
@@ -1128,6 +1189,15 @@ CAPI_LB_E2E_LEGACY_CONTROLLER_KUBECONFIG=$STATE/controller.kubeconfig
 CAPI_LB_E2E_LEGACY_KUBECTL=$KUBECTL
 CAPI_LB_E2E_LEGACY_KUBERNETES_VERSION=$K8S_VERSION
 CAPI_LB_E2E_LEGACY_CAPI_VERSION=$LEGACY_CAPI_VERSION
+EOF
+    mv "$STATE/env.tmp" "$STATE/env"
+    return
+  fi
+  if [ "$INSTANCE" = fresh ]; then
+    cat >"$STATE/env.tmp" <<EOF
+CAPI_LB_E2E_FRESH_KUBECONFIG=$STATE/admin.kubeconfig
+CAPI_LB_E2E_FRESH_KUBERNETES_VERSION=$K8S_VERSION
+CAPI_LB_E2E_FRESH_CAPI_VERSION=$CAPI_VERSION
 EOF
     mv "$STATE/env.tmp" "$STATE/env"
     return
@@ -1274,5 +1344,5 @@ case "$INSTANCE:${1:-}" in
   *:apiserver-stop) with_lock cmd_apiserver_stop ;;
   *:apiserver-start) with_lock cmd_apiserver_start "${2:-}" ;;
   *:env) if [ -s "$STATE/env" ] && running; then cat "$STATE/env"; else die "not running: run $SELF start"; fi ;;
-  *) echo "usage: $0 install|start|stop|clean|env|apiserver-stop|apiserver-start, or $0 target|legacy ACTION" >&2; exit 2 ;;
+  *) echo "usage: $0 install|start|stop|clean|env|apiserver-stop|apiserver-start, or $0 target|legacy|fresh ACTION" >&2; exit 2 ;;
 esac

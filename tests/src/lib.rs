@@ -24,6 +24,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 pub mod capi_move;
+pub mod fresh;
 pub mod imports;
 pub mod k8s;
 pub mod kubedc_sim;

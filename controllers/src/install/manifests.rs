@@ -10,9 +10,10 @@
 //!   filesystem, no privilege escalation, requests, probes on `/livez` and `/readyz`, leader
 //!   election on);
 //! - `default/`: a kustomization of all of the above (`kubectl apply -k config/default`);
-//! - `clusterctl/`: `infrastructure-components.yaml` (everything, each object labelled
-//!   `cluster.x-k8s.io/provider: infrastructure-capi-lb`, with clusterctl variables) and
-//!   `metadata.yaml`.
+//! - `clusterctl/`: a clusterctl provider repository in clusterctl's local layout,
+//!   `infrastructure-capi-lb/v<version>/` holding `infrastructure-components.yaml` (everything, each
+//!   object labelled `cluster.x-k8s.io/provider: infrastructure-capi-lb`, with clusterctl variables),
+//!   `metadata.yaml` and the `cluster-template-<flavor>.yaml` files copied from `templates/`.
 
 use std::path::{Path, PathBuf};
 
@@ -282,6 +283,73 @@ fn with_provider_label(mut object: Value) -> Value {
     object
 }
 
+/// The name clusterctl gives a cluster-wide object of the components `capi-lb-<rest>`:
+/// `capi-lb-system-<rest>`. `clusterctl delete` removes a ClusterRole or ClusterRoleBinding only
+/// when its name starts with the provider's namespace and a dash (its `providerComponents.Delete`;
+/// found by `tests/tests/e2e/clusterctl.rs`, whose delete left them all behind), so the clusterctl
+/// components name them that way; the kustomize install keeps the short names.
+pub fn clusterctl_cluster_wide_name(name: &str) -> String {
+    let rest = name.strip_prefix("capi-lb-").unwrap_or(name);
+    format!("{NAMESPACE}-{rest}")
+}
+
+/// [`clusterctl_cluster_wide_name`] on a ClusterRole's or ClusterRoleBinding's name, and on every
+/// reference to a ClusterRole (`roleRef`).
+fn with_clusterctl_name(mut object: Value) -> Value {
+    let kind = object["kind"].as_str().unwrap_or_default().to_string();
+    if matches!(kind.as_str(), "ClusterRole" | "ClusterRoleBinding")
+        && let Some(name) = object["metadata"]["name"].as_str()
+    {
+        object["metadata"]["name"] = json!(clusterctl_cluster_wide_name(name));
+    }
+    if object["roleRef"]["kind"] == "ClusterRole"
+        && let Some(name) = object["roleRef"]["name"].as_str()
+    {
+        object["roleRef"]["name"] = json!(clusterctl_cluster_wide_name(name));
+    }
+    object
+}
+
+/// The cluster templates (`templates/`), one per flavor, copied into the clusterctl repository so
+/// that `clusterctl generate cluster --infrastructure capi-lb --flavor <flavor>` finds them beside
+/// the components of the same release.
+const CLUSTER_TEMPLATES: &[(&str, &str)] = &[
+    (
+        "cluster-template-kamaji-kubedc.yaml",
+        include_str!("../../../templates/cluster-template-kamaji-kubedc.yaml"),
+    ),
+    (
+        "cluster-template-kamaji-octavia.yaml",
+        include_str!("../../../templates/cluster-template-kamaji-octavia.yaml"),
+    ),
+    (
+        "cluster-template-kubeadm-inmemory.yaml",
+        include_str!("../../../templates/cluster-template-kubeadm-inmemory.yaml"),
+    ),
+    (
+        "cluster-template-kubevirt-kubedc.yaml",
+        include_str!("../../../templates/cluster-template-kubevirt-kubedc.yaml"),
+    ),
+];
+
+/// The release's folder of the clusterctl provider repository under `config/`, in clusterctl's
+/// local-repository layout `<provider label>/<version>/` (`clusterctl/infrastructure-capi-lb/v0.1.0/`):
+/// a `file://` URL to its `infrastructure-components.yaml` in `clusterctl.yaml` is a repository.
+pub fn clusterctl_release_dir() -> PathBuf {
+    PathBuf::from("clusterctl")
+        .join(PROVIDER_LABEL)
+        .join(format!("v{}", env!("CARGO_PKG_VERSION")))
+}
+
+/// clusterctl's provider metadata: the release series of this version and its Cluster API contract.
+fn clusterctl_metadata() -> String {
+    let major = env!("CARGO_PKG_VERSION_MAJOR");
+    let minor = env!("CARGO_PKG_VERSION_MINOR");
+    format!(
+        "{HEADER}apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n- major: {major}\n  minor: {minor}\n  contract: v1beta2\n"
+    )
+}
+
 /// Every generated file: path relative to `config/`, and its content.
 pub fn files() -> Result<Vec<(PathBuf, String)>, serde_saphyr::ser::Error> {
     let enabled = Enabled::shipped();
@@ -328,17 +396,25 @@ pub fn files() -> Result<Vec<(PathBuf, String)>, serde_saphyr::ser::Error> {
         ],
     ));
     components.extend(manager.into_iter().skip(1));
-    let components: Vec<Value> = components.into_iter().map(with_provider_label).collect();
+    let components: Vec<Value> = components
+        .into_iter()
+        .map(with_provider_label)
+        .map(with_clusterctl_name)
+        .collect();
+    let release = clusterctl_release_dir();
     out.push((
-        PathBuf::from("clusterctl/infrastructure-components.yaml"),
+        release.join("infrastructure-components.yaml"),
         clusterctl_parts(&yaml(&components)?)?,
     ));
-    out.push((
-        PathBuf::from("clusterctl/metadata.yaml"),
-        format!(
-            "{HEADER}apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3\nkind: Metadata\nreleaseSeries:\n- major: 0\n  minor: 1\n  contract: v1beta2\n"
-        ),
-    ));
+    out.push((release.join("metadata.yaml"), clusterctl_metadata()));
+    for (name, text) in CLUSTER_TEMPLATES {
+        out.push((
+            release.join(name),
+            format!(
+                "# Copied from templates/{name} by `capi-lb manifests`: edit that file.\n{text}"
+            ),
+        ));
+    }
     Ok(out)
 }
 
@@ -360,6 +436,42 @@ pub fn write(dir: &Path) -> Result<Vec<String>, Box<dyn std::error::Error>> {
 mod tests {
     use super::*;
     use capi_lb_providers::catalog;
+
+    /// Every `templates/cluster-template-*.yaml` is in the clusterctl repository, as it is: a flavor
+    /// added to `templates/` but not to [`CLUSTER_TEMPLATES`] would be missing for clusterctl.
+    #[test]
+    fn the_clusterctl_repository_has_every_template() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("cluster-template-") && n.ends_with(".yaml"))
+            .collect();
+        on_disk.sort();
+        let shipped: Vec<String> = CLUSTER_TEMPLATES
+            .iter()
+            .map(|(n, _)| n.to_string())
+            .collect();
+        assert_eq!(on_disk, shipped);
+        for (name, text) in CLUSTER_TEMPLATES {
+            assert_eq!(std::fs::read_to_string(dir.join(name)).unwrap(), *text);
+        }
+        let release = clusterctl_release_dir();
+        assert_eq!(
+            release,
+            Path::new("clusterctl/infrastructure-capi-lb/v0.1.0")
+        );
+        let files = files().unwrap();
+        for name in ["infrastructure-components.yaml", "metadata.yaml"]
+            .into_iter()
+            .chain(CLUSTER_TEMPLATES.iter().map(|(n, _)| *n))
+        {
+            assert!(
+                files.iter().any(|(p, _)| *p == release.join(name)),
+                "{name}"
+            );
+        }
+    }
 
     #[test]
     fn the_deployment_is_hardened_and_probed() {

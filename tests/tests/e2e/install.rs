@@ -200,6 +200,11 @@ async fn crds_and_config_default_install_with_kubectl_and_every_generated_manife
             // Not Kubernetes objects: kustomize's and clusterctl's own files.
             continue;
         }
+        if file.contains("/cluster-template-") {
+            // The templates' copies in the clusterctl repository: e2e/templates.rs and
+            // e2e/clusterctl.rs apply them with their variables.
+            continue;
+        }
         let (text, _) = substitute(&text, &values);
         let docs = yaml_docs(&text, &file);
         assert!(!docs.is_empty(), "{file} holds no document");
@@ -229,7 +234,7 @@ async fn crds_and_config_default_install_with_kubectl_and_every_generated_manife
     for expected in [
         "rbac/rbac.yaml",
         "manager/manager.yaml",
-        "clusterctl/infrastructure-components.yaml",
+        "clusterctl/infrastructure-capi-lb/v0.1.0/infrastructure-components.yaml",
     ] {
         assert!(
             applied_files.iter().any(|f| f.ends_with(expected)),
@@ -251,7 +256,10 @@ async fn crds_and_config_default_install_with_kubectl_and_every_generated_manife
 async fn clusterctl_components_follow_the_providers_variable() {
     use capi_lb::install::rbac::PART_LABEL;
     let client = admin_client().await;
-    let file = repo().join("config/clusterctl/infrastructure-components.yaml");
+    let file = repo()
+        .join("config")
+        .join(capi_lb::install::manifests::clusterctl_release_dir())
+        .join("infrastructure-components.yaml");
     for (variables, providers) in [
         (vec![], "kubedc,octavia,service"),
         (vec![("CAPI_LB_PROVIDERS", "kubedc")], "kubedc"),
@@ -273,7 +281,12 @@ async fn clusterctl_components_follow_the_providers_variable() {
         );
         let manager = docs
             .iter()
-            .find(|d| d["metadata"]["name"] == "capi-lb-manager-role")
+            .find(|d| {
+                d["metadata"]["name"]
+                    == capi_lb::install::manifests::clusterctl_cluster_wide_name(
+                        "capi-lb-manager-role",
+                    )
+            })
             .unwrap();
         let selected =
             &manager["aggregationRule"]["clusterRoleSelectors"][0]["matchExpressions"][0];
@@ -296,7 +309,8 @@ async fn clusterctl_components_follow_the_providers_variable() {
             Some(&text),
         );
         if variables.is_empty() {
-            // The shipped install: the same objects as config/default (applied for real).
+            // The shipped install, applied for real: config/default's objects, the cluster-wide
+            // ones under clusterctl's names (`capi-lb-system-...`) beside config/default's.
             kubectl(&["apply", "--server-side", "-f", "-"], Some(&text));
         } else {
             // The kube-dc-only manager role, under a name of this test's own (the shipped one

@@ -11,6 +11,7 @@
 
 mod addresses;
 mod capi;
+mod clusterctl;
 mod clusterctl_move;
 mod dns;
 mod drift;

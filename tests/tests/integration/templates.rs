@@ -161,7 +161,11 @@ async fn every_template_substitutes_parses_and_simulates_to_a_ready_control_plan
 #[test]
 fn templates_metadata_is_the_generated_one() {
     let committed = std::fs::read_to_string(repo("templates/metadata.yaml")).unwrap();
-    let generated = std::fs::read_to_string(repo("config/clusterctl/metadata.yaml")).unwrap();
+    let generated = std::fs::read_to_string(repo(&format!(
+        "config/{}/metadata.yaml",
+        capi_lb::install::manifests::clusterctl_release_dir().display()
+    )))
+    .unwrap();
     let body = |s: &str| {
         s.lines()
             .filter(|l| !l.starts_with('#'))
