@@ -21,6 +21,7 @@ mod install;
 mod isolation;
 mod loadbalancer;
 mod metrics;
+mod monitoring;
 mod names;
 mod octavia;
 mod octavia_faults;
