@@ -7,9 +7,11 @@
 #   tests/tools.sh install [tool...]   # build the named tools (default: all); idempotent, cached
 #   tests/tools.sh path <tool>         # print the binary's path; fails, saying how to install, if absent
 #
-# Tools (name, Go package, version):
+# Tools (name, Go package, version, Go build tags):
 #   helm        helm.sh/helm/v3/cmd/helm                     v3.22.0   the chart: lint, install, upgrade
 #   promtool    github.com/prometheus/prometheus/cmd/promtool  v0.316.0 the alerts: check and unit-test
+#               (tag remove_all_sd: without Prometheus' service-discovery plugins, AWS, Azure, GCE...,
+#               which rule checks do not use)
 #   actionlint  github.com/rhysd/actionlint/cmd/actionlint   v1.7.12   the release workflow: lint
 set -euo pipefail
 
@@ -17,7 +19,7 @@ PREFIX="${CAPI_LB_TOOLS_PREFIX:-/opt/capi-lb-tools}"
 
 TOOLS=(
   "helm helm.sh/helm/v3/cmd/helm v3.22.0"
-  "promtool github.com/prometheus/prometheus/cmd/promtool v0.316.0"
+  "promtool github.com/prometheus/prometheus/cmd/promtool v0.316.0 remove_all_sd"
   "actionlint github.com/rhysd/actionlint/cmd/actionlint v1.7.12"
 )
 
@@ -37,14 +39,14 @@ tool_line() {
 }
 
 bin_of() {
-  local name package version
-  read -r name package version <<<"$(tool_line "$1")"
+  local name package version tags
+  read -r name package version tags <<<"$(tool_line "$1")"
   printf '%s/%s-%s/bin/%s\n' "$PREFIX" "$name" "$version" "$name"
 }
 
 install_one() {
-  local name package version bin stage start
-  read -r name package version <<<"$(tool_line "$1")"
+  local name package version tags bin stage start
+  read -r name package version tags <<<"$(tool_line "$1")"
   bin="$(bin_of "$name")"
   if [ -x "$bin" ]; then
     log "$name $version: cached ($bin)"
@@ -54,9 +56,9 @@ install_one() {
   mkdir -p "$PREFIX"
   stage="$(mktemp -d "$PREFIX/.$name-XXXXXX")"
   start=$(date +%s)
-  log "building $name $version ($package)"
+  log "building $name $version ($package${tags:+, tags $tags})"
   GOTOOLCHAIN=local GOFLAGS='' CGO_ENABLED=0 GOBIN="$stage/bin" \
-    go install -trimpath -ldflags '-s -w' "$package@$version"
+    go install -trimpath -ldflags '-s -w' -tags "${tags:-}" "$package@$version"
   rm -rf "$PREFIX/$name-$version"
   mv "$stage" "$PREFIX/$name-$version"
   log "$name $version built in $(($(date +%s) - start)) s: $bin"
@@ -81,7 +83,7 @@ case "$cmd" in
     printf '%s\n' "$bin"
     ;;
   *)
-    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

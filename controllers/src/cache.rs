@@ -30,6 +30,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -245,6 +246,19 @@ impl ObjectCache {
             }
         }
         Some(out)
+    }
+
+    /// Call `f` with the metadata of every object the watch delivered (one at a time: the objects
+    /// are not all parsed at once); nothing while the first list has not completed.
+    pub fn for_each_metadata(&self, mut f: impl FnMut(&ObjectMeta)) {
+        if !self.is_synced() {
+            return;
+        }
+        for kept in self.store.state() {
+            if let Some(meta) = kept.metadata() {
+                f(&meta);
+            }
+        }
     }
 
     fn key(&self, named: &Named) -> ObjectRef<Kept> {

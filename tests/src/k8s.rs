@@ -1016,6 +1016,30 @@ impl TestNs {
         self.controllers.push(handle);
     }
 
+    /// Start the controller as `capi-lb run` does: its client counts every request into its
+    /// metrics (`capi_lb_kube_requests_total`), which [`Self::spawn`]'s does not. Stopped by
+    /// [`TestNs::finish`].
+    pub fn start_instrumented(&mut self, options: RunOptions) {
+        let metrics = std::sync::Arc::new(capi_lb::telemetry::Metrics::new());
+        let client = kube::client::ClientBuilder::try_from(self.controller_config.clone())
+            .unwrap()
+            .with_layer(&self.refusals)
+            .with_layer(&self.requests)
+            .with_layer(&metrics.kube_layer())
+            .build();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            capi_lb::run::run_instrumented(client, metrics, options, async move {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        self.controllers.push(ControllerHandle {
+            stop: Some(stop),
+            task,
+        });
+    }
+
     /// Start the controller and hand its handle to the test (to stop or kill it).
     pub fn spawn(&self, options: RunOptions) -> ControllerHandle {
         spawn_controller(self.controller_client(), options)

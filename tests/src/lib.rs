@@ -30,6 +30,7 @@ pub mod k8s;
 pub mod kubedc_sim;
 pub mod legacy;
 pub mod octavia;
+pub mod promql;
 pub mod servicelb_sim;
 pub mod templates;
 pub mod tenant;

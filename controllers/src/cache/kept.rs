@@ -63,6 +63,18 @@ impl Kept {
             .ok()
     }
 
+    /// The object's whole metadata, without parsing the rest of it (`None` as [`Self::object`]).
+    pub fn metadata(&self) -> Option<ObjectMeta> {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            #[serde(default)]
+            metadata: ObjectMeta,
+        }
+        serde_json::from_str::<Head>(&self.json)
+            .map(|head| head.metadata)
+            .ok()
+    }
+
     /// `event` with its objects as kept.
     pub fn event(event: &Event<DynamicObject>) -> Event<Self> {
         match event {

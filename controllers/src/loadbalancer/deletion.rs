@@ -33,6 +33,7 @@ pub(super) async fn cleanup(
         return Ok(Outcome::done());
     }
     let identity = identity(lb)?;
+    ctx.metrics.fleet.forget(&identity.uid);
     if let Some(prober) = &ctx.prober {
         prober.forget(&identity.uid);
         prober.forget_targets(&identity.uid, &[]);

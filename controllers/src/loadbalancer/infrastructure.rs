@@ -155,6 +155,10 @@ impl Reconciliation<'_> {
                 )];
                 found.extend(out.changes);
                 self.note(true, event::LOAD_BALANCER_LOST, found);
+                self.ctx
+                    .metrics
+                    .fleet
+                    .drift_repaired(claimed.provider.name());
             }
             (true, false) => self.note(false, event::LOAD_BALANCER_CREATED, out.changes),
             (false, _) => self.note(false, event::LOAD_BALANCER_UPDATED, out.changes),

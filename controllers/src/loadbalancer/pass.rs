@@ -411,6 +411,7 @@ impl Reconciliation<'_> {
         }
         if self.status != previous {
             write_status(&self.api, self.lb, &self.status).await?;
+            self.count_ready(&previous, &now);
         }
         if !self.transient_failure {
             self.ctx.reset_backoff(&self.identity.uid);
@@ -429,6 +430,28 @@ impl Reconciliation<'_> {
                 .await;
         }
         Ok(self.outcome)
+    }
+}
+
+impl Reconciliation<'_> {
+    /// `time_to_ready_seconds`, once the status with Ready True is written over one without:
+    /// since Ready's last transition (to False or Unknown), or since the LoadBalancer's creation
+    /// when it had no Ready condition yet.
+    fn count_ready(&self, previous: &LoadBalancerStatus, now: &Time) {
+        let was = capi_lb_api::conditions::find(&previous.conditions, c::READY);
+        if !self.status.ready || was.is_some_and(|r| r.status == "True") {
+            return;
+        }
+        let since = match was {
+            Some(r) => Some(r.last_transition_time.0),
+            None => self.lb.meta().creation_timestamp.as_ref().map(|t| t.0),
+        };
+        if let Some(since) = since {
+            self.ctx
+                .metrics
+                .fleet
+                .became_ready(&self.identity.uid, since, now.0);
+        }
     }
 }
 

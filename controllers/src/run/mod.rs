@@ -266,7 +266,12 @@ pub async fn run_instrumented(
         .with_capi(capi)
         .with_prober(prober),
     );
-    let observers = observe_cache(store, metrics.clone());
+    let machines = ctx
+        .capi
+        .machine_served
+        .then(|| ctx.caches.shared(&ctx.capi.machine))
+        .flatten();
+    let observers = observe_cache(store, machines, metrics.clone(), ctx.clock.clone());
     let fair = Fairness::new(options.concurrency);
     let latest = controller.store();
     let loadbalancers = controller

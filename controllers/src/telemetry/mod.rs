@@ -22,8 +22,11 @@
 //!   subresource; `code` = the HTTP status class, `none` when no answer came), see
 //!   [`Metrics::kube_layer`];
 //! - `process_resident_memory_bytes`, `process_peak_resident_memory_bytes` and
-//!   `process_cpu_seconds`: the process' memory and CPU time, read from `/proc` at each scrape.
+//!   `process_cpu_seconds`: the process' memory and CPU time, read from `/proc` at each scrape;
+//! - the fleet's: LoadBalancers by condition, targets by state, deletion hooks, drift repairs,
+//!   time to Ready (see [`fleet`]).
 
+pub mod fleet;
 pub mod kube_requests;
 mod probes;
 pub mod process;
@@ -78,6 +81,8 @@ pub struct Metrics {
     rss: Gauge,
     peak_rss: Gauge,
     cpu: Gauge<f64, AtomicU64>,
+    /// The fleet's metrics.
+    pub fleet: fleet::Fleet,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -117,6 +122,7 @@ impl Metrics {
             probes.clone(),
         );
         let leader = Gauge::default();
+        let fleet = fleet::Fleet::register(&mut registry);
         let openstack_requests = Family::<Labels, Counter>::default();
         let openstack_duration =
             Family::<Labels, Histogram>::new_with_constructor(duration_histogram as fn() -> _);
@@ -205,6 +211,7 @@ impl Metrics {
             rss,
             peak_rss,
             cpu,
+            fleet,
         }
     }
 
@@ -357,6 +364,7 @@ pub struct MeteredProvider {
 impl MeteredProvider {
     /// Measure the calls of `inner`, the provider named `name`, into `metrics`.
     pub fn new(name: &'static str, inner: Arc<dyn Provider>, metrics: Arc<Metrics>) -> Self {
+        metrics.fleet.provider_enabled(name);
         Self {
             name,
             inner,

@@ -22,6 +22,7 @@ mod install;
 mod isolation;
 mod loadbalancer;
 mod metrics;
+mod monitoring;
 mod names;
 mod octavia;
 mod octavia_faults;

@@ -210,6 +210,12 @@ async fn a_recreated_eip_changes_the_address_and_the_stable_endpoint_follows() {
     assert!(after.ready);
     // What was found is told: a Warning that the ready load balancer was gone.
     assert!(warned(&world, "LoadBalancerLost"));
+    // And counted, for the dashboard's drift repairs.
+    let metrics = world.ctx.metrics.encode();
+    assert!(
+        metrics.contains("capi_lb_drift_repairs_total{provider=\"kubedc\"} 1\n"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ mod kubedc;
 mod lifecycle;
 mod lifecycle_props;
 mod migration;
+mod monitoring;
 mod moved;
 mod rbac;
 mod reconcile;

@@ -7,6 +7,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
+use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Cluster;
 use capi_lb_api::constants::{
     ENDPOINTSLICE_MANAGED_BY_VALUE, LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_MANAGED_BY,
@@ -15,6 +16,7 @@ use capi_lb_api::constants::{
 use capi_lb_api::externaldns::DNSEndpoint;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::catalog;
+use capi_lb_providers::clock::SharedClock;
 use capi_lb_providers::provider::tags;
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Namespace;
@@ -35,6 +37,7 @@ use crate::kinds::CapiKinds;
 use crate::loadbalancer::triggers::{self, Triggers, Watched};
 use crate::policy::PolicyFacts;
 use crate::run::{RunError, RunOptions, backoff};
+use crate::telemetry::fleet::Census;
 use crate::telemetry::{Health, Metrics};
 
 /// The LoadBalancer controller with every watch that triggers it (see the module docs), and the
@@ -418,27 +421,42 @@ impl Watches<'_> {
     }
 }
 
-/// The managed object gauges follow the LoadBalancer cache.
+/// How often the gauges computed from the caches are updated.
+const CENSUS_EVERY: Duration = Duration::from_secs(10);
+
+/// The gauges computed from the caches follow them: the managed objects, and the fleet's census
+/// (LoadBalancers by condition, targets by state, deletion hooks; see
+/// [`crate::telemetry::fleet`]) from the LoadBalancers and the `machines` cache, if any. No API
+/// request; the Machines' metadata is parsed one at a time.
 pub(in crate::run) fn observe_cache(
     store: Store<Watched>,
+    machines: Option<Arc<ObjectCache>>,
     metrics: Arc<Metrics>,
+    clock: SharedClock,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(10));
+        let mut tick = tokio::time::interval(CENSUS_EVERY);
         loop {
             tick.tick().await;
             let state = store.state();
+            let loadbalancers: Vec<&LoadBalancer> =
+                state.iter().filter_map(|lb| lb.0.as_ref().ok()).collect();
             metrics.set_managed("loadbalancers", state.len());
             metrics.set_managed(
                 "ready_loadbalancers",
-                state
+                loadbalancers
                     .iter()
-                    .filter(|lb| {
-                        lb.0.as_ref()
-                            .is_ok_and(|lb| lb.status.as_ref().is_some_and(|s| s.ready))
-                    })
+                    .filter(|lb| lb.status.as_ref().is_some_and(|s| s.ready))
                     .count(),
             );
+            let mut census = Census::new(clock.now());
+            for lb in loadbalancers {
+                census.loadbalancer(lb);
+            }
+            if let Some(machines) = &machines {
+                machines.for_each_metadata(|meta| census.target(meta));
+            }
+            metrics.fleet.publish(&census);
         }
     })
 }
