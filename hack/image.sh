@@ -10,7 +10,7 @@
 #   hack/image.sh rootfs BINARY DIR [--ca-bundle FILE]
 #                                        # only assemble the image's files in DIR (the Dockerfile's way)
 #   hack/image.sh podman ARGS...         # podman with this script's storage and settings
-#   hack/image.sh save FILE              # write the image as an OCI archive (e.g. `kind load image-archive`)
+#   hack/image.sh save FILE              # write the image as a docker archive (`kind load image-archive`)
 #   hack/image.sh clean                  # remove the image storage (containers included)
 #
 # The image, ghcr.io/capi-lb/capi-lb:v<workspace version> (the name `capi-lb manifests` writes into the
@@ -365,7 +365,7 @@ case "$cmd" in
     configure
     podman image exists "$IMAGE" || die "no image $IMAGE: run hack/image.sh build"
     rm -f "$1"
-    podman save --quiet --format oci-archive -o "$1" "$IMAGE"
+    podman save --quiet --format docker-archive -o "$1" "$IMAGE"
     log "$IMAGE saved to $1"
     ;;
   clean)

@@ -20,3 +20,4 @@ mod run;
 mod servicelb;
 mod simulate;
 mod templates;
+mod workflows;
