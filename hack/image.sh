@@ -74,6 +74,12 @@ IMAGE="$REPOSITORY:v$VERSION"
 
 # --- podman and buildah, configured by this script only ----------------------------------------
 
+# stdin into file $1, atomically (other podman calls may be reading it).
+write_file() {
+  cat >"$1.$$"
+  mv -f "$1.$$" "$1"
+}
+
 # Write the configuration files and export the variables that make podman and buildah read them
 # instead of /etc/containers and /usr/share/containers (CONTAINERS_CONF: "all system and user config
 # files are ignored").
@@ -86,7 +92,7 @@ configure() {
   nproc="$(cat /proc/sys/kernel/pid_max)"
   if [ "$(ulimit -Hu)" != unlimited ] && [ "$(ulimit -Hu)" -lt "$nproc" ]; then nproc="$(ulimit -Hu)"; fi
   [ "$nofile" = unlimited ] && nofile=1048576
-  cat >"$STATE/containers.conf" <<EOF
+  write_file "$STATE/containers.conf" <<EOF
 # Written by hack/image.sh; podman and buildah read only this file (CONTAINERS_CONF).
 [containers]
 default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
@@ -97,20 +103,20 @@ events_logfile_path = "$STATE/run/events.log"
 runtime = "runc"
 tmp_dir = "$STATE/run/libpod"
 EOF
-  cat >"$STATE/storage.conf" <<EOF
+  write_file "$STATE/storage.conf" <<EOF
 # Written by hack/image.sh (CONTAINERS_STORAGE_CONF).
 [storage]
 driver = "vfs"
 graphroot = "$STATE/storage"
 runroot = "$STATE/run/storage"
 EOF
-  cat >"$STATE/registries.conf" <<'EOF'
+  write_file "$STATE/registries.conf" <<'EOF'
 # Written by hack/image.sh (CONTAINERS_REGISTRIES_CONF): no registry; images are named in full.
 unqualified-search-registries = []
 short-name-mode = "enforcing"
 EOF
   # Images are only ever committed locally, never pulled: nothing to verify.
-  printf '{"default": [{"type": "insecureAcceptAnything"}]}\n' >"$STATE/policy.json"
+  printf '{"default": [{"type": "insecureAcceptAnything"}]}\n' | write_file "$STATE/policy.json"
   export CONTAINERS_CONF="$STATE/containers.conf"
   export CONTAINERS_STORAGE_CONF="$STATE/storage.conf"
   export CONTAINERS_REGISTRIES_CONF="$STATE/registries.conf"
