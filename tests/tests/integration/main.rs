@@ -21,3 +21,4 @@ mod run;
 mod servicelb;
 mod simulate;
 mod templates;
+mod workflows;
