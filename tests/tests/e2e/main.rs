@@ -17,6 +17,7 @@ mod drift;
 mod events;
 mod externaldns;
 mod fuzz;
+mod helm;
 mod install;
 mod isolation;
 mod loadbalancer;
