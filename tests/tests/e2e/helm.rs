@@ -730,6 +730,42 @@ async fn wait_granted(
     }
 }
 
+/// Removes a release's cluster-scoped objects (and the decoy role) when the test fails before
+/// `helm uninstall`: the namespace `TestNs` deletes holds Helm's record of the release, so nothing
+/// else would, and the harness is shared.
+struct ClusterScoped {
+    release: String,
+    decoy: String,
+}
+
+impl Drop for ClusterScoped {
+    fn drop(&mut self) {
+        let c = cluster();
+        let kubectl = |args: &[&str]| {
+            let _ = std::process::Command::new(&c.kubectl)
+                .arg("--kubeconfig")
+                .arg(&c.kubeconfig)
+                .args(args)
+                .output();
+        };
+        let selector = format!("app.kubernetes.io/instance={}", self.release);
+        kubectl(&[
+            "delete",
+            "clusterrole,clusterrolebinding",
+            "-l",
+            &selector,
+            "--wait=false",
+        ]);
+        kubectl(&[
+            "delete",
+            "clusterrole",
+            &self.decoy,
+            "--ignore-not-found",
+            "--wait=false",
+        ]);
+    }
+}
+
 #[tokio::test]
 async fn install_reconcile_as_the_charts_account_upgrade_and_uninstall() {
     let helm = Helm::new();
@@ -742,6 +778,10 @@ async fn install_reconcile_as_the_charts_account_upgrade_and_uninstall() {
 
     // Another release's part (by its label): this release's manager role must not take it.
     let decoy = format!("{release}-decoy");
+    let _cleanup = ClusterScoped {
+        release: release.clone(),
+        decoy: decoy.clone(),
+    };
     roles
         .create(
             &PostParams::default(),
