@@ -41,11 +41,14 @@ enum Command {
     /// Run the controller against the cluster in KUBECONFIG (or the in-cluster configuration).
     Run(Box<RunOptions>),
     /// Write the install manifests (CRDs, RBAC, Deployment, kustomizations, clusterctl components)
-    /// under a directory, by component.
+    /// under a directory, by component, and the Helm chart made of the same objects.
     Manifests {
         /// Where to write them (the repository keeps them in `config`).
         #[arg(long, default_value = "config")]
         output_dir: PathBuf,
+        /// Where to write the Helm chart (the repository keeps it in `charts/capi-lb`).
+        #[arg(long, default_value = "charts/capi-lb")]
+        chart_dir: PathBuf,
     },
     /// Print the CRDs of the shipped install as YAML (or write them under a directory with
     /// --output-dir).
@@ -100,11 +103,10 @@ async fn main() -> ExitCode {
             init_logging(cli.log_format, "info");
             run(*options).await
         }
-        Command::Manifests { output_dir } => finish(
-            "manifests",
-            capi_lb::install::manifests::write(&output_dir),
-            wrote,
-        ),
+        Command::Manifests {
+            output_dir,
+            chart_dir,
+        } => finish("manifests", manifests(&output_dir, &chart_dir), wrote),
         Command::Crds {
             output_dir: Some(dir),
             ..
@@ -136,6 +138,18 @@ async fn main() -> ExitCode {
             simulate(&files, expect_ready).await
         }
     }
+}
+
+/// `capi-lb manifests`: `config/` and the Helm chart (whose values' comments are `run`'s help).
+fn manifests(
+    output_dir: &std::path::Path,
+    chart_dir: &std::path::Path,
+) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    use clap::Args;
+    let mut written = capi_lb::install::manifests::write(output_dir)?;
+    let run = RunOptions::augment_args(clap::Command::new("run"));
+    written.extend(capi_lb::install::chart::write(chart_dir, &run)?);
+    Ok(written)
 }
 
 /// `capi-lb run`: 2 for flags that contradict each other, 1 when the controller fails.

@@ -40,7 +40,8 @@ pub fn image() -> String {
     format!("ghcr.io/capi-lb/capi-lb:v{}", env!("CARGO_PKG_VERSION"))
 }
 
-fn labels() -> Value {
+/// The labels of every object (the chart's selector labels too).
+pub(crate) fn labels() -> Value {
     json!({"app.kubernetes.io/name": "capi-lb", "app.kubernetes.io/component": "controller-manager"})
 }
 
@@ -176,9 +177,9 @@ fn clusterctl_parts(text: &str) -> Result<String, serde_saphyr::ser::Error> {
 }
 
 /// The port of the kubelet's probes (`--health-probe-bind-address`).
-const HEALTH_PORT: u16 = 8081;
+pub(crate) const HEALTH_PORT: u16 = 8081;
 /// The port of secure metrics (HTTPS, `--metrics-secure=true`).
-const METRICS_PORT: u16 = 8443;
+pub(crate) const METRICS_PORT: u16 = 8443;
 /// The ClusterRole a scraper's ServiceAccount is bound to, to read secure metrics.
 pub const METRICS_READER_ROLE: &str = "capi-lb-metrics-reader";
 

@@ -1,6 +1,7 @@
 //! What installing capi-lb takes: the CRDs (`capi-lb crds`), least-privilege RBAC as data, the
-//! manifests (`capi-lb manifests`), and the dashboard and alerts to monitor it.
+//! manifests and the Helm chart (`capi-lb manifests`), and the dashboard and alerts to monitor it.
 
+pub mod chart;
 pub mod crds;
 pub mod manifests;
 pub mod monitoring;

@@ -18,6 +18,7 @@ mod drift;
 mod events;
 mod externaldns;
 mod fuzz;
+mod helm;
 mod image;
 mod install;
 mod isolation;

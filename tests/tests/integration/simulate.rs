@@ -187,6 +187,41 @@ fn committed_manifests_match_the_generated_ones() {
     }
 }
 
+/// The committed Helm chart is what `capi-lb manifests` writes (`--chart-dir charts/capi-lb`), and
+/// nothing else is in its folder.
+#[test]
+fn committed_chart_matches_the_generated_one() {
+    use clap::Args;
+    let run = capi_lb::run::RunOptions::augment_args(clap::Command::new("run"));
+    let files = capi_lb::install::chart::files(&run).unwrap();
+    let chart = repo("charts/capi-lb");
+    for (path, content) in &files {
+        let committed = std::fs::read_to_string(chart.join(path)).unwrap_or_default();
+        assert_eq!(
+            &committed,
+            content,
+            "charts/capi-lb/{} is stale: run `cargo run -- manifests`",
+            path.display()
+        );
+    }
+    fn walk(dir: &std::path::Path, base: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, base, out);
+            } else {
+                out.push(path.strip_prefix(base).unwrap().to_path_buf());
+            }
+        }
+    }
+    let mut on_disk = Vec::new();
+    walk(&chart, &chart, &mut on_disk);
+    on_disk.sort();
+    let mut generated: Vec<_> = files.into_iter().map(|(p, _)| p).collect();
+    generated.sort();
+    assert_eq!(on_disk, generated);
+}
+
 /// Every shipped example simulates; each says in its comments what it shows, and this checks it.
 #[tokio::test]
 async fn every_example_simulates_and_shows_what_it_says() {
