@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use kube::Client;
 
-use crate::k8s::{capi, config_of, harness, parse_env, repo};
+use crate::k8s::{capi, config_of, config_with_token, harness, parse_env, repo};
 
 /// The fresh instance.
 #[derive(Clone, Debug)]
@@ -64,12 +64,7 @@ pub async fn fresh_admin_client() -> Client {
 /// A client of the fresh instance that authenticates with `token` (a ServiceAccount's).
 pub async fn fresh_client_with_token(token: String) -> Client {
     capi_lb::install_crypto_provider();
-    let mut config = config_of(&fresh().kubeconfig).await;
-    config.auth_info = kube::config::AuthInfo {
-        token: Some(token.into()),
-        ..Default::default()
-    };
-    Client::try_from(config).unwrap()
+    Client::try_from(config_with_token(&fresh().kubeconfig, token).await).unwrap()
 }
 
 /// A clusterctl provider repository in a temporary folder: capi-lb's generated release folder

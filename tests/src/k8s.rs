@@ -875,16 +875,29 @@ async fn controller_config(access: Access<'_>, admin: &Client) -> kube::Config {
         return config_of(path).await;
     }
     // Another cluster: a token for the ServiceAccount the generated RBAC binds.
+    let token = service_account_token(admin, "capi-lb-system", "capi-lb-manager").await;
+    config_with_token(access.kubeconfig, token).await
+}
+
+/// A token (TokenRequest API, valid for an hour) of ServiceAccount `namespace/account`, asked for
+/// with `admin`.
+pub async fn service_account_token(admin: &Client, namespace: &str, account: &str) -> String {
     let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
-        Api::namespaced(admin.clone(), "capi-lb-system");
+        Api::namespaced(admin.clone(), namespace);
     let request: k8s_openapi::api::authentication::v1::TokenRequest =
-        serde_json::from_value(json!({"spec": {"expirationSeconds": 86400}})).unwrap();
-    let answer = accounts
-        .create_token_request("capi-lb-manager", &PostParams::default(), &request)
+        serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).unwrap();
+    accounts
+        .create_token_request(account, &PostParams::default(), &request)
         .await
-        .unwrap();
-    let token = answer.status.expect("a token").token;
-    let mut config = config_of(access.kubeconfig).await;
+        .unwrap_or_else(|e| panic!("a token of {namespace}/{account}: {e}"))
+        .status
+        .expect("a token")
+        .token
+}
+
+/// The configuration of `kubeconfig`'s cluster that authenticates with `token` instead.
+pub async fn config_with_token(kubeconfig: &Path, token: String) -> kube::Config {
+    let mut config = config_of(kubeconfig).await;
     config.auth_info = kube::config::AuthInfo {
         token: Some(token.into()),
         ..Default::default()

@@ -30,7 +30,6 @@ use capi_lb_tests::templates::{
     CLUSTER_NAME, KUBERNETES_VERSION, render, template_file, template_values,
 };
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -257,20 +256,6 @@ async fn add_in_memory_provider(client: &Client) {
         .unwrap();
 }
 
-/// A token of capi-lb's ServiceAccount as clusterctl installed it.
-async fn service_account_token(client: &Client) -> String {
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
-    let request: TokenRequest =
-        serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).unwrap();
-    accounts
-        .create_token_request(SERVICE_ACCOUNT, &PostParams::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .expect("a token")
-        .token
-}
-
 #[tokio::test]
 async fn clusterctl_installs_upgrades_generates_and_deletes_capi_lb() {
     let repository = Repository::new("lifecycle");
@@ -376,7 +361,10 @@ async fn clusterctl_installs_upgrades_generates_and_deletes_capi_lb() {
         },
     )
     .await;
-    let controller = fresh_client_with_token(service_account_token(&client).await).await;
+    let controller = fresh_client_with_token(
+        capi_lb_tests::k8s::service_account_token(&client, NAMESPACE, SERVICE_ACCOUNT).await,
+    )
+    .await;
     let mut options = RunOptions::new(vec!["inmemory".into()]);
     options.namespace = Some(user_ns.clone());
     options.resync = Duration::from_secs(3600);

@@ -30,10 +30,8 @@ use capi_lb_tests::k8s::{
 };
 use clap::Parser;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
@@ -680,24 +678,8 @@ async fn wait_aggregated(t: &TestNs, name: &str, parts: &[&str], enabled: &Enabl
 /// A client with a token of ServiceAccount `account` of `t`'s namespace, whose refused requests
 /// fail the test (`TestNs::finish`).
 async fn client_as(t: &TestNs, account: &str) -> kube::Client {
-    let accounts: Api<ServiceAccount> = t.api();
-    let request = serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).unwrap();
-    let token = accounts
-        .create_token_request(account, &PostParams::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .expect("a token")
-        .token;
-    let path = &cluster().kubeconfig;
-    let file = Kubeconfig::read_from(path).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    config.auth_info = kube::config::AuthInfo {
-        token: Some(token.into()),
-        ..Default::default()
-    };
+    let token = capi_lb_tests::k8s::service_account_token(&t.client, &t.ns, account).await;
+    let config = capi_lb_tests::k8s::config_with_token(&cluster().kubeconfig, token).await;
     kube::client::ClientBuilder::try_from(config)
         .unwrap()
         .with_layer(&t.refusals)

@@ -8,7 +8,6 @@
 
 use capi_lb::install::manifests::METRICS_READER_ROLE;
 use capi_lb_tests::k8s::{TestNs, eventually};
-use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -34,15 +33,7 @@ async fn token(t: &TestNs, account: &str) -> String {
     let sa: ServiceAccount =
         serde_json::from_value(json!({"metadata": {"name": account}})).unwrap();
     accounts.create(&PostParams::default(), &sa).await.unwrap();
-    let request: TokenRequest =
-        serde_json::from_value(json!({"spec": {"expirationSeconds": 3600}})).unwrap();
-    accounts
-        .create_token_request(account, &PostParams::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .expect("a token")
-        .token
+    capi_lb_tests::k8s::service_account_token(&t.client, &t.ns, account).await
 }
 
 #[tokio::test]
