@@ -119,7 +119,10 @@ async fn delete_and_settle(world: &World, h: &Harness, tag: &str) {
 }
 
 /// One wait on Octavia as the controller sees it: reconcile, move the provider's clock by the requeue
-/// the reconcile asked for, reconcile again, while `busy` says Octavia is still at it. No real sleep:
+/// the reconcile asked for, reconcile again, while `busy` says Octavia is still at it or the
+/// controller still asks for a look (Octavia may show a new member ACTIVE while the load balancer
+/// itself is still PENDING_UPDATE: the targets are then already active, and the wait goes on until
+/// the load balancer is ACTIVE too). No real sleep:
 /// the looks come faster than Octavia finishes, so the schedule is seen as it is. Asserts that each
 /// busy look asks for as long again as the wait so far on the provider's clock (`relook`), at most
 /// `MAX_LOOK`, for one OpenStack request; returns the number of busy looks and the last outcome.
@@ -141,7 +144,8 @@ async fn follow_wait(
         waited += delay;
         world.openstack.clear();
         outcome = world.reconcile(NS, "cp").await.unwrap();
-        if !busy(api.get_opt("cp").await.unwrap().as_ref()) {
+        let looking = outcome.requeue_after.is_some_and(|r| r <= MAX_LOOK);
+        if !busy(api.get_opt("cp").await.unwrap().as_ref()) && !looking {
             return (looks, outcome);
         }
         looks += 1;
