@@ -146,8 +146,8 @@ pub struct LoadBalancerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reachability: Option<Reachability>,
 
-    /// Probe each target where the provider does not (the in-memory and kube-dc providers; Octavia's
-    /// health monitor and the Service provider's implementation check members themselves): a TCP
+    /// Probe each target where the provider does not (the in-memory, kube-dc and Service providers;
+    /// Octavia's health monitor checks members itself): a TCP
     /// connection to its address on every TCP port's `targetPort`. A target that fails
     /// `failureThreshold` probes in a row is taken out (drained like a disabled one; state
     /// `failing`, then `unhealthy`) and comes back after `successThreshold` passes in a row. Never

@@ -128,8 +128,8 @@ pub struct Entry {
     pub crd: fn() -> CustomResourceDefinition,
     /// Build the provider.
     pub build: fn(&Dependencies) -> Arc<dyn Provider>,
-    /// The provider checks its members' health itself (Octavia's health monitor, a Service
-    /// implementation's own checks), so capi-lb's target probes (`spec.targetHealth`) do not apply.
+    /// The provider checks its members' health itself (Octavia's health monitor), so capi-lb's
+    /// target probes (`spec.targetHealth`) do not apply.
     pub checks_members: bool,
     /// Kinds the provider creates through the Kubernetes API besides Services (which `run` always
     /// maps back by their tags).

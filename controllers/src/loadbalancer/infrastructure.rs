@@ -184,7 +184,7 @@ impl Reconciliation<'_> {
         let mut unsupported = out.unsupported;
         if self.lb.spec.target_health.is_some() && claimed.provider.entry.checks_members {
             unsupported.push(format!(
-                "spec.targetHealth is not used: the {} checks its members itself (Octavia: the OctaviaLoadBalancer's healthMonitor; the Service provider: its implementation)",
+                "spec.targetHealth is not used: the {} checks its members itself (the OctaviaLoadBalancer's healthMonitor)",
                 claimed.provider.entry.title
             ));
         }

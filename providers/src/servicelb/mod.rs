@@ -66,7 +66,9 @@ pub const ENTRY: Entry = Entry {
             dependencies.clock.clone(),
         ))
     },
-    checks_members: true,
+    // MetalLB, kube-vip and kube-proxy do not probe the endpoints of a Service without a selector:
+    // their readiness is what capi-lb writes, so capi-lb's own target probes apply.
+    checks_members: false,
     owned_kinds: &[],
     calls: &[
         (

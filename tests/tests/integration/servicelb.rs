@@ -1168,3 +1168,30 @@ async fn new_ports_reach_the_service_and_the_member_slice() {
         &world.api.stats.log()[writes as usize..]
     );
 }
+
+/// MetalLB, kube-vip and kube-proxy never probe the endpoints of a Service without a selector, so
+/// the Service provider does not claim to check its members: `spec.targetHealth` is used (capi-lb
+/// probes the targets, e2e/target_health.rs) and not reported as a setting the provider ignores.
+#[tokio::test]
+async fn target_health_is_not_left_to_the_implementation() {
+    let objects = vec![
+        service_lb("cp")
+            .spec("drainSeconds", json!(20))
+            .spec(
+                "targetHealth",
+                json!({"periodSeconds": 5, "timeoutSeconds": 2, "failureThreshold": 2, "successThreshold": 2}),
+            )
+            .build(),
+        service_infra("cp", metallb_spec()),
+        machine("cp-m1", "cp", "10.0.0.11").build(),
+    ];
+    let (world, _sim) = converged(objects).await;
+    let lb = get_lb(&world, "cp").await;
+    assert!(lb.status.as_ref().is_some_and(|s| s.ready), "{lb:?}");
+    assert_eq!(
+        cond(&lb, "SpecHonoured"),
+        ("True".into(), "Honoured".into()),
+        "{:?}",
+        condition(&lb, "SpecHonoured")
+    );
+}
