@@ -5,6 +5,12 @@
 //! start (self-signed, for `localhost`: scrapers of in-cluster controllers skip its verification, as
 //! with controller-runtime's). `/livez` and `/readyz` on the same listener stay open (the kubelet's
 //! probes carry no token).
+//!
+//! A token the authorizer does not remember costs the API a TokenReview, so such reviews are
+//! rationed (`REVIEWS_PER_SECOND` on average, bursts of `REVIEW_BURST`): beyond that a request is
+//! answered 429 without asking the API, so a flood of made-up tokens cannot turn into a flood of
+//! TokenReviews. A scraper whose token was allowed before is re-reviewed outside the ration, so a
+//! flood does not lock it out.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -40,6 +46,38 @@ const DENIED_FOR: Duration = Duration::from_secs(10);
 const REMEMBERED: usize = 1024;
 /// A TLS handshake not done within this is dropped.
 const HANDSHAKE: Duration = Duration::from_secs(10);
+/// Reviews of tokens not remembered as allowed, per second on average, and at most at once.
+const REVIEWS_PER_SECOND: f64 = 5.0;
+const REVIEW_BURST: f64 = 20.0;
+
+/// A token bucket: `REVIEW_BURST` reviews at once, refilled at `REVIEWS_PER_SECOND`.
+#[derive(Debug)]
+struct Ration {
+    left: f64,
+    at: Instant,
+}
+
+impl Ration {
+    fn full(now: Instant) -> Self {
+        Self {
+            left: REVIEW_BURST,
+            at: now,
+        }
+    }
+
+    /// Take one review at `now`, if one is left.
+    fn take(&mut self, now: Instant) -> bool {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * REVIEWS_PER_SECOND;
+        self.left = (self.left + refill).min(REVIEW_BURST);
+        self.at = now;
+        if self.left >= 1.0 {
+            self.left -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
 
 /// What the API says about a bearer token.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +90,8 @@ pub enum Verdict {
     Forbidden(String),
     /// The API could not be asked (the answer is not cached).
     Unavailable(String),
+    /// Not asked: too many unknown tokens were reviewed lately.
+    Throttled,
 }
 
 /// Asks the Kubernetes API who a token is and whether they may read `/metrics`, remembering the
@@ -60,6 +100,7 @@ pub enum Verdict {
 pub struct Authorizer {
     client: kube::Client,
     remembered: Arc<Mutex<HashMap<String, (Instant, Verdict)>>>,
+    ration: Arc<Mutex<Ration>>,
 }
 
 impl Authorizer {
@@ -69,6 +110,7 @@ impl Authorizer {
         Self {
             client,
             remembered: Arc::default(),
+            ration: Arc::new(Mutex::new(Ration::full(Instant::now()))),
         }
     }
 
@@ -116,6 +158,7 @@ impl Authorizer {
 
     /// The verdict on `token`: remembered, or asked of the API.
     pub async fn verdict(&self, token: &str) -> Verdict {
+        let mut was_allowed = false;
         if let Ok(remembered) = self.remembered.lock()
             && let Some((at, verdict)) = remembered.get(token)
         {
@@ -126,6 +169,16 @@ impl Authorizer {
             if at.elapsed() < fresh {
                 return verdict.clone();
             }
+            was_allowed = *verdict == Verdict::Allowed;
+        }
+        // A scraper's token is re-reviewed whatever the ration says; any other costs a review of it.
+        let rationed = !was_allowed
+            && self
+                .ration
+                .lock()
+                .map_or(true, |mut ration| !ration.take(Instant::now()));
+        if rationed {
+            return Verdict::Throttled;
         }
         let verdict = match self.authenticate(token).await {
             Err(e) => return Verdict::Unavailable(e),
@@ -138,7 +191,14 @@ impl Authorizer {
         };
         if let Ok(mut remembered) = self.remembered.lock() {
             if remembered.len() >= REMEMBERED {
-                remembered.retain(|_, (at, _)| at.elapsed() < DENIED_FOR);
+                // Forget the stale answers, then the refusals, and only then the scrapers.
+                remembered.retain(|_, (at, verdict)| match verdict {
+                    Verdict::Allowed => at.elapsed() < ALLOWED_FOR,
+                    _ => at.elapsed() < DENIED_FOR,
+                });
+                if remembered.len() >= REMEMBERED {
+                    remembered.retain(|_, (_, verdict)| *verdict == Verdict::Allowed);
+                }
                 if remembered.len() >= REMEMBERED {
                     remembered.clear();
                 }
@@ -174,6 +234,15 @@ pub async fn require_reader(
             format!("{user} may not get {METRICS_PATH}\n"),
         )
             .into_response(),
+        Verdict::Throttled => {
+            tracing::debug!("metrics request refused: too many unknown tokens reviewed lately");
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::RETRY_AFTER, "1")],
+                "too many unknown tokens lately; retry later\n",
+            )
+                .into_response()
+        }
         Verdict::Unavailable(e) => {
             tracing::warn!(error = %e, "metrics request not authorized: the API could not be asked");
             (
@@ -299,6 +368,23 @@ impl axum::serve::Listener for TlsListener {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reviews_are_rationed_to_a_burst_then_the_rate() {
+        let start = Instant::now();
+        let mut ration = Ration::full(start);
+        let burst = (0..100).filter(|_| ration.take(start)).count();
+        assert_eq!(burst as f64, REVIEW_BURST, "a burst at once");
+        assert!(!ration.take(start), "nothing left at once");
+        // One second later, the rate's worth: no more.
+        let later = start + Duration::from_secs(1);
+        let refilled = (0..100).filter(|_| ration.take(later)).count();
+        assert_eq!(refilled as f64, REVIEWS_PER_SECOND);
+        // Idle for long: never more than a burst.
+        let much_later = later + Duration::from_secs(3600);
+        let capped = (0..100).filter(|_| ration.take(much_later)).count();
+        assert_eq!(capped as f64, REVIEW_BURST);
+    }
 
     #[test]
     fn a_self_signed_certificate_is_made_without_a_directory() {

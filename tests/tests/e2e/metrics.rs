@@ -4,7 +4,8 @@
 //! `capi-lb-metrics-reader` ClusterRole), with capi-lb running as its own ServiceAccount under the
 //! generated RBAC. Without a token, with a made-up one, and with a real ServiceAccount's token that
 //! is not bound to the reader role, it is refused (401, 401, 403); `/readyz` stays open for the
-//! kubelet; plain HTTP gets no answer.
+//! kubelet; plain HTTP gets no answer. A flood of made-up tokens is answered 429 beyond a burst,
+//! costs the API at most the ration's TokenReviews, and does not lock the scraper out.
 
 use capi_lb::install::manifests::METRICS_READER_ROLE;
 use capi_lb_tests::k8s::{TestNs, eventually};
@@ -26,6 +27,15 @@ async fn get(url: &str, token: Option<&str>) -> (u16, String) {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
     (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// The TokenReviews the controller has sent so far (its requests, as recorded by the test).
+fn token_reviews(t: &TestNs) -> usize {
+    t.requests
+        .list()
+        .iter()
+        .filter(|r| r.starts_with("POST /apis/authentication.k8s.io/v1/tokenreviews"))
+        .count()
 }
 
 async fn token(t: &TestNs, account: &str) -> String {
@@ -93,6 +103,37 @@ async fn secure_metrics_answer_only_a_token_allowed_to_read_them() {
         body.contains(&format!("system:serviceaccount:{}:nobody", t.ns)),
         "{body}"
     );
+
+    // A flood of made-up tokens: a burst is reviewed, the rest is refused with 429 without asking
+    // the API, and the scraper, known, still reads.
+    let before = token_reviews(&t);
+    let started = std::time::Instant::now();
+    let flood: Vec<_> = (0..100)
+        .map(|i| {
+            let url = format!("{base}/metrics");
+            async move { get(&url, Some(&format!("made-up-{i}"))).await.0 }
+        })
+        .collect();
+    let statuses = futures::future::join_all(flood).await;
+    let elapsed = started.elapsed();
+    let throttled = statuses.iter().filter(|s| **s == 429).count();
+    let refused = statuses.iter().filter(|s| **s == 401).count();
+    assert_eq!(throttled + refused, 100, "{statuses:?}");
+    let (status, body) = get(&format!("{base}/metrics"), Some(&reader)).await;
+    assert_eq!(status, 200, "the scraper during a flood: {body}");
+    let reviews = token_reviews(&t) - before;
+    // The ration: 20 at once, then 5 a second.
+    let allowed = 20 + (elapsed.as_secs_f64() * 5.0).ceil() as usize;
+    println!(
+        "a flood of 100 made-up tokens in {elapsed:?}: {refused} reviewed and refused (401), {throttled} throttled (429), {reviews} TokenReviews"
+    );
+    assert!(
+        reviews <= allowed,
+        "{reviews} TokenReviews, at most {allowed}"
+    );
+    assert_eq!(reviews, refused, "one review per 401");
+    assert!(throttled > 0, "nothing was throttled: {statuses:?}");
+
     // No plain HTTP.
     let (status, _) = get(&format!("http://127.0.0.1:{port}/metrics"), None).await;
     assert_ne!(status, 200, "plain HTTP answered");
