@@ -265,7 +265,7 @@ mod tests {
         };
         let plain = provider.project(&infra("plain")).await.unwrap();
         assert_eq!(
-            reason_of(plain).map(|r| r.name),
+            reason_of(plain).flatten().map(|r| r.name),
             Some(reason::NOT_A_KUBEDC_PROJECT.name)
         );
         for ok in ["project", "forbidden", "missing"] {
