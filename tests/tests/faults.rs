@@ -583,6 +583,7 @@ async fn kube_dc_under_sigkill() {
     let t = TestNs::new("faults-kdc").await;
     install_capi_crds(&t.client).await;
     install_kube_dc_crds(&t.client).await;
+    capi_lb_tests::kubedc_sim::make_project(&t.client, &t.ns).await;
     let sim = KubeDcSim::new().spawn(t.client.clone(), t.ns.clone());
     let names: Vec<String> = (0..8).map(|i| format!("lb{i}")).collect();
     let controller = Controller::new(controller_args(&t, "kubedc,service"), log_path(scenario));
@@ -1179,6 +1180,7 @@ async fn leader_failover_under_load() {
     let n: usize = if soak() { 200 } else { 60 };
     let t = TestNs::new("faults-failover").await;
     install_kube_dc_crds(&t.client).await;
+    capi_lb_tests::kubedc_sim::make_project(&t.client, &t.ns).await;
     let sim = KubeDcSim::new().spawn(t.client.clone(), t.ns.clone());
     let lease_name = capi_lb_tests::k8s::unique_name("capi-lb-faults-leader");
     let leases: Api<Lease> = Api::namespaced(t.client.clone(), "capi-lb-system");

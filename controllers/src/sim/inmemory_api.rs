@@ -5,12 +5,14 @@
 //!
 //! - two-phase deletion: deleting an object that has finalizers only sets `deletionTimestamp`; the
 //!   object goes away when a later write empties its finalizers (the fake would delete at once);
+//! - Namespaces among the initial objects, served for `GET` of one (the fake cannot parse
+//!   `/api/v1/namespaces/{name}`);
 //! - a count and log of write requests, so tests can assert that a reconcile of an unchanged object
 //!   makes no writes.
 //!
 //! There is no watch: callers drive reconcilers directly.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -133,6 +135,8 @@ pub enum InMemoryApiError {
 pub struct InMemoryApiBuilder {
     builder: kube_fake_client::ClientBuilder,
     clock: SharedClock,
+    /// Namespaces among the initial objects.
+    namespaces: BTreeMap<String, Value>,
 }
 
 impl std::fmt::Debug for InMemoryApiBuilder {
@@ -170,7 +174,11 @@ impl InMemoryApiBuilder {
             .with_resource::<OctaviaLoadBalancer>()
             .with_resource::<Machine>()
             .with_resource::<Cluster>();
-        Self { builder, clock }
+        Self {
+            builder,
+            clock,
+            namespaces: BTreeMap::new(),
+        }
     }
 
     /// Add initial objects (each a full object with `apiVersion` and `kind`).
@@ -180,6 +188,16 @@ impl InMemoryApiBuilder {
             if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
                 meta.entry("creationTimestamp")
                     .or_insert_with(|| now.clone());
+            }
+        }
+        // The fake cannot serve Namespaces (it reads `/api/v1/namespaces/...` as a namespaced
+        // path): they are kept here and served by the emulation, for reads.
+        let (namespaces, objects): (Vec<Value>, Vec<Value>) = objects
+            .into_iter()
+            .partition(|o| o.get("kind").and_then(Value::as_str) == Some("Namespace"));
+        for namespace in namespaces {
+            if let Some(name) = namespace.pointer("/metadata/name").and_then(Value::as_str) {
+                self.namespaces.insert(name.to_string(), namespace.clone());
             }
         }
         self.builder = self.builder.with_runtime_objects(objects);
@@ -201,6 +219,7 @@ impl InMemoryApiBuilder {
             terminating: Arc::new(Mutex::new(HashMap::new())),
             stats: stats.clone(),
             clock: self.clock,
+            namespaces: Arc::new(self.namespaces),
         };
         Ok(InMemoryApi {
             client: kube::Client::new(service, "default"),
@@ -217,6 +236,8 @@ struct Emulator {
     terminating: Arc<Mutex<HashMap<String, String>>>,
     stats: ApiStats,
     clock: SharedClock,
+    /// The Namespaces, by name (read-only).
+    namespaces: Arc<BTreeMap<String, Value>>,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -259,7 +280,41 @@ fn names_one_object(path: &str) -> bool {
     matches!(parts.len().saturating_sub(prefix), 2 | 4)
 }
 
+/// The name in `/api/v1/namespaces/{name}`, a path the fake cannot parse (it reads `namespaces/`
+/// as the start of a namespaced path).
+fn namespace_named(path: &str) -> Option<&str> {
+    match path
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()[..]
+    {
+        ["api", "v1", "namespaces", name] => Some(name),
+        _ => None,
+    }
+}
+
 impl Emulator {
+    /// GET of one Namespace, which the fake cannot serve.
+    fn get_namespace(&self, name: &str) -> Result<Response<Body>, BoxError> {
+        let (status, body) = match self.namespaces.get(name) {
+            Some(namespace) => {
+                let mut namespace = namespace.clone();
+                namespace["apiVersion"] = Value::String("v1".into());
+                (http::StatusCode::OK, namespace)
+            }
+            None => (
+                http::StatusCode::NOT_FOUND,
+                serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": "NotFound", "code": 404,
+                    "message": format!("namespaces \"{name}\" not found")}),
+            ),
+        };
+        Ok(Response::builder()
+            .status(status)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Body::from(serde_json::to_vec(&body)?))?)
+    }
+
     /// Whether the object at `uri` exists (`None` when the answer is neither found nor not found).
     async fn exists(&self, uri: &http::Uri) -> Result<Option<bool>, BoxError> {
         let get = Request::builder()
@@ -286,6 +341,11 @@ impl Emulator {
                 .get(http::header::CONTENT_TYPE)
                 .is_some_and(|v| v.as_bytes().starts_with(b"application/apply-patch"));
         self.count(&parts, &body, is_apply).await?;
+        if parts.method == Method::GET
+            && let Some(name) = namespace_named(parts.uri.path())
+        {
+            return self.get_namespace(name);
+        }
         if parts.method == Method::DELETE
             && names_one_object(parts.uri.path())
             && let Some(response) = self.start_deletion(&parts.uri).await?

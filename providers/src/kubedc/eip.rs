@@ -1,11 +1,13 @@
 //! The EIp: finding the one named in `spec.eipName` or creating `<infra>-eip`, and what to report
-//! while kube-dc has not allocated its address.
+//! while kube-dc has not allocated its address (or never will: a namespace that is not a kube-dc
+//! Project's, an EIp of the wrong network).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use capi_lb_api::kubedc::{EIp, EIpSpec};
 use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::Value;
@@ -15,11 +17,14 @@ use super::infra::{Infra, meta, ours};
 use super::reason;
 use super::step::{POLL, SLOW_POLL, Step, api_error, conflict, is_not_found, not_installed};
 use crate::clock::human;
-use crate::error::ProviderError;
+use crate::error::{INVALID_CONFIGURATION, ProviderError};
 use crate::provider::{LoadBalancerIdentity, Progress};
 
 /// After this long a not-ready EIp is reported as stuck.
 pub const STUCK_AFTER: Duration = Duration::from_secs(300);
+
+/// The label kube-dc puts on the namespace of a Project; kube-dc acts in no other namespace.
+pub const PROJECT_LABEL: &str = "kube-dc.com/project";
 
 /// The EIps of `infra`'s kube-dc namespace.
 pub(super) fn eips(infra: &Infra) -> Api<EIp> {
@@ -33,6 +38,28 @@ impl KubeDcProvider {
             Ok(_) => Ok(true),
             Err(e) if is_not_found(&e) => Ok(false),
             Err(e) => Err(api_error("list EIps", e)),
+        }
+    }
+
+    /// [`Step::Wait`] on `NotAKubeDCProject` when `infra`'s namespace is known not to be a kube-dc
+    /// Project's (kube-dc never allocates an EIp or programs a Service there). A Namespace that
+    /// cannot be read (no right to, in a remote cluster) or is not found claims nothing.
+    pub(super) async fn project(&self, infra: &Infra) -> Result<Step<()>, ProviderError> {
+        let namespaces: Api<Namespace> = Api::all(infra.client.clone());
+        match namespaces.get_opt(&infra.namespace).await {
+            Ok(Some(namespace)) if !namespace.labels().contains_key(PROJECT_LABEL) => {
+                Ok(Step::Wait(Progress::pending_because(
+                    reason::NOT_A_KUBEDC_PROJECT,
+                    format!(
+                        "namespace {} is not a kube-dc Project's (no label {PROJECT_LABEL}): kube-dc allocates no EIp and programs no Service there. Create the load balancer in a Project's namespace, or use spec.cluster to reach one",
+                        infra.namespace
+                    ),
+                    SLOW_POLL,
+                )))
+            }
+            Ok(_) => Ok(Step::Ready(())),
+            Err(kube::Error::Api(status)) if status.code == 403 => Ok(Step::Ready(())),
+            Err(e) => Err(api_error(&format!("get Namespace {}", infra.namespace), e)),
         }
     }
 
@@ -54,6 +81,11 @@ impl KubeDcProvider {
         if found.is_none() && !self.kube_dc_installed(&api).await? {
             return Ok(Step::Wait(not_installed()));
         }
+        if found.is_none()
+            && let Step::Wait(progress) = self.project(infra).await?
+        {
+            return Ok(Step::Wait(progress));
+        }
         match (found, owned) {
             (Some(eip), false) => Ok(Step::Ready((eip, false))),
             (None, false) => Ok(Step::Wait(Progress::pending_because(
@@ -67,7 +99,21 @@ impl KubeDcProvider {
             (Some(eip), true) if !ours(&eip.metadata, identity, infra) => {
                 Ok(Step::Wait(conflict("EIp", &name, identity)))
             }
-            (Some(eip), true) => Ok(Step::Ready((eip, false))),
+            (Some(eip), true) => {
+                let wanted = infra.spec.external_network_type.as_str();
+                match eip.spec.external_network_type.as_deref() {
+                    // kube-dc's webhook refuses to change an allocated EIp's network: the
+                    // provider never patches it, and says what to do.
+                    Some(network) if network != wanted => Err(ProviderError::permanent(
+                        INVALID_CONFIGURATION,
+                        format!(
+                            "EIp {}/{name} is on the {network} network but the KubeDCLoadBalancer asks for {wanted}; kube-dc cannot change an allocated EIp's network. Create another KubeDCLoadBalancer with externalNetworkType {wanted} and point the LoadBalancer's infrastructureRef at it (a make-before-break migration)",
+                            infra.namespace
+                        ),
+                    )),
+                    _ => Ok(Step::Ready((eip, false))),
+                }
+            }
             (None, true) => {
                 let eip = EIp {
                     metadata: meta(&name, infra, identity),
@@ -114,13 +160,14 @@ impl KubeDcProvider {
                 (!(reason.is_empty() && message.is_empty())).then(|| format!("{reason}: {message}"))
             })
             .collect();
-        let quota = said.iter().any(|s| s.to_lowercase().contains("quota"));
+        // kube-dc's reasons and messages are quoted, never matched: they are not a documented API
+        // (an exhausted quota has no public reason), so only the time pending makes an EIp stuck.
         let kube_dc = if said.is_empty() {
             String::new()
         } else {
             format!("; kube-dc says: {}", said.join("; "))
         };
-        if quota || waited >= STUCK_AFTER {
+        if waited >= STUCK_AFTER {
             Progress::pending_because(
                 reason::EIP_STUCK,
                 format!(
@@ -142,6 +189,88 @@ impl KubeDcProvider {
                 ),
                 POLL,
             )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use capi_lb_api::KubeDCLoadBalancerSpec;
+    use serde_json::json;
+
+    use super::*;
+    use crate::clock::SystemClock;
+
+    /// A client whose API has three Namespaces: `forbidden` (403), `plain` (no label), `project`
+    /// (labelled); any other is a 404.
+    fn client() -> kube::Client {
+        let service = tower::service_fn(|request: http::Request<kube::client::Body>| async move {
+            let (code, body) = match request.uri().path() {
+                "/api/v1/namespaces/forbidden" => (
+                    403,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                           "reason": "Forbidden", "code": 403,
+                           "message": "namespaces \"forbidden\" is forbidden"}),
+                ),
+                "/api/v1/namespaces/plain" => (
+                    200,
+                    json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "plain"}}),
+                ),
+                "/api/v1/namespaces/project" => (
+                    200,
+                    json!({"kind": "Namespace", "apiVersion": "v1",
+                           "metadata": {"name": "project", "labels": {PROJECT_LABEL: "p"}}}),
+                ),
+                _ => (
+                    404,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                           "reason": "NotFound", "code": 404, "message": "not found"}),
+                ),
+            };
+            Ok::<_, std::io::Error>(
+                http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(body.to_string().into_bytes()))
+                    .unwrap(),
+            )
+        });
+        kube::Client::new(service, "default")
+    }
+
+    fn infra(namespace: &str) -> Infra {
+        Infra {
+            name: "cp".into(),
+            uid: None,
+            namespace: namespace.into(),
+            spec: KubeDCLoadBalancerSpec {
+                external_network_type: Default::default(),
+                eip_name: None,
+                cluster: None,
+            },
+            owner: None,
+            client: client(),
+        }
+    }
+
+    #[tokio::test]
+    async fn only_a_namespace_known_to_be_outside_a_project_is_reported() {
+        let provider = KubeDcProvider::new(client(), Arc::new(SystemClock));
+        let reason_of = |step: Step<()>| match step {
+            Step::Ready(()) => None,
+            Step::Wait(Progress::Pending { reason, .. }) => Some(reason),
+            Step::Wait(Progress::Done) => panic!("done is not a wait"),
+        };
+        let plain = provider.project(&infra("plain")).await.unwrap();
+        assert_eq!(
+            reason_of(plain).flatten().map(|r| r.name),
+            Some(reason::NOT_A_KUBEDC_PROJECT.name)
+        );
+        for ok in ["project", "forbidden", "missing"] {
+            let step = provider.project(&infra(ok)).await.unwrap();
+            assert!(reason_of(step).is_none(), "{ok}");
         }
     }
 }

@@ -102,6 +102,8 @@ pub const ENTRY: Entry = Entry {
             &["update"],
         ),
         ("kube-dc.com", "eips", &["get", "list", "create", "delete"]),
+        // Whether the namespace is a kube-dc Project's (its label), while an EIp is not ready.
+        ("", "namespaces", &["get"]),
         // The kubeconfig of a kube-dc cluster other than this one (spec.cluster).
         ("", "secrets", &["get"]),
         // The LoadBalancer Service and its Endpoints, created by server-side apply.
@@ -230,7 +232,10 @@ impl Provider for KubeDcProvider {
             .map(|a| LoadBalancerAddress::ip(a.clone()))
             .collect();
         let progress = match &address {
-            None => self.eip_waiting(&eip, self.clock.now()),
+            None => match self.project(&infra).await? {
+                Step::Wait(progress) => progress,
+                Step::Ready(()) => self.eip_waiting(&eip, self.clock.now()),
+            },
             Some(ip) if !Ingress::of(&service).ips.contains(ip) => Progress::pending_because(
                 reason::SERVICE_WITHOUT_INGRESS,
                 format!(

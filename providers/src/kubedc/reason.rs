@@ -11,6 +11,8 @@ pub const EIP_STUCK: Reason = Reason::problem("EIpStuck");
 pub const EIP_NOT_FOUND: Reason = Reason::problem("EIpNotFound");
 /// kube-dc has not put the EIp's address on the Service yet.
 pub const SERVICE_WITHOUT_INGRESS: Reason = Reason::normal("ServiceWithoutIngress");
+/// The namespace is not a kube-dc Project's: kube-dc never acts there.
+pub const NOT_A_KUBEDC_PROJECT: Reason = Reason::problem("NotAKubeDCProject");
 /// kube-dc's CRDs are not installed in this cluster.
 pub const KUBEDC_NOT_INSTALLED: Reason = Reason::problem("KubeDCNotInstalled");
 /// The Secret (or its key) with the kubeconfig of `spec.cluster` does not exist.
@@ -26,6 +28,7 @@ pub const ALL: &[Reason] = &[
     EIP_STUCK,
     EIP_NOT_FOUND,
     SERVICE_WITHOUT_INGRESS,
+    NOT_A_KUBEDC_PROJECT,
     KUBEDC_NOT_INSTALLED,
     KUBECONFIG_NOT_FOUND,
     CREDENTIALS_NOT_ALLOWED,

@@ -477,6 +477,7 @@ async fn clusterctl_move_with_kube_dc_in_another_cluster_adopts_the_eip() {
     let (mut t, target) = source_and_target("e2e-move-kdc").await;
     // The kube-dc project namespace, with kube-dc's controller simulated there.
     let project = TestNs::new("e2e-kdc-project").await;
+    capi_lb_tests::kubedc_sim::make_project(&project.client, &project.ns).await;
     let sim = KubeDcSim::new().spawn(project.client.clone(), project.ns.clone());
     let eips: Api<EIp> = project.api();
     let services: Api<Service> = project.api();

@@ -404,6 +404,7 @@ async fn a_load_balancer_on_kube_dc_with_the_simulated_controller() {
     install_kube_dc_crds(&t.client).await;
     t.start(t.options(&["kubedc"]));
     // kube-dc's controller, simulated, against the real apiserver (with the admin's rights).
+    capi_lb_tests::kubedc_sim::make_project(&t.client, &t.ns).await;
     let sim = KubeDcSim::new().spawn(t.client.clone(), t.ns.clone());
     t.create(json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "KubeDCLoadBalancer",
                     "metadata": {"name": "cp"}, "spec": {"externalNetworkType": "cloud"}}))

@@ -266,6 +266,7 @@ async fn kubeadm_inmemory_publishes_the_stable_name_as_the_cluster_endpoint() {
 #[tokio::test]
 async fn kubevirt_kubedc_publishes_the_eip_address_as_the_cluster_endpoint() {
     let mut t = TestNs::new("e2e-tpl-kubevirt-kubedc").await;
+    capi_lb_tests::kubedc_sim::make_project(&t.client, &t.ns).await;
     let sim = KubeDcSim::new().spawn(t.client.clone(), t.ns.clone());
     let eips = t.api::<capi_lb_api::kubedc::EIp>();
     t.create(json!({"apiVersion": "kube-dc.com/v1", "kind": "EIp",
@@ -439,6 +440,7 @@ async fn kamaji_service_realised(t: &TestNs, tpl: &Rendered) -> (Service, String
 #[tokio::test]
 async fn kamaji_kubedc_realises_kamajis_service_on_a_kube_dc_eip() {
     let (mut t, tpl) = apply_template("kamaji-kubedc").await;
+    capi_lb_tests::kubedc_sim::make_project(&t.client, &t.ns).await;
     let sim = KubeDcSim::new().spawn(t.client.clone(), t.ns.clone());
     t.start(t.options(&["kubedc"]));
     let (_, address) = kamaji_service_realised(&t, &tpl).await;

@@ -8,7 +8,7 @@ use capi_lb_api::capi::Machine;
 use capi_lb_api::kubedc::EIp;
 use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer};
 use capi_lb_providers::clock::Clock;
-use capi_lb_tests::kubedc_sim::KubeDcSim;
+use capi_lb_tests::kubedc_sim::{EIP_FINALIZER, KubeDcSim, project_namespace};
 use capi_lb_tests::*;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use kube::ResourceExt;
@@ -25,8 +25,16 @@ fn default_gw(ip: &str) -> Value {
     })
 }
 
-/// A world with kube-dc's EIp kind registered (kube-dc installed), holding `objects`.
-async fn world_with_eips(objects: Vec<Value>) -> World {
+/// A world with kube-dc's EIp kind registered (kube-dc installed), holding `objects`, whose
+/// namespaces (the tests' and the examples') are kube-dc Projects'.
+async fn world_with_eips(mut objects: Vec<Value>) -> World {
+    objects.push(project_namespace(NS));
+    objects.push(project_namespace("shalb-demo"));
+    world_outside_projects(objects).await
+}
+
+/// A world with kube-dc's EIp kind registered, holding `objects`, and no Project namespace.
+async fn world_outside_projects(objects: Vec<Value>) -> World {
     World::with_builder(objects, |b| b.with_resource::<EIp>())
         .await
         .unwrap()
@@ -185,9 +193,19 @@ async fn a_recreated_eip_changes_the_address_and_the_stable_endpoint_follows() {
     drive(&world, &mut sim, 6, Duration::from_secs(5)).await;
     let before = get_lb(&world, "cp").await.status.unwrap();
     let slice_before = slice(&world, "cp-ext-ipv4").await.unwrap();
-    // Someone deletes the EIp (kube-dc or a user): capi-lb creates it again, kube-dc gives it a new IP.
-    Api::<EIp>::namespaced(world.client(), NS)
+    // The EIp vanishes (deleted, and its kube-dc finalizer removed by hand): capi-lb creates it
+    // again, kube-dc gives it a new IP.
+    let eip_api = Api::<EIp>::namespaced(world.client(), NS);
+    eip_api
         .delete("cp-eip", &DeleteParams::default())
+        .await
+        .unwrap();
+    eip_api
+        .patch(
+            "cp-eip",
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
         .await
         .unwrap();
     drive(&world, &mut sim, 6, Duration::from_secs(5)).await;
@@ -323,18 +341,30 @@ async fn a_foreign_service_with_our_name_is_a_conflict_and_left_untouched() {
     assert!(event_reasons(&world).contains(&"NameConflict".to_string()));
 }
 
+/// kube-dc's condition reasons and messages are not a documented API (an exhausted quota has no
+/// public reason): they are quoted, never matched. An EIp kube-dc refuses for its quota is
+/// `EIpNotReady` (with kube-dc's words) until it has been pending for 5 minutes, then `EIpStuck`.
 #[tokio::test]
-async fn an_exhausted_public_quota_is_reported_with_how_long_it_has_been_pending() {
+async fn an_exhausted_public_quota_is_quoted_not_matched_and_stuck_after_five_minutes() {
     let world = world_with_eips(basic()).await;
     let mut sim = KubeDcSim::new();
     sim.public_quota = Some(0);
     drive(&world, &mut sim, 3, Duration::from_secs(20)).await;
     let lb = get_lb(&world, "cp").await;
     let c = condition(&lb, "InfrastructureReady");
-    assert_eq!(c.reason, "EIpStuck", "{}", c.message);
-    assert!(c.message.contains("quota"), "{}", c.message);
-    assert!(c.message.contains("pending for"), "{}", c.message);
+    assert_eq!(c.reason, "EIpNotReady", "{}", c.message);
+    assert!(
+        c.message
+            .contains("kube-dc says: AllocationFailed: public IP quota exceeded"),
+        "{}",
+        c.message
+    );
     assert!(!lb.status.unwrap().ready);
+    drive(&world, &mut sim, 10, Duration::from_secs(30)).await;
+    let lb = get_lb(&world, "cp").await;
+    let c = condition(&lb, "InfrastructureReady");
+    assert_eq!(c.reason, "EIpStuck", "{}", c.message);
+    assert!(c.message.contains("pending for"), "{}", c.message);
     assert!(
         kdc_status(&world)
             .await
@@ -342,6 +372,235 @@ async fn an_exhausted_public_quota_is_reported_with_how_long_it_has_been_pending
             .unwrap()
             .contains("quota")
     );
+}
+
+/// kube-dc deletes an EIp asynchronously (finalizer `eip.kube-dc.com/finalizer`, removed once its
+/// OVN objects are released): the LoadBalancer and the KubeDCLoadBalancer keep their finalizers
+/// until the EIp is gone, each reconcile asks to be requeued instead of waiting, and nothing leaks.
+#[tokio::test]
+async fn deletion_waits_for_kube_dc_to_release_the_eip_without_blocking() {
+    let world = world_with_eips(basic()).await;
+    let mut sim = KubeDcSim::new();
+    drive(&world, &mut sim, 6, Duration::from_secs(5)).await;
+    let eip = Api::<EIp>::namespaced(world.client(), NS)
+        .get("cp-eip")
+        .await
+        .unwrap();
+    assert!(
+        eip.finalizers().iter().any(|f| f == EIP_FINALIZER),
+        "kube-dc finalizes its EIps: {:?}",
+        eip.finalizers()
+    );
+    Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .delete("cp", &DeleteParams::default())
+        .await
+        .unwrap();
+    let lbs = Api::<LoadBalancer>::namespaced(world.client(), NS);
+    let infras = Api::<KubeDCLoadBalancer>::namespaced(world.client(), NS);
+    let mut held = 0;
+    for _ in 0..10 {
+        let outcome = world.reconcile(NS, "cp").await;
+        sim.step(&world).await;
+        let eips_left = eips(&world).await;
+        if eips_left.is_empty() {
+            break;
+        }
+        let outcome = outcome.unwrap();
+        assert!(outcome.requeue_after.is_some(), "{outcome:?}");
+        assert!(lbs.get_opt("cp").await.unwrap().is_some());
+        assert!(infras.get_opt("cp").await.unwrap().is_some());
+        if eips_left[0].metadata.deletion_timestamp.is_some() {
+            held += 1;
+        }
+        world.clock.advance(Duration::from_secs(5));
+    }
+    assert!(held >= 1, "the EIp was never seen being deleted");
+    assert_eq!(sim.released, vec!["cp-eip"]);
+    for _ in 0..3 {
+        let _ = world.reconcile(NS, "cp").await;
+    }
+    assert!(lbs.get_opt("cp").await.unwrap().is_none());
+    assert!(infras.get_opt("cp").await.unwrap().is_none());
+    assert!(eips(&world).await.is_empty());
+    assert!(service(&world, "cp-lb").await.is_none());
+}
+
+fn owners(eip: &EIp) -> (Value, Value) {
+    let status = eip.status.clone().unwrap();
+    (
+        status
+            .rest
+            .get("ownershipType")
+            .cloned()
+            .unwrap_or_default(),
+        status.rest.get("owners").cloned().unwrap_or_default(),
+    )
+}
+
+/// kube-dc records the Service bound to an EIp in its `status.owners` (`Shared`) and holds an
+/// owned EIp on deletion: a deleted, still bound EIp keeps serving (capi-lb makes no second one),
+/// and deleting the LoadBalancer deletes the Service first, so the EIp is released and goes.
+#[tokio::test]
+async fn a_bound_eip_is_owned_by_the_service_and_held_until_the_service_goes() {
+    let world = world_with_eips(basic()).await;
+    let mut sim = KubeDcSim::new();
+    drive(&world, &mut sim, 6, Duration::from_secs(5)).await;
+    let eip_api = Api::<EIp>::namespaced(world.client(), NS);
+    let eip = eip_api.get("cp-eip").await.unwrap();
+    assert_eq!(
+        owners(&eip),
+        (
+            json!("Shared"),
+            json!([{"type": "ServiceLb", "ownerRef": "cp-lb"}])
+        )
+    );
+    let address = eip.status.as_ref().unwrap().ip_address.clone().unwrap();
+
+    // Someone deletes the EIp while the Service is bound: kube-dc holds it, it keeps serving.
+    eip_api
+        .delete("cp-eip", &DeleteParams::default())
+        .await
+        .unwrap();
+    drive(&world, &mut sim, 4, Duration::from_secs(5)).await;
+    let held = eips(&world).await;
+    assert_eq!(held.len(), 1, "no second EIp");
+    assert!(held[0].metadata.deletion_timestamp.is_some());
+    let status = get_lb(&world, "cp").await.status.unwrap();
+    assert!(status.ready);
+    assert_eq!(status.addresses[0].address, address);
+    assert!(sim.released.is_empty());
+
+    // Deleting the LoadBalancer deletes the Service, so kube-dc releases the EIp.
+    Api::<LoadBalancer>::namespaced(world.client(), NS)
+        .delete("cp", &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut released_seen = false;
+    for _ in 0..10 {
+        let _ = world.reconcile(NS, "cp").await;
+        sim.step(&world).await;
+        if let Some(eip) = eip_api.get_opt("cp-eip").await.unwrap() {
+            let (ownership, owners) = owners(&eip);
+            if ownership == json!("Released") {
+                assert_eq!(owners, json!([]));
+                assert!(
+                    service(&world, "cp-lb").await.is_none(),
+                    "released only once the Service is gone"
+                );
+                released_seen = true;
+            }
+        }
+        world.clock.advance(Duration::from_secs(5));
+    }
+    assert!(released_seen);
+    assert_eq!(sim.released, vec!["cp-eip"]);
+    assert!(eips(&world).await.is_empty());
+    assert!(
+        Api::<LoadBalancer>::namespaced(world.client(), NS)
+            .get_opt("cp")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// kube-dc acts only in a Project's namespace: elsewhere nothing would ever get an address, so
+/// capi-lb makes nothing there and says why (`NotAKubeDCProject`, with a Warning Event) instead of
+/// waiting forever.
+#[tokio::test]
+async fn outside_a_kube_dc_project_nothing_is_made_and_the_namespace_is_named() {
+    let mut objects = basic();
+    objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}));
+    let world = world_outside_projects(objects).await;
+    let mut sim = KubeDcSim::new();
+    drive(&world, &mut sim, 4, Duration::from_secs(5)).await;
+    let lb = get_lb(&world, "cp").await;
+    let c = condition(&lb, "InfrastructureReady");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "NotAKubeDCProject"),
+        "{}",
+        c.message
+    );
+    assert!(
+        c.message
+            .contains(&format!("namespace {NS} is not a kube-dc Project's")),
+        "{}",
+        c.message
+    );
+    assert!(c.message.contains("kube-dc.com/project"), "{}", c.message);
+    assert!(warned(&world, "NotAKubeDCProject"));
+    assert!(eips(&world).await.is_empty(), "no EIp made");
+}
+
+/// Without a Namespace to look at (none stored here), nothing is claimed: the plain waiting reason.
+/// (A Namespace that may not be read, 403, is the same: see the provider's unit tests.)
+#[tokio::test]
+async fn an_unreadable_project_claims_nothing() {
+    let world = world_outside_projects(basic()).await;
+    let mut sim = KubeDcSim::new();
+    drive(&world, &mut sim, 3, Duration::from_secs(5)).await;
+    let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
+    assert_eq!(c.reason, "EIpNotReady", "{}", c.message);
+    assert_eq!(eips(&world).await.len(), 1);
+}
+
+/// kube-dc's webhook refuses changing an allocated EIp's network, so the provider never patches
+/// it: a KubeDCLoadBalancer whose network no longer matches its EIp's (admission bypassed) is a
+/// `ProviderFailed` saying how to migrate, and the EIp is left as it is.
+#[tokio::test]
+async fn a_changed_network_is_refused_with_what_to_do() {
+    let world = world_with_eips(basic()).await;
+    let mut sim = KubeDcSim::new();
+    drive(&world, &mut sim, 6, Duration::from_secs(5)).await;
+    let before = Api::<EIp>::namespaced(world.client(), NS)
+        .get("cp-eip")
+        .await
+        .unwrap();
+    merge_patch::<KubeDCLoadBalancer>(
+        &world,
+        "cp",
+        json!({"spec": {"externalNetworkType": "cloud"}}),
+    )
+    .await;
+    drive(&world, &mut sim, 2, Duration::from_secs(5)).await;
+    let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
+    assert_eq!(c.reason, "ProviderFailed", "{}", c.message);
+    assert!(
+        c.message
+            .contains("is on the public network but the KubeDCLoadBalancer asks for cloud"),
+        "{}",
+        c.message
+    );
+    assert!(
+        c.message.contains("Create another KubeDCLoadBalancer"),
+        "{}",
+        c.message
+    );
+    let after = Api::<EIp>::namespaced(world.client(), NS)
+        .get("cp-eip")
+        .await
+        .unwrap();
+    assert_eq!(after.spec, before.spec);
+    assert_eq!(after.uid(), before.uid());
+}
+
+/// `status.ovnEIpRef` has kube-dc's documented forms, and nothing capi-lb writes depends on it.
+#[tokio::test]
+async fn the_ovn_eip_ref_has_kube_dcs_forms() {
+    let world = world_with_eips(basic()).await;
+    let mut sim = KubeDcSim::new();
+    drive(&world, &mut sim, 6, Duration::from_secs(5)).await;
+    let eip = Api::<EIp>::namespaced(world.client(), NS)
+        .get("cp-eip")
+        .await
+        .unwrap();
+    let reference = eip.status.unwrap().rest["ovnEIpRef"].clone();
+    assert!(
+        reference.as_str().unwrap().starts_with("eip-slb-"),
+        "{reference}"
+    );
+    assert!(get_lb(&world, "cp").await.status.unwrap().ready);
 }
 
 #[tokio::test]

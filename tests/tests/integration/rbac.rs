@@ -383,6 +383,7 @@ async fn kubedc_scenario() -> BTreeSet<Permission> {
             kubedc_lb("cp").build(),
             kubedc_infra("cp", json!({})),
             machine("cp-m1", "cp", "10.0.0.11").build(),
+            capi_lb_tests::kubedc_sim::project_namespace(NS),
         ],
         |b| b.with_resource::<EIp>(),
     )

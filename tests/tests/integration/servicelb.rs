@@ -764,6 +764,7 @@ async fn kube_dc_says_it_does_not_honour_source_ranges_and_still_serves() {
                 .build(),
             kubedc_infra("cp", json!({"externalNetworkType": "public"})),
             machine("cp-m1", "cp", "10.0.0.11").build(),
+            capi_lb_tests::kubedc_sim::project_namespace(NS),
         ],
         |b| b.with_resource::<EIp>(),
     )
