@@ -4,7 +4,9 @@
 
 use std::ops::ControlFlow;
 
-use capi_lb_api::constants::{ANNOTATION_LEGACY_ENDPOINTS, FIELD_MANAGER};
+use capi_lb_api::constants::{
+    ANNOTATION_LEGACY_ENDPOINTS, FIELD_MANAGER, KUBE_DC_LABEL_MANAGED_BY,
+};
 use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams};
@@ -17,8 +19,8 @@ use super::plan::{
 };
 use super::{
     Plan, Published, Publisher, Report, controller_ref, delete_exact, endpoints_match, gone,
-    has_legacy_marker, prune_slices, replace_ports, service_cache, service_matches, slice_cache,
-    slice_matches, slices_of, wrote,
+    has_legacy_marker, prune_endpoints, prune_slices, replace_ports, service_cache,
+    service_matches, slice_cache, slice_matches, slices_of, wrote,
 };
 use crate::cache::Caches;
 use crate::context::Context;
@@ -38,6 +40,8 @@ pub(super) struct Publication<'a> {
     apply: PatchParams,
     changes: Vec<String>,
     adopted: Vec<String>,
+    /// The Service in the way is kube-dc's `-ext` publisher's (it overwrites any `<svc>-ext`).
+    kube_dc_in_the_way: bool,
 }
 
 /// The result of a step of a [`Publication`]: go on, or stop because the object described is in
@@ -63,6 +67,7 @@ impl<'a> Publication<'a> {
             apply: PatchParams::apply(FIELD_MANAGER).force(),
             changes,
             adopted: Vec::new(),
+            kube_dc_in_the_way: false,
         }
     }
 
@@ -73,7 +78,13 @@ impl<'a> Publication<'a> {
         let had_legacy = observed.as_ref().is_some_and(has_legacy_marker);
         let (observed, adopting) = match self.adopt_service(observed).await? {
             ControlFlow::Continue(found) => found,
-            ControlFlow::Break(what) => return Ok(self.conflict(&what)),
+            ControlFlow::Break(what) => {
+                // Someone else's Service has the name (kube-dc's publisher overwrites any
+                // `<svc>-ext`, ours included): our slices and Endpoints would feed its DNS, and
+                // would go stale, so they go, once; its objects are left alone.
+                self.withdraw_feeds().await?;
+                return Ok(self.conflict(&what));
+            }
         };
         let service = self
             .converge_service(observed, &plan.service, adopting)
@@ -111,6 +122,7 @@ impl<'a> Publication<'a> {
     ) -> Result<Step<(Option<Service>, bool)>> {
         match observed {
             Some(existing) if !is_our_service(&existing, self.publisher) => {
+                self.kube_dc_in_the_way = existing.labels().contains_key(KUBE_DC_LABEL_MANAGED_BY);
                 if !adoptable(&existing.metadata, self.publisher) {
                     return Ok(ControlFlow::Break(self.describe_service()));
                 }
@@ -302,15 +314,45 @@ impl<'a> Publication<'a> {
         Ok(())
     }
 
-    /// The report when `what` is in the way: nothing more was touched.
+    /// Remove our slices and legacy Endpoints named for the planned Service, which is not ours.
+    async fn withdraw_feeds(&mut self) -> Result<()> {
+        let listed = slices_of(
+            self.caches,
+            &self.slices,
+            &self.publisher.namespace,
+            self.name,
+        )
+        .await?;
+        prune_slices(
+            self.caches,
+            &self.slices,
+            &listed,
+            self.publisher,
+            &[],
+            &mut self.changes,
+        )
+        .await?;
+        if self.publisher.legacy_endpoints {
+            prune_endpoints(self.client, self.publisher, self.name, &mut self.changes).await?;
+        }
+        Ok(())
+    }
+
+    /// The report when `what` is in the way: nothing of it was touched.
     fn conflict(self, what: &str) -> Report {
+        let message = if self.kube_dc_in_the_way {
+            format!(
+                "{what} belongs to kube-dc's own -ext publisher ({KUBE_DC_LABEL_MANAGED_BY}), which publishes every Service of type LoadBalancer and overwrites any existing <svc>-ext: it is left to kube-dc, and capi-lb publishes nothing for {}. On a kube-dc cluster run capi-lb with --external-endpoints-policy=annotated (or --external-endpoints=false), or turn kube-dc's publisher off and take its objects over with --adopt-kube-dc",
+                self.publisher.describe
+            )
+        } else {
+            format!(
+                "{what} already exists and is not managed by capi-lb for {}; it was left untouched. {}",
+                self.publisher.describe, self.publisher.conflict_hint
+            )
+        };
         Report {
-            state: Published::Conflict {
-                message: format!(
-                    "{what} already exists and is not managed by capi-lb for {}; it was left untouched. {}",
-                    self.publisher.describe, self.publisher.conflict_hint
-                ),
-            },
+            state: Published::Conflict { message },
             changes: self.changes,
             adopted: self.adopted,
         }

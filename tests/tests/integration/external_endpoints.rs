@@ -506,3 +506,72 @@ async fn legacy_endpoints_follow_the_slices_and_go_when_turned_off() {
     assert!(endpoints.get_opt("etcd-lb-ext").await.unwrap().is_none());
     assert!(service(&off, "etcd-lb-ext").await.is_some());
 }
+
+/// kube-dc's own `-ext` publisher (simulated: it publishes every Service of type LoadBalancer and
+/// overwrites whatever `<svc>-ext` exists) and capi-lb's never fight: whichever came first, the
+/// name ends up kube-dc's, capi-lb withdraws its own slices from it once, says so once, naming the
+/// setting for kube-dc clusters, and then neither writes again.
+#[tokio::test]
+async fn kube_dcs_publisher_and_capi_lbs_never_fight() {
+    use capi_lb_tests::kubedc_sim::{KubeDcSim, project_namespace};
+    for capi_lb_first in [true, false] {
+        let world = World::with_builder(
+            vec![
+                project_namespace(NS),
+                lb_service("etcd-lb", json!([{"ip": "198.51.100.7"}])),
+            ],
+            |b| b.with_resource::<capi_lb_api::kubedc::EIp>(),
+        )
+        .await
+        .unwrap();
+        let mut sim = KubeDcSim::new();
+        sim.publish_ext = true;
+        if capi_lb_first {
+            settle_services(&world).await;
+            assert_eq!(
+                slices(&world, "etcd-lb-ext").await["etcd-lb-ext-ipv4"],
+                vec!["198.51.100.7"],
+                "capi-lb published first"
+            );
+        }
+        let mut writes = Vec::new();
+        for _ in 0..5 {
+            sim.step(&world).await;
+            settle_services(&world).await;
+            writes.push((world.api.stats.writes_excluding_events(), sim.ext_writes));
+        }
+        // Steady after the first round: no write by either.
+        assert!(
+            writes.windows(2).skip(1).all(|w| w[0] == w[1]),
+            "capi-lb first: {capi_lb_first}; (capi-lb's writes, kube-dc's writes) per round: {writes:?}"
+        );
+        let ext = service(&world, "etcd-lb-ext").await.unwrap();
+        assert_eq!(
+            ext.labels()
+                .get("kube-dc.com/managed-by")
+                .map(String::as_str),
+            Some("service-lb-controller"),
+            "{:?}",
+            ext.labels()
+        );
+        // None of capi-lb's slices feed kube-dc's Service.
+        assert!(
+            slices(&world, "etcd-lb-ext").await.is_empty(),
+            "capi-lb first: {capi_lb_first}"
+        );
+        let conflicts: Vec<String> = world
+            .ctx
+            .events
+            .timeline()
+            .into_iter()
+            .filter(|e| e.reason == "ExternalEndpointConflict")
+            .map(|e| e.message)
+            .collect();
+        assert_eq!(conflicts.len(), 1, "said once: {conflicts:?}");
+        assert!(
+            conflicts[0].contains("kube-dc's own -ext publisher")
+                && conflicts[0].contains("--external-endpoints-policy=annotated"),
+            "{conflicts:?}"
+        );
+    }
+}
