@@ -266,7 +266,11 @@ pub struct ExternalEndpoints {
     #[arg(
         id = "external_endpoints",
         long = "external-endpoints",
+        value_name = "BOOL",
         default_value_t = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
         action = clap::ArgAction::Set,
         env = "CAPI_LB_EXTERNAL_ENDPOINTS"
     )]
@@ -280,11 +284,27 @@ pub struct ExternalEndpoints {
     pub suffix: String,
     /// Take over `-ext` Services and Endpoints made by kube-dc's publisher (labels
     /// `kube-dc.com/managed-by=service-lb-controller`), to migrate from it.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
     pub adopt_kube_dc: bool,
     /// Also write legacy v1 Endpoints for the `-ext` Services (for consumers that do not read
     /// EndpointSlices).
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
     pub legacy_endpoints: bool,
 }
 

@@ -68,7 +68,16 @@ pub struct RunOptions {
     pub dns_domains: Vec<String>,
     /// Let every namespace publish wildcard names (`*.x`) in its domains (a Namespace's
     /// `loadbalancer.cluster.x-k8s.io/dns-wildcards` annotation decides for it).
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "CAPI_LB_DNS_WILDCARDS")]
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set,
+        env = "CAPI_LB_DNS_WILDCARDS"
+    )]
     pub dns_wildcards: bool,
     /// Only Secrets with this label (`key=value`, e.g.
     /// `loadbalancer.cluster.x-k8s.io/credentials=true`) may be used as credentials (an Octavia
@@ -93,7 +102,16 @@ pub struct RunOptions {
     /// Serve /metrics over HTTPS and only to a bearer token that the Kubernetes API authenticates
     /// (TokenReview) and authorizes to get the non-resource URL /metrics (SubjectAccessReview):
     /// what the shipped Deployment does on 0.0.0.0:8443.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "CAPI_LB_METRICS_SECURE")]
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set,
+        env = "CAPI_LB_METRICS_SECURE"
+    )]
     pub metrics_secure: bool,
     /// The certificate of secure metrics: `tls.crt` and `tls.key` in this folder (a mounted
     /// `kubernetes.io/tls` Secret). Unset, a self-signed one is made at start.
@@ -218,7 +236,11 @@ pub struct LeaderElection {
     #[arg(
         id = "leader_elect",
         long = "leader-elect",
+        value_name = "BOOL",
         default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
         action = clap::ArgAction::Set
     )]
     pub enabled: bool,
