@@ -262,7 +262,8 @@ pub enum Policy {
 /// (flags of `capi-lb run`).
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct ExternalEndpoints {
-    /// Publish a stable `<svc>-ext` endpoint for Services of type LoadBalancer.
+    /// Publish a stable `<svc>-ext` endpoint for Services of type LoadBalancer (the Service
+    /// controller's publisher; false turns it off).
     #[arg(
         id = "external_endpoints",
         long = "external-endpoints",
@@ -277,10 +278,22 @@ pub struct ExternalEndpoints {
     pub enabled: bool,
     /// Which LoadBalancer Services get one when they carry no
     /// `loadbalancer.cluster.x-k8s.io/external-endpoint` annotation.
-    #[arg(id = "external_endpoints_policy", long = "external-endpoints-policy", value_enum, default_value_t = Policy::All)]
+    #[arg(
+        id = "external_endpoints_policy",
+        long = "external-endpoints-policy",
+        value_name = "POLICY",
+        value_enum,
+        default_value_t = Policy::All
+    )]
     pub policy: Policy,
-    /// Default suffix of the published Service.
-    #[arg(id = "external_endpoints_suffix", long = "external-endpoints-suffix", default_value = DEFAULT_PUBLICATION_SUFFIX)]
+    /// Suffix of a published Service's name (`<svc><suffix>`), unless the Service's
+    /// `loadbalancer.cluster.x-k8s.io/external-endpoint-suffix` annotation gives another.
+    #[arg(
+        id = "external_endpoints_suffix",
+        long = "external-endpoints-suffix",
+        value_name = "SUFFIX",
+        default_value = DEFAULT_PUBLICATION_SUFFIX
+    )]
     pub suffix: String,
     /// Take over `-ext` Services and Endpoints made by kube-dc's publisher (labels
     /// `kube-dc.com/managed-by=service-lb-controller`), to migrate from it.
