@@ -1,5 +1,7 @@
 //! The `capi-lb` command line as clap reads it: the global flags, the subcommands (`run`,
-//! `manifests`, `crds`, `simulate`) and their flags. The binary (`main.rs`) acts on what was parsed.
+//! `manifests`, `crds`, `simulate`) and their flags. The binary (`main.rs`) acts on what was parsed;
+//! `capi-lb manifests` renders the flag reference `docs/flags.md` from this same definition
+//! ([`crate::install::flags`]), so the help texts here are the documentation.
 //!
 //! Boolean flags are switches: `--flag` alone means true, `--flag=true` and `--flag=false` are
 //! accepted too (the only way to turn off one whose default is true), and a value must be joined
@@ -10,6 +12,9 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::run::RunOptions;
+
+/// Where `capi-lb manifests` writes the flag reference by default (the repository's copy).
+pub const FLAGS_DOC: &str = "docs/flags.md";
 
 /// The `capi-lb` command line.
 #[derive(Parser, Debug)]
@@ -49,7 +54,8 @@ pub enum Command {
     /// Run the controller against the cluster in KUBECONFIG (or the in-cluster configuration).
     Run(Box<RunOptions>),
     /// Write the install manifests (CRDs, RBAC, Deployment, kustomizations, clusterctl components)
-    /// under a directory, by component, and the Helm chart made of the same objects.
+    /// under a directory, by component, the Helm chart made of the same objects, and this flag
+    /// reference: every generated file of the repository, from the repository's root.
     Manifests {
         /// Directory to write the install manifests in, created if missing (the repository keeps
         /// them in `config`).
@@ -59,6 +65,10 @@ pub enum Command {
         /// `charts/capi-lb`).
         #[arg(long, value_name = "DIR", default_value = "charts/capi-lb")]
         chart_dir: PathBuf,
+        /// File to write the flag reference of every `capi-lb` command in, as markdown (the
+        /// repository keeps it in `docs/flags.md`).
+        #[arg(long, value_name = "FILE", default_value = FLAGS_DOC)]
+        flags_doc: PathBuf,
     },
     /// Print the CRDs of the shipped install as YAML (or write them under a directory with
     /// --output-dir).

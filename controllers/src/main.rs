@@ -1,5 +1,5 @@
 //! The `capi-lb` binary: `run` (the controller), `crds` (print or write the CRDs), `manifests`
-//! (write the install manifests and the Helm chart) and `simulate` (run the
+//! (write the install manifests, the Helm chart and the flag reference) and `simulate` (run the
 //! real reconcilers offline against an in-memory API and the in-memory provider). Without a
 //! command it simulates the embedded quickstart. The command line itself is `capi_lb::cli`. The
 //! benchmarks are a binary of their own, `capi-lb-bench` (the `bench` crate).
@@ -48,7 +48,12 @@ async fn main() -> ExitCode {
         Command::Manifests {
             output_dir,
             chart_dir,
-        } => finish("manifests", manifests(&output_dir, &chart_dir), wrote),
+            flags_doc,
+        } => finish(
+            "manifests",
+            manifests(&output_dir, &chart_dir, &flags_doc),
+            wrote,
+        ),
         Command::Crds {
             output_dir: Some(dir),
             ..
@@ -82,15 +87,18 @@ async fn main() -> ExitCode {
     }
 }
 
-/// `capi-lb manifests`: `config/` and the Helm chart (whose values' comments are `run`'s help).
+/// `capi-lb manifests`: `config/`, the Helm chart (whose values' comments are `run`'s help) and
+/// the flag reference (every command's help).
 fn manifests(
     output_dir: &std::path::Path,
     chart_dir: &std::path::Path,
+    flags_doc: &std::path::Path,
 ) -> Result<Vec<String>, Box<dyn std::error::Error>> {
-    use clap::Args;
+    use clap::{Args, CommandFactory};
     let mut written = capi_lb::install::manifests::write(output_dir)?;
     let run = RunOptions::augment_args(clap::Command::new("run"));
     written.extend(capi_lb::install::chart::write(chart_dir, &run)?);
+    written.push(capi_lb::install::flags::write(flags_doc, &Cli::command())?);
     Ok(written)
 }
 
