@@ -262,29 +262,62 @@ pub enum Policy {
 /// (flags of `capi-lb run`).
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct ExternalEndpoints {
-    /// Publish a stable `<svc>-ext` endpoint for Services of type LoadBalancer.
+    /// Publish a stable `<svc>-ext` endpoint for Services of type LoadBalancer (the Service
+    /// controller's publisher; false turns it off).
     #[arg(
         id = "external_endpoints",
         long = "external-endpoints",
+        value_name = "BOOL",
         default_value_t = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
         action = clap::ArgAction::Set,
         env = "CAPI_LB_EXTERNAL_ENDPOINTS"
     )]
     pub enabled: bool,
     /// Which LoadBalancer Services get one when they carry no
     /// `loadbalancer.cluster.x-k8s.io/external-endpoint` annotation.
-    #[arg(id = "external_endpoints_policy", long = "external-endpoints-policy", value_enum, default_value_t = Policy::All)]
+    #[arg(
+        id = "external_endpoints_policy",
+        long = "external-endpoints-policy",
+        value_name = "POLICY",
+        value_enum,
+        default_value_t = Policy::All
+    )]
     pub policy: Policy,
-    /// Default suffix of the published Service.
-    #[arg(id = "external_endpoints_suffix", long = "external-endpoints-suffix", default_value = DEFAULT_PUBLICATION_SUFFIX)]
+    /// Suffix of a published Service's name (`<svc><suffix>`), unless the Service's
+    /// `loadbalancer.cluster.x-k8s.io/external-endpoint-suffix` annotation gives another.
+    #[arg(
+        id = "external_endpoints_suffix",
+        long = "external-endpoints-suffix",
+        value_name = "SUFFIX",
+        default_value = DEFAULT_PUBLICATION_SUFFIX
+    )]
     pub suffix: String,
     /// Take over `-ext` Services and Endpoints made by kube-dc's publisher (labels
     /// `kube-dc.com/managed-by=service-lb-controller`), to migrate from it.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
     pub adopt_kube_dc: bool,
     /// Also write legacy v1 Endpoints for the `-ext` Services (for consumers that do not read
     /// EndpointSlices).
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
     pub legacy_endpoints: bool,
 }
 

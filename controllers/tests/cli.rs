@@ -54,3 +54,26 @@ fn a_bad_metrics_address_is_refused_before_connecting() {
     assert!(stderr.contains("not an address and port"), "{stderr}");
     assert!(!stderr.contains("Kubernetes"), "{stderr}");
 }
+
+#[test]
+fn a_boolean_flag_alone_is_a_switch_and_takes_no_separate_value() {
+    let refused = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_capi-lb"))
+            .args(args)
+            .env("KUBECONFIG", "/nonexistent/kubeconfig")
+            .env_remove("POD_NAMESPACE")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // `--leader-elect` alone turns leader election on: refused for want of a Lease namespace.
+    let stderr = refused(&["run", "--leader-elect", "--metrics-bind-address=off"]);
+    assert!(
+        stderr.contains("--leader-elect needs --leader-election-namespace"),
+        "{stderr}"
+    );
+    // A value must be joined with `=`: the next argument is not taken as one.
+    let stderr = refused(&["run", "--leader-elect", "false"]);
+    assert!(stderr.contains("unexpected argument 'false'"), "{stderr}");
+}

@@ -17,74 +17,100 @@ use capi_lb_api::loadbalancer::TargetKind;
 /// Options of `capi-lb run`: each field is its flag (clap reads this struct).
 #[derive(Clone, Debug, clap::Args)]
 pub struct RunOptions {
-    /// Watch only this namespace (default: all namespaces).
-    #[arg(long, env = "CAPI_LB_NAMESPACE")]
+    /// Watch only this namespace: its LoadBalancers, Services and targets (default: all
+    /// namespaces).
+    #[arg(long, value_name = "NAMESPACE", env = "CAPI_LB_NAMESPACE")]
     pub namespace: Option<String>,
-    /// Cluster DNS domain used in published endpoint names.
-    #[arg(long, default_value = DEFAULT_CLUSTER_DOMAIN, env = "CAPI_LB_CLUSTER_DOMAIN")]
+    /// The cluster's DNS domain, the end of the published endpoints' names
+    /// (`<service>.<namespace>.svc.<domain>`).
+    #[arg(long, value_name = "DOMAIN", default_value = DEFAULT_CLUSTER_DOMAIN, env = "CAPI_LB_CLUSTER_DOMAIN")]
     pub cluster_domain: String,
-    /// Providers to enable (comma-separated). The in-memory provider (`inmemory`: tests, demos),
-    /// whose addresses any tenant chooses, runs only when named here.
+    /// Infrastructure providers to enable, by name (comma-separated); a LoadBalancer whose
+    /// infrastructure kind is another provider's reports ProviderNotEnabled. The in-memory provider
+    /// (`inmemory`: tests, demos), whose addresses any tenant chooses, runs only when named here.
     #[arg(
         long,
+        value_name = "PROVIDERS",
         value_delimiter = ',',
         default_value = catalog::DEFAULT_PROVIDERS,
         env = "CAPI_LB_PROVIDERS",
         value_parser = clap::builder::PossibleValuesParser::new(catalog::names())
     )]
     pub providers: Vec<String>,
-    /// Reconciles working at the same time, per controller (a reconcile waiting on a provider
-    /// gives its slot back; one namespace has at most half of them in flight).
-    #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
+    /// Reconciles working at the same time, per controller (at least 1; a reconcile waiting on a
+    /// provider gives its slot back; one namespace has at most half of them in flight).
+    #[arg(long, value_name = "COUNT", default_value_t = DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
     /// Seconds between reconciles of an unchanged LoadBalancer or Service (at least 10).
-    #[arg(long = "resync-seconds", default_value = "600", value_parser = resync_seconds)]
+    #[arg(long = "resync-seconds", value_name = "SECONDS", default_value = "600", value_parser = resync_seconds)]
     pub resync: Duration,
     /// Seconds between looks at a Ready load balancer that capi-lb does not watch (Octavia, a
     /// remote kube-dc cluster, the in-memory cloud), to find it deleted or broken behind capi-lb's
     /// back and repair it; spread by up to a tenth per LoadBalancer (at least 10; at most the
     /// resync). One Octavia request per look.
-    #[arg(long = "drift-check-seconds", default_value = "60", value_parser = resync_seconds)]
+    #[arg(long = "drift-check-seconds", value_name = "SECONDS", default_value = "60", value_parser = resync_seconds)]
     pub drift_check: Duration,
     /// Seconds a provider call may take before it is abandoned and retried with back-off
     /// (condition reason ProviderTimeout), so that a cloud or cluster that never answers does not
-    /// hold a reconcile slot.
-    #[arg(long = "provider-timeout-seconds", default_value = "30", value_parser = provider_timeout_seconds)]
+    /// hold a reconcile slot (1 to 600).
+    #[arg(long = "provider-timeout-seconds", value_name = "SECONDS", default_value = "30", value_parser = provider_timeout_seconds)]
     pub provider_timeout: Duration,
     /// Ranges whose addresses are never published (comma-separated CIDRs; e.g. the cluster's
     /// Service and Pod ranges), besides the built-in refusals (loopback, link-local, unspecified,
     /// multicast, broadcast, any ClusterIP).
-    #[arg(long, value_delimiter = ',', env = "CAPI_LB_ADDRESS_DENY")]
+    #[arg(
+        long,
+        value_name = "CIDRS",
+        value_delimiter = ',',
+        env = "CAPI_LB_ADDRESS_DENY"
+    )]
     pub address_deny: Vec<IpNet>,
-    /// Where a provider's addresses must be, as provider=CIDR (comma-separated; repeat a provider
-    /// for several ranges). A provider without an entry may publish any address not refused.
-    #[arg(long, value_delimiter = ',', env = "CAPI_LB_ADDRESS_ALLOW", value_parser = provider_range)]
+    /// Where a provider's addresses must be, as `provider=CIDR` (comma-separated; repeat a
+    /// provider for several ranges). A provider without an entry may publish any address not
+    /// refused.
+    #[arg(long, value_name = "PROVIDER=CIDR", value_delimiter = ',', env = "CAPI_LB_ADDRESS_ALLOW", value_parser = provider_range)]
     pub address_allow: Vec<(String, IpNet)>,
     /// The DNS domains every namespace may publish names in (comma-separated), `{namespace}`
     /// standing for its name (e.g. `{namespace}.tenants.example.com`); a Namespace's
     /// `loadbalancer.cluster.x-k8s.io/dns-domains` annotation replaces them. Unset, and without the
     /// annotation, any name may be published.
-    #[arg(long, value_delimiter = ',', env = "CAPI_LB_DNS_DOMAINS")]
+    #[arg(
+        long,
+        value_name = "DOMAINS",
+        value_delimiter = ',',
+        env = "CAPI_LB_DNS_DOMAINS"
+    )]
     pub dns_domains: Vec<String>,
     /// Let every namespace publish wildcard names (`*.x`) in its domains (a Namespace's
     /// `loadbalancer.cluster.x-k8s.io/dns-wildcards` annotation decides for it).
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "CAPI_LB_DNS_WILDCARDS")]
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set,
+        env = "CAPI_LB_DNS_WILDCARDS"
+    )]
     pub dns_wildcards: bool,
     /// Only Secrets with this label (`key=value`, e.g.
     /// `loadbalancer.cluster.x-k8s.io/credentials=true`) may be used as credentials (an Octavia
     /// clouds.yaml, a remote kube-dc cluster's kubeconfig); another is not read and the
     /// LoadBalancer reports CredentialsNotAllowed. Unset, any Secret of the provider object's
     /// namespace may be.
-    #[arg(long, env = "CAPI_LB_CREDENTIALS_SECRET_LABEL", value_parser = label_pair)]
+    #[arg(long, value_name = "KEY=VALUE", env = "CAPI_LB_CREDENTIALS_SECRET_LABEL", value_parser = label_pair)]
     pub credentials_secret_label: Option<(String, String)>,
     /// The `-ext` publisher for Services of type LoadBalancer.
     #[command(flatten)]
     pub external: ExternalEndpoints,
-    /// Serve /metrics (and /livez, /readyz) on this address ("off" to disable). Localhost by
-    /// default: /metrics answers anyone who reaches it, so expose it (e.g. 0.0.0.0:8080) only where
-    /// the network keeps others out (a NetworkPolicy that admits the scraper alone).
+    /// Serve /metrics (and /livez, /readyz) on this address and port (`host:port`; "off" to
+    /// disable). Localhost by default: /metrics answers anyone who reaches it, so expose it (e.g.
+    /// 0.0.0.0:8080) only where the network keeps others out (a NetworkPolicy that admits the
+    /// scraper alone), or with --metrics-secure.
     #[arg(
         long = "metrics-bind-address",
+        value_name = "ADDRESS",
         default_value = "127.0.0.1:8080",
         env = "CAPI_LB_METRICS_BIND_ADDRESS",
         value_parser = metrics_address
@@ -93,17 +119,27 @@ pub struct RunOptions {
     /// Serve /metrics over HTTPS and only to a bearer token that the Kubernetes API authenticates
     /// (TokenReview) and authorizes to get the non-resource URL /metrics (SubjectAccessReview):
     /// what the shipped Deployment does on 0.0.0.0:8443.
-    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, env = "CAPI_LB_METRICS_SECURE")]
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set,
+        env = "CAPI_LB_METRICS_SECURE"
+    )]
     pub metrics_secure: bool,
     /// The certificate of secure metrics: `tls.crt` and `tls.key` in this folder (a mounted
     /// `kubernetes.io/tls` Secret). Unset, a self-signed one is made at start.
-    #[arg(long, env = "CAPI_LB_METRICS_CERT_DIR")]
+    #[arg(long, value_name = "DIR", env = "CAPI_LB_METRICS_CERT_DIR")]
     pub metrics_cert_dir: Option<std::path::PathBuf>,
-    /// Serve only /livez and /readyz on this address, for the kubelet's probes ("off", the
-    /// default, to serve them on the metrics address alone; the shipped Deployment uses
-    /// 0.0.0.0:8081).
+    /// Serve only /livez and /readyz on this address and port (`host:port`), for the kubelet's
+    /// probes ("off", the default, to serve them on the metrics address alone; the shipped
+    /// Deployment uses 0.0.0.0:8081).
     #[arg(
         long = "health-probe-bind-address",
+        value_name = "ADDRESS",
         default_value = "off",
         env = "CAPI_LB_HEALTH_PROBE_BIND_ADDRESS",
         value_parser = metrics_address
@@ -112,21 +148,23 @@ pub struct RunOptions {
     /// Run only while holding a Lease.
     #[command(flatten)]
     pub leader_election: LeaderElection,
-    /// Reconcile only LoadBalancers labelled cluster.x-k8s.io/watch-filter=<value> (clusterctl).
-    #[arg(long, env = "CAPI_LB_WATCH_FILTER")]
+    /// Reconcile only LoadBalancers labelled `cluster.x-k8s.io/watch-filter=<value>`, as
+    /// Cluster API's controllers do with clusterctl's watch filter (default: all).
+    #[arg(long, value_name = "VALUE", env = "CAPI_LB_WATCH_FILTER")]
     pub watch_filter: Option<String>,
     /// Keep the in-memory provider's cloud in this file (loaded at start, saved within a second of
     /// each change and at shutdown), so that it outlives the process like a real cloud: for demos
     /// and the warm-restart benchmark. Without it the cloud lives and dies with the process.
-    #[arg(long, env = "CAPI_LB_INMEMORY_STATE")]
+    #[arg(long, value_name = "FILE", env = "CAPI_LB_INMEMORY_STATE")]
     pub inmemory_state: Option<std::path::PathBuf>,
-    /// Kinds LoadBalancers may name in spec.targetKind, as Kind.group (comma-separated). capi-lb
+    /// Kinds LoadBalancers may name in spec.targetKind, as `Kind.group` (comma-separated). capi-lb
     /// lists and annotates targets with its own credentials, so only the kinds named here (and
     /// granted to capi-lb by RBAC) can be targets; kinds capi-lb manages for its own purposes and
     /// core kinds never can.
     #[arg(
         long,
         value_delimiter = ',',
+        value_name = "KINDS",
         default_value = "Machine.cluster.x-k8s.io",
         env = "CAPI_LB_TARGET_KINDS",
         value_parser = TargetKinds::parse_one
@@ -214,11 +252,16 @@ fn metrics_address(value: &str) -> Result<MetricsAddress, String> {
 /// Leader election settings (flags of `capi-lb run`).
 #[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
 pub struct LeaderElection {
-    /// Reconcile only while holding a Lease, so that several replicas can run.
+    /// Reconcile only while holding the leader Lease, so that several replicas can run (one
+    /// leads, the others stand by); needs --leader-election-namespace (or POD_NAMESPACE).
     #[arg(
         id = "leader_elect",
         long = "leader-elect",
+        value_name = "BOOL",
         default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
         action = clap::ArgAction::Set
     )]
     pub enabled: bool,
@@ -226,13 +269,15 @@ pub struct LeaderElection {
     #[arg(
         id = "leader_election_namespace",
         long = "leader-election-namespace",
+        value_name = "NAMESPACE",
         env = "POD_NAMESPACE"
     )]
     pub namespace: Option<String>,
-    /// Name of the leader Lease.
+    /// Name of the leader Lease (used with --leader-elect).
     #[arg(
         id = "leader_election_id",
         long = "leader-election-id",
+        value_name = "NAME",
         default_value = "capi-lb-leader"
     )]
     pub lease_name: String,
@@ -240,11 +285,12 @@ pub struct LeaderElection {
     #[arg(skip = default_identity())]
     pub identity: String,
     /// Seconds a Lease stays valid after its last renewal: the longest failover time. A standby
-    /// takes over at most this long after the leader stopped renewing.
-    #[arg(id = "lease_duration_seconds", long = "lease-duration-seconds", default_value_t = 15, value_parser = clap::value_parser!(u64).range(5..=300))]
+    /// takes over at most this long after the leader stopped renewing (5 to 300).
+    #[arg(id = "lease_duration_seconds", long = "lease-duration-seconds", value_name = "SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(5..=300))]
     pub duration_seconds: u64,
-    /// The leader renews this many seconds before the Lease expires.
-    #[arg(id = "lease_grace_seconds", long = "lease-grace-seconds", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
+    /// Seconds before the Lease expires at which the leader renews it (1 to 60; shorter than
+    /// --lease-duration-seconds).
+    #[arg(id = "lease_grace_seconds", long = "lease-grace-seconds", value_name = "SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=60))]
     pub grace_seconds: u64,
 }
 

@@ -222,6 +222,41 @@ fn committed_chart_matches_the_generated_one() {
     assert_eq!(on_disk, generated);
 }
 
+/// The committed flag reference is what `capi-lb manifests` writes (`--flags-doc docs/flags.md`):
+/// the help of every command's flags.
+#[test]
+fn committed_flag_reference_matches_the_generated_one() {
+    use clap::CommandFactory;
+    let generated = capi_lb::install::flags::render(&capi_lb::cli::Cli::command());
+    let committed = std::fs::read_to_string(repo(capi_lb::cli::FLAGS_DOC)).unwrap_or_default();
+    assert_eq!(
+        committed,
+        generated,
+        "{} is stale: run `cargo run -- manifests`",
+        capi_lb::cli::FLAGS_DOC
+    );
+    // It is the reference of every command and every flag, generated from the command line.
+    assert!(generated.starts_with(capi_lb::install::flags::HEADER));
+    for section in [
+        "## Global flags",
+        "## `capi-lb run`",
+        "## `capi-lb manifests`",
+        "## `capi-lb crds`",
+        "## `capi-lb simulate`",
+    ] {
+        assert!(generated.contains(&format!("\n{section}\n")), "{section}");
+    }
+    assert!(
+        generated
+            .contains("### `--leader-elect`\n\n`--leader-elect[=true|false]`; default `false`.\n"),
+        "{generated}"
+    );
+    assert!(
+        generated.contains("`--resync-seconds=<SECONDS>`; default `600`.\n\nSeconds between"),
+        "{generated}"
+    );
+}
+
 /// Every shipped example simulates; each says in its comments what it shows, and this checks it.
 #[tokio::test]
 async fn every_example_simulates_and_shows_what_it_says() {
