@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod class;
+pub mod cli;
 pub mod conditions;
 pub mod context;
 pub mod error;
