@@ -652,14 +652,34 @@ fn check_invocation(call: &Invocation, prose: bool, flags: &Flags) -> Vec<String
             && !accepted.contains(name)
         {
             let command = format!("{} {sub}", call.binary);
-            wrong.push(format!(
-                "`{name}` is not a flag of `{}` (its flags: {})",
-                command.trim_end(),
-                accepted.iter().cloned().collect::<Vec<_>>().join(" ")
-            ));
+            let command = command.trim_end();
+            let hint = match accepted.iter().min_by_key(|f| distance(f, name)) {
+                Some(close) if distance(close, name) <= 3 => format!("did you mean `{close}`?"),
+                _ => format!(
+                    "its flags: {}",
+                    accepted.iter().cloned().collect::<Vec<_>>().join(" ")
+                ),
+            };
+            wrong.push(format!("`{name}` is not a flag of `{command}` ({hint})"));
         }
     }
     wrong
+}
+
+/// The edit distance of two words (for "did you mean").
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous + usize::from(ca != *cb);
+            previous = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(previous + 1);
+        }
+    }
+    row[b.len()]
 }
 
 #[test]
@@ -686,6 +706,8 @@ fn commands_are_found_and_their_flags_checked() {
         "{wrong:?}"
     );
     assert!(check("cargo run -- simulat -f x.yaml")[0].contains("not a subcommand of capi-lb"));
+    assert!(check("capi-lb run --providrs x")[0].contains("did you mean `--providers`?"));
+    assert_eq!(distance("--resync", "--resync-seconds"), 8);
     assert!(
         check("target/release/capi-lb-bench converge --loadbalancers 1 --services 2")[0]
             .contains("`--services` is not a flag of `capi-lb-bench converge`")
@@ -810,10 +832,10 @@ async fn run_offline(args: &[String], n: usize) -> Result<(), String> {
             })?;
     match cli.command {
         None => simulate_files(&[], false).await,
+        // No `..`: a new flag of `simulate` is to be honoured here as the binary does.
         Some(Command::Simulate {
             files,
             expect_ready,
-            ..
         }) => simulate_files(&files, expect_ready).await,
         Some(Command::Crds {
             output_dir: Some(_),
