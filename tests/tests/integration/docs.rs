@@ -1,14 +1,17 @@
 //! The documentation against what a machine can check, so that it stays true: relative links and
-//! their anchors resolve, every flag shown for `capi-lb` is one of its subcommand's flags (from clap,
-//! `capi_lb::cli::Cli`), the offline commands shown (`simulate`, `crds`, `manifests`) run, and the
-//! `examples/`, `templates/` and `config/` paths named exist.
+//! their anchors resolve, every flag shown for `capi-lb` (or `capi-lb-bench`) is one of its
+//! subcommand's flags (from clap: `capi_lb::cli::Cli`, `capi_lb_bench::cli::Cli`), a `--flag` shown
+//! alone is theirs or another tool's listed in `OTHER_TOOLS`, the offline commands shown
+//! (`simulate`, `crds`, `manifests`) run as the binary would run them (writing into a scratch
+//! directory, never the checkout), and the `examples/`, `templates/` and `config/` paths named exist.
 //!
 //! The documentation is README.md, CHANGELOG.md, templates/README.md, docs/**/*.md and the comment
 //! at the top of every file under examples/ and templates/. A small scanner reads it: fenced code
 //! blocks, inline code spans (also across the lines of a paragraph), links and ATX headings.
 //! Commands are found in code blocks, code spans and the comment lines of examples and templates:
 //! `capi-lb <subcommand> ...` and `cargo run -- <subcommand> ...`, up to a `|`, `&&`, `;` or `#`. A
-//! command expected to fail says so in its trailing comment (`# fails: ...`, `# exit status 2`).
+//! command expected to fail says so in its trailing comment (`# fails: ...`, `# exit status 2`); a
+//! code span that capi-lb's parser refuses (`manifests --chart-dir`) names a command and is not run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
@@ -238,11 +241,9 @@ fn scan_header_comment(file: &str) -> Doc {
             prose: true,
         });
     }
-    let mut links = Vec::new();
-    std::mem::swap(&mut links, &mut doc.links);
     scan_paragraph(&mut doc, 1, &texts);
     // A comment's brackets are not markdown links.
-    doc.links = links;
+    doc.links.clear();
     doc
 }
 
