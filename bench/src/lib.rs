@@ -11,6 +11,7 @@
 //!   a child process);
 //! - [`scrape`]: reading a running controller's `/metrics`.
 
+pub mod cli;
 pub mod converge;
 pub mod external;
 pub mod launch;

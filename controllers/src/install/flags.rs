@@ -22,8 +22,9 @@ pub fn render(cli: &Command) -> String {
          Every flag of every `{name}` command: its value, its default, the environment variable \
          read when the flag is not given, and what it does. `{name} <command> --help` says the \
          same; this page is generated from it by `{name} manifests`.\n\n\
-         Boolean flags are switches: `--flag` alone means true, and `--flag=true` and \
-         `--flag=false` are accepted too (`=false` is how to turn off one whose default is true). \
+         Boolean flags are switches: a boolean flag alone means true (`run --leader-elect`), and \
+         `=true` and `=false` are accepted too (`--external-endpoints=false` is how to turn off \
+         one whose default is true). \
          Their value must be joined with `=`: the argument after a switch is never its value. \
          Their environment variables take `true` or `false`.\n"
     );

@@ -1,0 +1,115 @@
+//! The command line of `capi-lb-bench` as clap types, in the library so that tests can read every
+//! scenario's flags (`clap::CommandFactory`) and check the command lines the documentation shows.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// `capi-lb-bench`: a scenario, `external-endpoints` without one.
+#[derive(Parser, Debug)]
+#[command(
+    name = "capi-lb-bench",
+    version,
+    about = "The benchmarks of capi-lb (docs/benchmarks.md)"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub scenario: Option<Scenario>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Scenario {
+    /// How fast an ingress IP change of a LoadBalancer Service reaches its `-ext` EndpointSlice,
+    /// with N Services in an in-memory cluster.
+    ExternalEndpoints {
+        /// LoadBalancer Services in the cluster (comma-separated list: one run each).
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]
+        services: Vec<usize>,
+        /// IP changes measured per run.
+        #[arg(long, default_value_t = 500)]
+        changes: usize,
+    },
+    /// N LoadBalancers with M Machines each converging on a real cluster (default: the test
+    /// harness of tests/k8s/harness.sh) under `capi-lb run --providers inmemory` started as a
+    /// child process: time to Ready and to every target active, reconciles and API requests per
+    /// LoadBalancer, writes while idle, a warm restart, peak memory. Installs capi-lb's CRDs (and
+    /// its RBAC with --controller-kubeconfig), works in a fresh namespace and deletes it after.
+    Converge(Box<ConvergeArgs>),
+    /// An ingress IP change of a LoadBalancer Service reaching its `-ext` EndpointSlice on a real
+    /// cluster (default: the harness), seen through a watch, with `capi-lb run` as a child
+    /// process: latency percentiles, reconciles and API requests per change, peak memory.
+    ExtPropagation(Box<PropagationArgs>),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ClusterArgs {
+    /// Admin kubeconfig of the cluster [default: the harness's, $CAPI_LB_K8S_STATE or
+    /// /tmp/capi-lb-k8s, /admin.kubeconfig].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The controller's kubeconfig [default: the harness's controller.kubeconfig when
+    /// --kubeconfig is not given; else --kubeconfig].
+    #[arg(long)]
+    pub controller_kubeconfig: Option<PathBuf>,
+    /// A CRD file to apply first (e.g. Cluster API's Machine and Cluster CRDs); repeatable.
+    #[arg(long = "crd")]
+    pub crds: Vec<PathBuf>,
+    /// An extra argument of `capi-lb run` (e.g. --controller-arg=--concurrency=8); repeatable.
+    #[arg(long = "controller-arg", allow_hyphen_values = true)]
+    pub controller_args: Vec<String>,
+    /// Where the controller's log goes.
+    #[arg(long, default_value = "/tmp/capi-lb-bench-controller.log")]
+    pub controller_log: PathBuf,
+    /// Keep the namespace and its objects.
+    #[arg(long)]
+    pub keep: bool,
+    /// The `capi-lb` binary to run as the controller [default: `capi-lb` beside this binary, as
+    /// cargo builds them].
+    #[arg(long)]
+    pub controller_binary: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ConvergeArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// LoadBalancers (comma-separated list: one run each).
+    #[arg(long, value_delimiter = ',', default_value = "100")]
+    pub loadbalancers: Vec<usize>,
+    /// Machines per LoadBalancer.
+    #[arg(long, default_value_t = 3)]
+    pub machines: usize,
+    /// Requests in flight while creating.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    pub parallel: u16,
+    /// The idle window after convergence, in seconds.
+    #[arg(long, default_value_t = 15)]
+    pub idle_seconds: u64,
+    /// Give up waiting for convergence after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_seconds: u64,
+    /// Skip the warm restart.
+    #[arg(long)]
+    pub no_restart: bool,
+    /// Exit with status 3 when convergence took more reconciles per LoadBalancer than this.
+    #[arg(long)]
+    pub max_reconciles_per_loadbalancer: Option<f64>,
+    /// Exit with status 3 when the controller wrote anything while idle or after the warm
+    /// restart.
+    #[arg(long)]
+    pub fail_on_idle_writes: bool,
+}
+#[derive(clap::Args, Debug)]
+pub struct PropagationArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// LoadBalancer Services (comma-separated list: one run each).
+    #[arg(long, value_delimiter = ',', default_value = "100")]
+    pub services: Vec<usize>,
+    /// IP changes measured per run, one at a time.
+    #[arg(long, default_value_t = 500)]
+    pub changes: usize,
+    /// Give up on a change (or the initial publish) after this many seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout_seconds: u64,
+}
