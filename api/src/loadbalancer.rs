@@ -304,6 +304,15 @@ pub struct ControlPlane {
     /// cluster's DNS). A user-set `spec.endpoint` always wins.
     #[serde(default)]
     pub endpoint_host: EndpointHost,
+    /// Keep the workload cluster's `default/kubernetes` endpoints (its EndpointSlices and v1
+    /// Endpoints) on this load balancer's addresses and port, so that its Pods reach their API
+    /// servers through the load balancer wherever it moves. capi-lb reads the workload cluster's
+    /// kubeconfig from Cluster API's Secret `<clusterName>-kubeconfig` (key `value`). The workload
+    /// cluster's API servers must run with `--endpoint-reconciler-type=none`; while they still
+    /// write these endpoints themselves, capi-lb stops writing and the `WorkloadEndpoints`
+    /// condition says so. Unset: capi-lb never connects to the workload cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_endpoints: Option<WorkloadEndpoints>,
 }
 
 impl Default for ControlPlane {
@@ -311,7 +320,31 @@ impl Default for ControlPlane {
         Self {
             publish_endpoint: true,
             endpoint_host: EndpointHost::StableName,
+            workload_endpoints: None,
         }
+    }
+}
+
+/// The workload cluster's `default/kubernetes` endpoints kept on the load balancer
+/// (`spec.controlPlane.workloadEndpoints`).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadEndpoints {
+    /// Keep `default/kubernetes`'s endpoints on the load balancer's addresses. Defaults to false.
+    /// Switching it off leaves the endpoints as they are (the API servers' own reconciler, switched
+    /// back on, rewrites them).
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+impl LoadBalancer {
+    /// Whether this LoadBalancer keeps its workload cluster's `default/kubernetes` endpoints.
+    pub fn wants_workload_endpoints(&self) -> bool {
+        self.spec
+            .control_plane
+            .as_ref()
+            .and_then(|c| c.workload_endpoints.as_ref())
+            .is_some_and(|w| w.enabled)
     }
 }
 

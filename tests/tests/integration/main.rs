@@ -22,3 +22,4 @@ mod servicelb;
 mod simulate;
 mod templates;
 mod workflows;
+mod workload_endpoints;
