@@ -287,6 +287,25 @@ impl Workloads {
             }
         };
         let Some(desired) = plan::desired(&ips, wanted.port) else {
+            let hostnames: Vec<&str> = wanted
+                .addresses
+                .iter()
+                .filter(|a| a.type_ == AddressType::Hostname)
+                .map(|a| a.address.as_str())
+                .collect();
+            if self.resolve.is_none() && !hostnames.is_empty() {
+                return (
+                    problem(
+                        r::WORKLOAD_ENDPOINTS_PENDING,
+                        format!(
+                            "the load balancer has only a hostname ({}), which this capi-lb does not resolve: nothing is written",
+                            hostnames.join(", ")
+                        ),
+                    ),
+                    state,
+                    PERIOD,
+                );
+            }
             return (
                 problem(
                     r::WORKLOAD_ENDPOINTS_PENDING,
