@@ -304,13 +304,8 @@ pub struct ControlPlane {
     /// cluster's DNS). A user-set `spec.endpoint` always wins.
     #[serde(default)]
     pub endpoint_host: EndpointHost,
-    /// Keep the workload cluster's `default/kubernetes` endpoints (its EndpointSlices and v1
-    /// Endpoints) on this load balancer's addresses and port, so that its Pods reach their API
-    /// servers through the load balancer wherever it moves. capi-lb reads the workload cluster's
-    /// kubeconfig from Cluster API's Secret `<clusterName>-kubeconfig` (key `value`). The workload
-    /// cluster's API servers must run with `--endpoint-reconciler-type=none`; while they still
-    /// write these endpoints themselves, capi-lb stops writing and the `WorkloadEndpoints`
-    /// condition says so. Unset: capi-lb never connects to the workload cluster.
+    /// Keep the workload cluster's `default/kubernetes` endpoints on this load balancer (through the
+    /// Secret `<clusterName>-kubeconfig`; its API servers run with `--endpoint-reconciler-type=none`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload_endpoints: Option<WorkloadEndpoints>,
 }
@@ -325,27 +320,12 @@ impl Default for ControlPlane {
     }
 }
 
-/// The workload cluster's `default/kubernetes` endpoints kept on the load balancer
-/// (`spec.controlPlane.workloadEndpoints`).
+/// The workload cluster's `default/kubernetes` endpoints kept on the load balancer.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
 pub struct WorkloadEndpoints {
-    /// Keep `default/kubernetes`'s endpoints on the load balancer's addresses. Defaults to false.
-    /// Switching it off leaves the endpoints as they are (the API servers' own reconciler, switched
-    /// back on, rewrites them).
+    /// Keep them. Defaults to false. Switching it off leaves the endpoints as they are.
     #[serde(default)]
     pub enabled: bool,
-}
-
-impl LoadBalancer {
-    /// Whether this LoadBalancer keeps its workload cluster's `default/kubernetes` endpoints.
-    pub fn wants_workload_endpoints(&self) -> bool {
-        self.spec
-            .control_plane
-            .as_ref()
-            .and_then(|c| c.workload_endpoints.as_ref())
-            .is_some_and(|w| w.enabled)
-    }
 }
 
 /// Which host a control-plane load balancer publishes.
