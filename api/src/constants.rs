@@ -189,6 +189,9 @@ pub mod condition {
     pub const DNS_PUBLISHED: &str = "DNSPublished";
     /// (With `spec.reachability`) the endpoint answered capi-lb's last probe.
     pub const REACHABLE: &str = "Reachable";
+    /// (With `spec.controlPlane.workloadEndpoints`) the workload cluster's `default/kubernetes`
+    /// endpoints are the load balancer's addresses and port.
+    pub const WORKLOAD_ENDPOINTS: &str = "WorkloadEndpoints";
 }
 
 /// Condition reasons, each with its severity ([`crate::conditions::Severity`]: a problem someone has
@@ -334,6 +337,26 @@ pub mod reason {
     pub const CERTIFICATE_NOT_TRUSTED: Reason = Reason::problem("CertificateNotTrusted");
     /// Not probed: the LoadBalancer is not Ready, or its first probe is still to come.
     pub const NOT_PROBED: Reason = Reason::normal("NotProbed");
+
+    // WorkloadEndpoints
+    /// The workload cluster's `default/kubernetes` EndpointSlices and Endpoints are the load
+    /// balancer's addresses and port.
+    pub const WORKLOAD_ENDPOINTS_SYNCED: Reason = Reason::normal("WorkloadEndpointsSynced");
+    /// Not written yet: the load balancer is not Ready, or the first look at the workload cluster
+    /// is still to come.
+    pub const WORKLOAD_ENDPOINTS_PENDING: Reason = Reason::normal("WorkloadEndpointsPending");
+    /// The workload cluster's API servers still run their own endpoint reconciler (they wrote
+    /// their own addresses back over capi-lb's): capi-lb stopped writing.
+    pub const API_SERVER_RECONCILER_ACTIVE: Reason = Reason::problem("APIServerReconcilerActive");
+    /// The workload cluster did not answer (connection refused, timeout, TLS) or refused capi-lb
+    /// (authentication, authorization); what was last written stays.
+    pub const WORKLOAD_CLUSTER_UNREACHABLE: Reason = Reason::problem("WorkloadClusterUnreachable");
+    /// The kubeconfig Secret `<clusterName>-kubeconfig` (key `value`) is missing, unusable or not
+    /// allowed as credentials.
+    pub const WORKLOAD_KUBECONFIG_INVALID: Reason = Reason::problem("WorkloadKubeconfigInvalid");
+    /// The load balancer's hostname did not resolve this time: the last addresses it resolved to
+    /// stay published (never none).
+    pub const WORKLOAD_HOSTNAME_UNRESOLVED: Reason = Reason::problem("WorkloadHostnameUnresolved");
 
     // Paused
     /// Reconciliation is paused.

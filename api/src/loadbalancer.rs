@@ -304,6 +304,10 @@ pub struct ControlPlane {
     /// cluster's DNS). A user-set `spec.endpoint` always wins.
     #[serde(default)]
     pub endpoint_host: EndpointHost,
+    /// Keep the workload cluster's `default/kubernetes` endpoints on this load balancer (through the
+    /// Secret `<clusterName>-kubeconfig`; its API servers run with `--endpoint-reconciler-type=none`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_endpoints: Option<WorkloadEndpoints>,
 }
 
 impl Default for ControlPlane {
@@ -311,8 +315,17 @@ impl Default for ControlPlane {
         Self {
             publish_endpoint: true,
             endpoint_host: EndpointHost::StableName,
+            workload_endpoints: None,
         }
     }
+}
+
+/// The workload cluster's `default/kubernetes` endpoints kept on the load balancer.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkloadEndpoints {
+    /// Keep them. Defaults to false. Switching it off leaves the endpoints as they are.
+    #[serde(default)]
+    pub enabled: bool,
 }
 
 /// Which host a control-plane load balancer publishes.

@@ -328,3 +328,15 @@ mod tests {
         assert!(check_label_value(&"a".repeat(64)).is_err());
     }
 }
+
+impl LoadBalancer {
+    /// Whether this LoadBalancer keeps its workload cluster's `default/kubernetes` endpoints
+    /// (`spec.controlPlane.workloadEndpoints.enabled`).
+    pub fn wants_workload_endpoints(&self) -> bool {
+        self.spec
+            .control_plane
+            .as_ref()
+            .and_then(|c| c.workload_endpoints.as_ref())
+            .is_some_and(|w| w.enabled)
+    }
+}

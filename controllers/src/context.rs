@@ -88,6 +88,8 @@ pub struct Context {
     /// The endpoint probes of `spec.reachability` (`run` only: `simulate` and the in-memory API
     /// probe nothing).
     pub prober: Option<Arc<crate::reachability::Prober>>,
+    /// The workload clusters of `spec.controlPlane.workloadEndpoints` (`run` only).
+    pub workloads: Option<Arc<crate::workload::Workloads>>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -130,6 +132,7 @@ impl Context {
             capi: CapiKinds::default(),
             facts: Arc::default(),
             prober: None,
+            workloads: None,
             failures: Mutex::new(HashMap::new()),
         }
     }
@@ -143,6 +146,12 @@ impl Context {
     /// Probe the endpoints of `spec.reachability` with `prober`.
     pub fn with_prober(mut self, prober: Arc<crate::reachability::Prober>) -> Self {
         self.prober = Some(prober);
+        self
+    }
+
+    /// Keep workload clusters' `default/kubernetes` endpoints with `workloads`.
+    pub fn with_workloads(mut self, workloads: Arc<crate::workload::Workloads>) -> Self {
+        self.workloads = Some(workloads);
         self
     }
 

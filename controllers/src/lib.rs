@@ -23,6 +23,7 @@ pub mod run;
 pub mod service;
 pub mod sim;
 pub mod telemetry;
+pub mod workload;
 
 pub use context::Outcome;
 pub use context::{Config, Context};

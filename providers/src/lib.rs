@@ -11,6 +11,7 @@ pub mod endpoints;
 pub mod entry;
 pub mod error;
 pub mod inmemory;
+pub mod kubeconfig;
 pub mod kubedc;
 pub mod lbservice;
 pub mod observe;

@@ -14,6 +14,7 @@ mod dns;
 mod migration;
 mod reachability;
 mod targets;
+mod workload;
 
 use capi_lb_api::conditions::{DesiredCondition, Reason};
 use capi_lb_api::constants::{condition as c, reason as r};
@@ -28,6 +29,7 @@ pub use dns::dns_condition;
 pub use migration::{Migration, migration_condition};
 pub use reachability::{NotProbed, reachable_condition};
 pub use targets::{targets_condition, views};
+pub use workload::{NotLooked, workload_condition};
 
 /// State of the provider's load balancer.
 #[derive(Clone, Debug, PartialEq, Eq)]

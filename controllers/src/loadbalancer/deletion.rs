@@ -38,6 +38,10 @@ pub(super) async fn cleanup(
         prober.forget(&identity.uid);
         prober.forget_targets(&identity.uid, &[]);
     }
+    // The workload cluster's endpoints stay as last written; its client goes.
+    if let Some(workloads) = &ctx.workloads {
+        workloads.forget(&identity.uid);
+    }
     let reference = lb.object_ref(&());
     // Hooks and target annotations go first, so that Machine deletion never waits on a
     // LoadBalancer that is going away.

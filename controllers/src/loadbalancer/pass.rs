@@ -17,9 +17,10 @@ use serde_json::{Map, Value, json};
 
 use crate::class;
 use crate::conditions::{
-    InfraState, NotProbed, TargetsState, address_refused_condition, dns_condition,
+    InfraState, NotLooked, NotProbed, TargetsState, address_refused_condition, dns_condition,
     infrastructure_condition, invalid_spec_condition, paused_condition, publication_condition,
     reachable_condition, ready_condition, spec_honoured_condition, targets_condition,
+    workload_condition,
 };
 use crate::context::Outcome;
 use crate::error::{Result, kube_err};
@@ -207,6 +208,7 @@ impl Reconciliation<'_> {
         }
         self.publish_dns(&publishable).await?;
         self.probe_reachability();
+        self.workload_endpoints(&publishable);
         // The realised Service gets the provider's address as its ingress.
         if let Some(binding) = &self.binding
             && infra_ready
@@ -306,6 +308,69 @@ impl Reconciliation<'_> {
                 prober.forget(&uid);
                 reachable_condition(Err(NotProbed::NotReady))
             }
+        };
+        self.conditions.push(condition);
+    }
+
+    /// `spec.controlPlane.workloadEndpoints`: the addresses of a Ready LoadBalancer are written to
+    /// its workload cluster's `default/kubernetes` endpoints (by the task of [`crate::workload`],
+    /// never here), and `WorkloadEndpoints` says what it last found. A LoadBalancer that is not
+    /// Ready leaves what was written last (Pods keep an API server) and changes nothing.
+    fn workload_endpoints(&mut self, publishable: &[LoadBalancerAddress]) {
+        let uid = self.identity.uid.clone();
+        let cluster = self.lb.spec.cluster_name.clone();
+        let (true, Some(cluster)) = (self.lb.wants_workload_endpoints(), cluster) else {
+            if let Some(workloads) = &self.ctx.workloads {
+                workloads.forget(&uid);
+            }
+            let reported = self.lb.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == c::WORKLOAD_ENDPOINTS)
+            });
+            if reported {
+                self.conditions
+                    .push(workload_condition(Err(NotLooked::Off)));
+            }
+            return;
+        };
+        let Some(workloads) = self.ctx.workloads.clone() else {
+            self.conditions
+                .push(workload_condition(Err(NotLooked::NoTask)));
+            return;
+        };
+        let ready = self
+            .conditions
+            .iter()
+            .any(|c| c.type_ == c::READY && c.status);
+        let port = self
+            .lb
+            .spec
+            .ports
+            .iter()
+            .filter(|p| p.protocol == capi_lb_api::loadbalancer::Protocol::Tcp)
+            .find(|p| p.name == reachability::API_SERVER_PORT_NAME)
+            .or_else(|| self.lb.spec.ports.first())
+            .and_then(|p| u16::try_from(p.port).ok());
+        if let (true, false, Some(port)) = (ready, publishable.is_empty(), port) {
+            workloads.want(
+                &uid,
+                crate::workload::Wanted {
+                    namespace: self.namespace.clone(),
+                    name: self.lb.name_any(),
+                    secret: format!("{cluster}-kubeconfig"),
+                    addresses: publishable.to_vec(),
+                    port,
+                },
+            );
+        } else if !workloads.wants(&uid) {
+            self.conditions
+                .push(workload_condition(Err(NotLooked::NotReady)));
+            return;
+        }
+        let condition = match workloads.finding(&uid) {
+            Some(found) => workload_condition(Ok(&found)),
+            None => workload_condition(Err(NotLooked::Pending)),
         };
         self.conditions.push(condition);
     }

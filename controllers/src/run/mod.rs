@@ -242,6 +242,9 @@ pub async fn run_instrumented(
     });
     let (prober, mut probed) = Prober::new(client.clone(), Some(observer), Some(refuse));
     let probes = tokio::spawn(prober.clone().run(stop.clone()));
+    let (workloads, mut looked) =
+        crate::workload::Workloads::new(client.clone(), options.credentials_policy(), None);
+    let workload_task = tokio::spawn(workloads.clone().run(stop.clone()));
     let ctx = Arc::new(
         Context::new(
             client.clone(),
@@ -264,7 +267,8 @@ pub async fn run_instrumented(
         .with_caches(caches)
         .with_facts(facts)
         .with_capi(capi)
-        .with_prober(prober),
+        .with_prober(prober)
+        .with_workloads(workloads),
     );
     let machines = ctx
         .capi
@@ -281,6 +285,12 @@ pub async fn run_instrumented(
         // A probe of spec.reachability found something new: the Reachable condition follows.
         .reconcile_on(futures::stream::poll_fn(move |cx| {
             probed.poll_recv(cx).map(|found| {
+                found.map(|(namespace, name)| ObjectRef::new(&name).within(&namespace))
+            })
+        }))
+        // A look at a workload cluster found something new: WorkloadEndpoints follows.
+        .reconcile_on(futures::stream::poll_fn(move |cx| {
+            looked.poll_recv(cx).map(|found| {
                 found.map(|(namespace, name)| ObjectRef::new(&name).within(&namespace))
             })
         }))
@@ -304,6 +314,7 @@ pub async fn run_instrumented(
     futures::join!(loadbalancers, services);
     observers.abort();
     probes.abort();
+    workload_task.abort();
     if let Some(saver) = saver {
         saver.stop().await;
     }

@@ -36,3 +36,4 @@ mod tenancy;
 mod triggers;
 mod unreadable;
 mod v1beta1;
+mod workload_endpoints;

@@ -23,3 +23,4 @@ mod servicelb;
 mod simulate;
 mod templates;
 mod workflows;
+mod workload_endpoints;

@@ -1,0 +1,318 @@
+//! `spec.controlPlane.workloadEndpoints` on real apiservers: capi-lb (as its ServiceAccount, in the
+//! cluster under test) keeps the `default/kubernetes` endpoints of a workload cluster on the load
+//! balancer's addresses. The workload cluster is the harness's `target` instance (a kube-apiserver
+//! run with `--endpoint-reconciler-type=none`, as capi-lb asks; nothing there uses its
+//! `default/kubernetes` endpoints), reached through a `<cluster>-kubeconfig` Secret with the
+//! target's admin credentials inline, as Cluster API writes it.
+//!
+//! - The endpoints follow the in-memory load balancer's address through a change of its pool and
+//!   back, and nothing is written while nothing changes (the resourceVersions stay).
+//! - The API servers' own reconciler: no harness instance runs it (every one runs with
+//!   `--endpoint-reconciler-type=none`, and the reconciler would refuse their loopback advertise
+//!   address anyway), so the test plays it: a task writes the API server's address back with the
+//!   field manager `kube-apiserver` every 2 s, as its lease reconciler would every 10 s. capi-lb
+//!   must stop writing and say `APIServerReconcilerActive`, naming the flag.
+//! - A kubeconfig to a closed port: `WorkloadClusterUnreachable`, and the LoadBalancer stays Ready.
+
+use std::time::{Duration, Instant};
+
+use capi_lb_api::LoadBalancer;
+use capi_lb_tests::capi_move::target;
+use capi_lb_tests::k8s::{TestNs, in_memory, load_balancer, merge, wait_for, warning_event};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Endpoints, Secret};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+fn base64(bytes: Vec<u8>) -> String {
+    serde_json::to_value(ByteString(bytes))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The target's admin kubeconfig with its files inline (capi-lb refuses files), for `server`.
+fn inline_kubeconfig(server: Option<&str>) -> String {
+    let config = Kubeconfig::read_from(&target().kubeconfig).unwrap();
+    let cluster = config.clusters[0].cluster.clone().unwrap();
+    let user = config.auth_infos[0].auth_info.clone().unwrap();
+    let read = |p: &Option<String>| base64(std::fs::read(p.as_ref().unwrap()).unwrap());
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: wl\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: wl\n  context: {{cluster: wl, user: admin}}\ncurrent-context: wl\n",
+        server.unwrap_or(cluster.server.as_deref().unwrap()),
+        read(&cluster.certificate_authority),
+        read(&user.client_certificate),
+        read(&user.client_key),
+    )
+}
+
+async fn target_client() -> Client {
+    let config = Kubeconfig::read_from(&target().kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(config).unwrap()
+}
+
+/// The Secret `<cluster>-kubeconfig` as Cluster API writes it.
+async fn kubeconfig_secret(t: &TestNs, cluster: &str, kubeconfig: String) {
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{cluster}-kubeconfig")),
+            labels: Some([("cluster.x-k8s.io/cluster-name".into(), cluster.into())].into()),
+            ..Default::default()
+        },
+        type_: Some("cluster.x-k8s.io/secret".into()),
+        data: Some([("value".into(), ByteString(kubeconfig.into_bytes()))].into()),
+        ..Default::default()
+    };
+    t.api::<Secret>()
+        .create(&Default::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// A control-plane LoadBalancer `name` of Cluster `cluster` keeping its workload endpoints, on the
+/// InMemoryLoadBalancer of the same name, listening on `port`.
+fn control_plane_lb(name: &str, cluster: &str, port: u16) -> serde_json::Value {
+    load_balancer(
+        name,
+        name,
+        json!({
+            "clusterName": cluster,
+            "ports": [{"name": "kube-apiserver", "port": port, "targetPort": 6443}],
+            "controlPlane": {"publishEndpoint": false, "workloadEndpoints": {"enabled": true}},
+        }),
+    )
+}
+
+/// The `WorkloadEndpoints` condition once its reason is `reason`.
+async fn workload_condition(t: &TestNs, name: &str, reason: &str) -> (String, String) {
+    let lb = wait_for(
+        &t.api::<LoadBalancer>(),
+        name,
+        &format!("WorkloadEndpoints {reason}"),
+        |l: Option<&LoadBalancer>| {
+            l.and_then(|l| l.status.as_ref())
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "WorkloadEndpoints"))
+                .is_some_and(|c| c.reason == reason)
+        },
+    )
+    .await
+    .unwrap();
+    let status = lb.status.unwrap();
+    let c = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "WorkloadEndpoints")
+        .unwrap();
+    (c.status.clone(), c.message.clone())
+}
+
+/// The target's `default/kubernetes` endpoints as (slice addresses, slice port, Endpoints
+/// addresses, Endpoints port, resourceVersions).
+async fn endpoints_now(wl: &Client) -> (Vec<String>, i32, Vec<String>, i32, (String, String)) {
+    let slice = Api::<EndpointSlice>::namespaced(wl.clone(), "default")
+        .get_opt("kubernetes")
+        .await
+        .unwrap();
+    let endpoints = Api::<Endpoints>::namespaced(wl.clone(), "default")
+        .get_opt("kubernetes")
+        .await
+        .unwrap();
+    let (sa, sp, srv) = slice.map_or((vec![], 0, String::new()), |s| {
+        (
+            s.endpoints
+                .iter()
+                .flat_map(|e| e.addresses.clone())
+                .collect(),
+            s.ports
+                .as_ref()
+                .and_then(|p| p.first())
+                .and_then(|p| p.port)
+                .unwrap_or(0),
+            s.resource_version().unwrap_or_default(),
+        )
+    });
+    let (ea, ep, erv) = endpoints.map_or((vec![], 0, String::new()), |e| {
+        let subsets = e.subsets.clone().unwrap_or_default();
+        (
+            subsets
+                .iter()
+                .flat_map(|s| s.addresses.iter().flatten().map(|a| a.ip.clone()))
+                .collect(),
+            subsets
+                .first()
+                .and_then(|s| s.ports.as_ref())
+                .and_then(|p| p.first())
+                .map_or(0, |p| p.port),
+            e.resource_version().unwrap_or_default(),
+        )
+    });
+    (sa, sp, ea, ep, (srv, erv))
+}
+
+async fn wait_endpoints(wl: &Client, address: &str, port: i32) -> Duration {
+    let start = Instant::now();
+    loop {
+        let (sa, sp, ea, ep, _) = endpoints_now(wl).await;
+        if sa == [address] && ea == [address] && sp == port && ep == port {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the target's default/kubernetes did not become {address}:{port}: slice {sa:?}:{sp}, Endpoints {ea:?}:{ep}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn lb_address(t: &TestNs, name: &str, prefix: &str) -> String {
+    let lb = wait_for(
+        &t.api::<LoadBalancer>(),
+        name,
+        &format!("an address in {prefix}"),
+        |l: Option<&LoadBalancer>| {
+            l.and_then(|l| l.status.as_ref()).is_some_and(|s| {
+                s.ready && s.addresses.iter().any(|a| a.address.starts_with(prefix))
+            })
+        },
+    )
+    .await
+    .unwrap();
+    lb.status.unwrap().addresses[0].address.clone()
+}
+
+/// The API servers' endpoint reconciler played by the test: `address` written back every 2 s with
+/// the field manager `kube-apiserver` (an update, as the reconciler does), until dropped.
+fn play_api_server_reconciler(wl: Client, address: &'static str) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let endpoints = Api::<Endpoints>::namespaced(wl, "default");
+        loop {
+            let patch = json!({"subsets": [{"addresses": [{"ip": address}],
+                                "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}]});
+            let _ = endpoints
+                .patch(
+                    "kubernetes",
+                    &PatchParams {
+                        field_manager: Some("kube-apiserver".into()),
+                        ..Default::default()
+                    },
+                    &Patch::Merge(&patch),
+                )
+                .await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    })
+}
+
+/// The endpoints follow the address through a pool change and back, nothing is written while
+/// idle, and then a reconciler writing back is detected and not fought.
+#[tokio::test]
+async fn kubernetes_default_follows_the_load_balancer_and_yields_to_the_api_servers_reconciler() {
+    let mut t = TestNs::new("wl-eps").await;
+    let wl = target_client().await;
+    kubeconfig_secret(&t, "wl", inline_kubeconfig(None)).await;
+    t.start(t.options(&["inmemory"]));
+    t.create(in_memory(
+        "cp",
+        json!({"addressPools": ["203.0.113.16/28"]}),
+    ))
+    .await;
+    t.create(control_plane_lb("cp", "wl", 7443)).await;
+    let first = lb_address(&t, "cp", "203.0.113.").await;
+    let took = wait_endpoints(&wl, &first, 7443).await;
+    let (status, message) = workload_condition(&t, "cp", "WorkloadEndpointsSynced").await;
+    assert_eq!(status, "True", "{message}");
+    assert!(message.contains(&format!("{first} port 7443")), "{message}");
+    println!("first address {first} in the workload cluster within {took:?} of the look");
+
+    // Idle: no write for 20 s (a look 15 s after the write included).
+    let (_, _, _, _, before) = endpoints_now(&wl).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let (_, _, _, _, after) = endpoints_now(&wl).await;
+    assert_eq!(before, after, "capi-lb wrote while nothing changed");
+
+    // The load balancer moves: another pool.
+    let lbs = t.api::<capi_lb_api::InMemoryLoadBalancer>();
+    merge(
+        &lbs,
+        "cp",
+        json!({"spec": {"addressPools": ["198.51.100.200/29"]}}),
+    )
+    .await;
+    let moved = lb_address(&t, "cp", "198.51.100.").await;
+    let took = wait_endpoints(&wl, &moved, 7443).await;
+    println!("moved to {moved}: in the workload cluster within {took:?}");
+    // And back.
+    merge(
+        &lbs,
+        "cp",
+        json!({"spec": {"addressPools": ["203.0.113.16/28"]}}),
+    )
+    .await;
+    let back = lb_address(&t, "cp", "203.0.113.").await;
+    wait_endpoints(&wl, &back, 7443).await;
+
+    // The API servers' own reconciler writes its address back: capi-lb yields and says so.
+    let reconciler = play_api_server_reconciler(wl.clone(), "192.0.2.77");
+    let started = Instant::now();
+    let (status, message) = workload_condition(&t, "cp", "APIServerReconcilerActive").await;
+    println!("reconciler detected within {:?}", started.elapsed());
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("--endpoint-reconciler-type=none"),
+        "{message}"
+    );
+    assert!(message.contains("kube-apiserver"), "{message}");
+    warning_event(&t, "APIServerReconcilerActive").await;
+    // Not fought: the slice capi-lb wrote is no longer rewritten (its resourceVersion stays)
+    // while the reconciler keeps its Endpoints.
+    reconciler.abort();
+    let (_, _, _, _, held) = endpoints_now(&wl).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let (_, _, ea, _, later) = endpoints_now(&wl).await;
+    assert_eq!(
+        held, later,
+        "capi-lb wrote while the API servers' reconciler was active"
+    );
+    assert_eq!(ea, ["192.0.2.77"]);
+    t.finish().await;
+}
+
+/// A workload cluster that does not answer is a condition, not a failed reconcile.
+#[tokio::test]
+async fn a_workload_cluster_that_does_not_answer_is_reported_and_the_load_balancer_stays_ready() {
+    let mut t = TestNs::new("wl-down").await;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    kubeconfig_secret(
+        &t,
+        "gone",
+        inline_kubeconfig(Some(&format!("https://{closed}"))),
+    )
+    .await;
+    t.start(t.options(&["inmemory"]));
+    t.create(in_memory(
+        "down",
+        json!({"addressPools": ["203.0.113.32/28"]}),
+    ))
+    .await;
+    t.create(control_plane_lb("down", "gone", 6443)).await;
+    let (status, message) = workload_condition(&t, "down", "WorkloadClusterUnreachable").await;
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("default/kubernetes endpoints stay"),
+        "{message}"
+    );
+    warning_event(&t, "WorkloadClusterUnreachable").await;
+    let lb = t.api::<LoadBalancer>().get("down").await.unwrap();
+    assert!(lb.status.unwrap().ready);
+    t.finish().await;
+}
