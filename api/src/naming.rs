@@ -231,6 +231,18 @@ pub fn check_label_value(value: &str) -> Result<(), String> {
     }
 }
 
+impl LoadBalancer {
+    /// Whether this LoadBalancer keeps its workload cluster's `default/kubernetes` endpoints
+    /// (`spec.controlPlane.workloadEndpoints.enabled`).
+    pub fn wants_workload_endpoints(&self) -> bool {
+        self.spec
+            .control_plane
+            .as_ref()
+            .and_then(|c| c.workload_endpoints.as_ref())
+            .is_some_and(|w| w.enabled)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,17 +338,5 @@ mod tests {
         assert!(check_label_value("a.b-c_d").is_ok());
         assert!(check_label_value("a/b").is_err());
         assert!(check_label_value(&"a".repeat(64)).is_err());
-    }
-}
-
-impl LoadBalancer {
-    /// Whether this LoadBalancer keeps its workload cluster's `default/kubernetes` endpoints
-    /// (`spec.controlPlane.workloadEndpoints.enabled`).
-    pub fn wants_workload_endpoints(&self) -> bool {
-        self.spec
-            .control_plane
-            .as_ref()
-            .and_then(|c| c.workload_endpoints.as_ref())
-            .is_some_and(|w| w.enabled)
     }
 }
