@@ -64,8 +64,10 @@ enum Command {
     /// Load manifests into an in-memory API, run the real reconcilers with the in-memory provider
     /// until nothing changes, and print a timeline and the resulting objects as YAML.
     Simulate {
-        /// Manifest files (LoadBalancers, InMemoryLoadBalancers, Machines, Clusters, Services).
-        /// Without any, the embedded quickstart is used.
+        /// Manifest files (LoadBalancers and their infrastructure objects, Machines, Clusters,
+        /// Services, EndpointSlices; other projects' kinds and Secrets are taken as context) or
+        /// clusterctl templates (`${VAR}` rendered from the environment and the template's
+        /// defaults). Without any, the embedded quickstart is used.
         #[arg(short = 'f', long = "filename")]
         files: Vec<PathBuf>,
         /// Exit with status 2 when a LoadBalancer is not Ready at the end.
@@ -183,7 +185,11 @@ async fn simulate(files: &[PathBuf], expect_ready: bool) -> ExitCode {
             Err(e) => return finish("simulate", Err(e), |()| ExitCode::SUCCESS),
         }
     };
-    let simulation = capi_lb::sim::simulate::simulate(&sources, &Options { expect_ready }).await;
+    let options = Options {
+        expect_ready,
+        variables: std::env::vars().collect(),
+    };
+    let simulation = capi_lb::sim::simulate::simulate(&sources, &options).await;
     finish("simulate", simulation, |simulation| {
         print!("{}", simulation.output);
         if expect_ready && !simulation.not_ready.is_empty() {

@@ -3,5 +3,7 @@
 //! `simulate` command itself.
 
 pub mod inmemory_api;
+pub mod render;
 pub mod simulate;
+pub mod stand_in;
 pub mod world;
