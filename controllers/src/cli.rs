@@ -94,8 +94,11 @@ pub enum Command {
     /// Load manifests into an in-memory API, run the real reconcilers with the in-memory provider
     /// until nothing changes, and print a timeline and the resulting objects as YAML.
     Simulate {
-        /// A manifest file to load (LoadBalancers, InMemoryLoadBalancers, Machines, Clusters,
-        /// Services). Without any, the embedded quickstart is used.
+        /// A manifest file to load: LoadBalancers and their infrastructure objects (other
+        /// providers' are simulated by the in-memory provider standing in), Machines, Clusters,
+        /// Services, EndpointSlices; other projects' kinds and Secrets are taken as context; or a
+        /// clusterctl template (`${VAR}` rendered from the environment and the template's
+        /// defaults). Without any, the embedded quickstart is used.
         #[arg(short = 'f', long = "filename", value_name = "FILE")]
         files: Vec<PathBuf>,
         /// Exit with status 2 when a LoadBalancer is not Ready at the end.

@@ -133,7 +133,11 @@ async fn simulate(files: &[PathBuf], expect_ready: bool) -> ExitCode {
             Err(e) => return finish("simulate", Err(e), |()| ExitCode::SUCCESS),
         }
     };
-    let simulation = capi_lb::sim::simulate::simulate(&sources, &Options { expect_ready }).await;
+    let options = Options {
+        expect_ready,
+        variables: std::env::vars().collect(),
+    };
+    let simulation = capi_lb::sim::simulate::simulate(&sources, &options).await;
     finish("simulate", simulation, |simulation| {
         print!("{}", simulation.output);
         if expect_ready && !simulation.not_ready.is_empty() {

@@ -2,6 +2,9 @@
 //! cloud, a manual clock and a controller context (used by the tests and `capi-lb simulate`), and the
 //! `simulate` command itself.
 
+mod admit;
 pub mod inmemory_api;
+pub mod render;
 pub mod simulate;
+pub mod stand_in;
 pub mod world;

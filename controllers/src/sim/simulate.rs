@@ -1,33 +1,39 @@
 //! `capi-lb simulate`: load manifests into the in-memory Kubernetes API, run the real reconcilers
 //! with the in-memory provider on a simulated clock until nothing changes, and report what the
-//! controller did (a timeline of its Events, as YAML comments) and the resulting objects (each
-//! LoadBalancer with its status, its published Service and EndpointSlices, its infrastructure object)
-//! as YAML. The output is itself valid multi-document YAML.
+//! controllers did (a timeline of their Events, as YAML comments), the resulting objects (each
+//! LoadBalancer with its status, its published Service and EndpointSlices, its infrastructure object,
+//! its Cluster; each Service of type LoadBalancer with its status) as YAML, and a closing summary. The
+//! output is itself valid multi-document YAML.
 //!
-//! Manifests are checked the way an apiserver would check them: capi-lb's own kinds against their
-//! CRD schema and CEL rules (with defaults applied), the others for the fields the simulation needs.
-//! Every error names the file, the document, the object and the field.
+//! A clusterctl template is rendered first ([`render`]). Manifests are checked the way an apiserver
+//! would check them ([`crate::sim::admit`]); the in-memory provider stands in for the other providers
+//! ([`crate::sim::stand_in`]), and the header says so. Every error names the file, the document, the
+//! object and the field.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use capi_lb_api::capi::Machine;
+use capi_lb_api::LoadBalancer;
+use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::constants::{
     ANNOTATION_DNS_ENDPOINT, ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME, LABEL_LB_NAME,
     LABEL_SERVICE_NAME, LABEL_SOURCE_SERVICE,
 };
 use capi_lb_api::externaldns::DNSEndpoint;
 use capi_lb_api::target::TargetKeys;
-use capi_lb_api::validation::{FieldErrors, parse};
-use capi_lb_api::{InMemoryLoadBalancer, LoadBalancer};
+use capi_lb_providers::catalog;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::class;
+use crate::sim::admit::{Admitted, admit, describe};
+use crate::sim::render;
+use crate::sim::stand_in::stood_in_for;
 use crate::sim::world::{EPOCH, RunReport, World, WorldError};
 
 /// The most reconcile passes a simulation may take before it is declared unsettled.
@@ -56,6 +62,11 @@ pub enum SimulateError {
     /// One or more objects are invalid.
     #[error("invalid manifests:\n{}", .0.join("\n"))]
     Invalid(Vec<String>),
+    /// A template's variables have no value (neither in the environment nor a default).
+    #[error("{}\nhint: set {} in the environment, as for clusterctl generate cluster (e.g. CLUSTER_NAME=demo NAMESPACE=default KUBERNETES_VERSION=v1.32.0 capi-lb simulate -f FILE), or render the template first with clusterctl generate cluster ... > rendered.yaml and simulate that",
+        .0.iter().map(|(file, names)| format!("{file}: template variables without a value: {}", names.join(", "))).collect::<Vec<_>>().join("\n"),
+        unset_names(.0))]
+    UnsetVariables(Vec<(String, Vec<String>)>),
     /// Nothing to simulate: no LoadBalancer and no Service of type LoadBalancer.
     #[error("the manifests contain no LoadBalancer and no Service of type LoadBalancer")]
     NothingToDo,
@@ -67,11 +78,26 @@ pub enum SimulateError {
     Results(#[from] Box<kube::Error>),
 }
 
+/// Every name in `unset`, once, joined for the hint.
+fn unset_names(unset: &[(String, Vec<String>)]) -> String {
+    let names: BTreeSet<&str> = unset
+        .iter()
+        .flat_map(|(_, names)| names.iter().map(String::as_str))
+        .collect();
+    let names: Vec<&str> = names.into_iter().collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => names.join(""),
+    }
+}
+
 /// Options of a simulation.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     /// Fail (see [`Simulation::not_ready`]) when a LoadBalancer is not Ready at the end.
     pub expect_ready: bool,
+    /// Values of template variables (`${VAR}`): the process environment for `capi-lb simulate`.
+    pub variables: BTreeMap<String, String>,
 }
 
 /// The result of a simulation.
@@ -81,105 +107,15 @@ pub struct Simulation {
     pub output: String,
     /// `namespace/name` of every LoadBalancer that is not Ready at the end.
     pub not_ready: Vec<String>,
+    /// Whether a file says its outcome is not Ready on purpose ([`NOT_READY_ON_PURPOSE`]).
+    pub not_ready_on_purpose: bool,
     /// How the run went.
     pub run: RunReport,
 }
 
-/// Kinds a manifest may contain.
-const SUPPORTED: &str = "LoadBalancer (loadbalancer.cluster.x-k8s.io/v1alpha1), InMemoryLoadBalancer (infrastructure.cluster.x-k8s.io/v1alpha1), Machine and Cluster (cluster.x-k8s.io/v1beta2), Service (v1), EndpointSlice (discovery.k8s.io/v1)";
-
-fn describe(doc: &Value) -> String {
-    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("object");
-    let name = doc
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("<no name>");
-    let ns = doc
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("default");
-    format!("{kind} {ns}/{name}")
-}
-
-fn field_errors(errors: FieldErrors) -> Vec<String> {
-    errors.0.into_iter().map(|e| e.to_string()).collect()
-}
-
-/// Check one document and return it as the apiserver would store it.
-fn admit(mut doc: Value) -> Result<Value, Vec<String>> {
-    let api_version = doc
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let kind = doc
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    if doc
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .is_none()
-    {
-        return Err(vec!["metadata.name: required".into()]);
-    }
-    if doc.pointer("/metadata/namespace").is_none() {
-        doc["metadata"]["namespace"] = json!("default");
-    }
-    let strip_status = |mut v: Value| {
-        if let Some(map) = v.as_object_mut() {
-            map.remove("status");
-        }
-        v
-    };
-    match (api_version.as_str(), kind.as_str()) {
-        ("loadbalancer.cluster.x-k8s.io/v1alpha1", "LoadBalancer") => {
-            let parsed: LoadBalancer = parse(&doc).map_err(field_errors)?;
-            serde_json::to_value(parsed)
-                .map(strip_status)
-                .map_err(|e| vec![e.to_string()])
-        }
-        ("infrastructure.cluster.x-k8s.io/v1alpha1", "InMemoryLoadBalancer") => {
-            let parsed: InMemoryLoadBalancer = parse(&doc).map_err(field_errors)?;
-            serde_json::to_value(parsed)
-                .map(strip_status)
-                .map_err(|e| vec![e.to_string()])
-        }
-        ("cluster.x-k8s.io/v1beta2", "Machine") => {
-            let mut problems = Vec::new();
-            for (i, a) in doc
-                .pointer("/status/addresses")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .enumerate()
-            {
-                if a.get("type").and_then(Value::as_str).is_none()
-                    || a.get("address").and_then(Value::as_str).is_none()
-                {
-                    problems.push(format!(
-                        "status.addresses[{i}]: needs string fields type and address"
-                    ));
-                }
-            }
-            if problems.is_empty() {
-                Ok(doc)
-            } else {
-                Err(problems)
-            }
-        }
-        ("cluster.x-k8s.io/v1beta2", "Cluster")
-        | ("v1", "Service")
-        | ("discovery.k8s.io/v1", "EndpointSlice") => Ok(doc),
-        ("cluster.x-k8s.io/v1beta1", "Machine" | "Cluster") => Err(vec![format!(
-            "apiVersion: use cluster.x-k8s.io/v1beta2 (Cluster API contract v1beta2)"
-        )]),
-        _ => Err(vec![format!(
-            "apiVersion/kind: {api_version:?}/{kind:?} is not supported; supported: {SUPPORTED}"
-        )]),
-    }
-}
+/// The comment a file carries at its top when its outcome is not Ready on purpose (an example of
+/// a problem capi-lb reports).
+pub const NOT_READY_ON_PURPOSE: &str = "# Not Ready on purpose:";
 
 /// A manifest source: a name for messages and its text.
 #[derive(Clone, Debug)]
@@ -206,13 +142,60 @@ pub fn read(files: &[PathBuf]) -> Result<Vec<Source>, SimulateError> {
         .collect()
 }
 
+/// Manifests checked and ready to simulate.
+#[derive(Clone, Debug, Default)]
+pub struct Loaded {
+    /// The objects the simulation holds, as the apiserver would store them.
+    pub objects: Vec<Value>,
+    /// `Kind namespace/name` of each object accepted as context and not simulated.
+    pub context: Vec<String>,
+    /// Whether a file says its outcome is not Ready on purpose ([`NOT_READY_ON_PURPOSE`]).
+    pub not_ready_on_purpose: bool,
+}
+
+/// Render the template variables of every source that has any ([`render`]); one error lists every
+/// variable without a value, file by file.
+pub fn render_sources(
+    sources: &[Source],
+    variables: &BTreeMap<String, String>,
+) -> Result<Vec<Source>, SimulateError> {
+    let mut rendered = Vec::new();
+    let mut unset = Vec::new();
+    for source in sources {
+        if !render::has_variables(&source.text) {
+            rendered.push(source.clone());
+            continue;
+        }
+        match render::render(&source.text, variables) {
+            Ok(text) => rendered.push(Source {
+                name: source.name.clone(),
+                text,
+            }),
+            Err(names) => unset.push((source.name.clone(), names)),
+        }
+    }
+    if unset.is_empty() {
+        Ok(rendered)
+    } else {
+        Err(SimulateError::UnsetVariables(unset))
+    }
+}
+
+/// Whether the leading comment of `text` says its outcome is not Ready on purpose.
+fn says_not_ready_on_purpose(text: &str) -> bool {
+    text.lines()
+        .take_while(|l| l.starts_with('#') || l.trim().is_empty())
+        .any(|l| l.starts_with(NOT_READY_ON_PURPOSE))
+}
+
 /// Parse and check every manifest.
-pub fn load(sources: &[Source]) -> Result<Vec<Value>, SimulateError> {
-    let mut objects = Vec::new();
+pub fn load(sources: &[Source]) -> Result<Loaded, SimulateError> {
+    let mut loaded = Loaded::default();
     let mut problems = Vec::new();
     let mut seen = BTreeSet::new();
     for source in sources {
         let name = source.name.clone();
+        loaded.not_ready_on_purpose |= says_not_ready_on_purpose(&source.text);
         let docs: Vec<Value> =
             serde_saphyr::from_multiple(&source.text).map_err(|e| SimulateError::Yaml {
                 file: name.clone(),
@@ -227,19 +210,18 @@ pub fn load(sources: &[Source]) -> Result<Vec<Value>, SimulateError> {
                 problems.push(format!("{what}: not an object"));
                 continue;
             }
-            match admit(doc) {
-                Ok(object) => {
-                    let key = format!(
-                        "{} {}",
-                        object.get("kind").and_then(Value::as_str).unwrap_or(""),
-                        describe(&object)
-                    );
-                    if !seen.insert(key) {
-                        problems.push(format!("{what}: defined more than once"));
-                        continue;
-                    }
-                    objects.push(object);
-                }
+            let key = format!(
+                "{} {}",
+                doc.get("apiVersion").and_then(Value::as_str).unwrap_or(""),
+                describe(&doc)
+            );
+            if !seen.insert(key) {
+                problems.push(format!("{what}: defined more than once"));
+                continue;
+            }
+            match admit(doc.clone()) {
+                Ok(Admitted::Simulated(object)) => loaded.objects.push(object),
+                Ok(Admitted::Context) => loaded.context.push(describe(&doc)),
                 Err(errors) => problems.extend(errors.into_iter().map(|e| format!("{what}: {e}"))),
             }
         }
@@ -247,7 +229,7 @@ pub fn load(sources: &[Source]) -> Result<Vec<Value>, SimulateError> {
     if !problems.is_empty() {
         return Err(SimulateError::Invalid(problems));
     }
-    let something = objects.iter().any(|o| {
+    let something = loaded.objects.iter().any(|o| {
         let kind = o.get("kind").and_then(Value::as_str);
         kind == Some("LoadBalancer")
             || (kind == Some("Service")
@@ -256,25 +238,38 @@ pub fn load(sources: &[Source]) -> Result<Vec<Value>, SimulateError> {
     if !something {
         return Err(SimulateError::NothingToDo);
     }
-    Ok(objects)
+    Ok(loaded)
 }
 
 /// Run a simulation of `sources`.
 pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulation, SimulateError> {
-    let objects = load(sources)?;
+    let sources = render_sources(sources, &options.variables)?;
+    let loaded = load(&sources)?;
+    let stand_ins = stand_ins(&loaded.objects);
     // A cluster with ExternalDNS's CRD installed (ExternalDNS itself does not run: DNSEndpoints
     // stay not observed).
-    let world = World::with_builder(objects, |b| b.with_resource::<DNSEndpoint>())
+    let world = World::with_builder(loaded.objects.clone(), |b| b.with_resource::<DNSEndpoint>())
         .await
-        .map_err(Box::new)?;
-    let run = world.run_until_stable(MAX_PASSES).await.map_err(Box::new)?;
-    // The -ext publisher for Services of type LoadBalancer (after the LoadBalancers settled).
-    world.settle_services(MAX_PASSES).await.map_err(Box::new)?;
+        .map_err(Box::new)?
+        .standing_in();
+    let run = settle(&world).await?;
     let mut output = String::new();
-    write_timeline(&mut output, sources, &world, &run);
+    write_header(&mut output, &sources, &stand_ins, &loaded.context);
+    write_timeline(&mut output, &world, &run);
     let client = world.client();
-    let not_ready = write_load_balancers(&mut output, &client).await?;
-    write_load_balancer_services(&mut output, &client).await?;
+    let mut summary = Vec::new();
+    let not_ready = write_load_balancers(&mut output, &client, &mut summary).await?;
+    write_load_balancer_services(&mut output, &world, &mut summary).await?;
+    let _ = writeln!(output, "#\n# Summary:");
+    for line in &summary {
+        let _ = writeln!(output, "#   {line}");
+    }
+    if loaded.not_ready_on_purpose {
+        let _ = writeln!(
+            output,
+            "#   (not Ready on purpose: the file says so at its top)"
+        );
+    }
     if options.expect_ready && !not_ready.is_empty() {
         let _ = writeln!(
             output,
@@ -285,14 +280,67 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
     Ok(Simulation {
         output,
         not_ready,
+        not_ready_on_purpose: loaded.not_ready_on_purpose,
         run,
     })
 }
 
-/// Write the header: the command, the timeline of the controller's Events and how the run settled.
-fn write_timeline(output: &mut String, sources: &[Source], world: &World, run: &RunReport) {
+/// Stand-in for the watches of both controllers: the LoadBalancers settle, then the Services (the
+/// `-ext` publisher, and the binding of a Service of capi-lb's class to its LoadBalancer), again
+/// until the Services change nothing (a Service bound to a LoadBalancer has it reconciled again:
+/// it takes the Service's ports and endpoints and writes its ingress).
+async fn settle(world: &World) -> Result<RunReport, SimulateError> {
+    let mut total = RunReport::default();
+    for _ in 0..MAX_PASSES {
+        let run = world.run_until_stable(MAX_PASSES).await.map_err(Box::new)?;
+        total.passes += run.passes;
+        total.reconciles += run.reconciles;
+        total.elapsed += run.elapsed;
+        let before = world.api.stats.writes_excluding_events();
+        world.settle_services(MAX_PASSES).await.map_err(Box::new)?;
+        if world.api.stats.writes_excluding_events() == before {
+            return Ok(total);
+        }
+    }
+    Err(SimulateError::World(Box::new(WorldError::DidNotSettle(
+        total.passes,
+        "the LoadBalancers and the Services kept changing each other".into(),
+    ))))
+}
+
+/// One line per object of a provider the in-memory provider stands in for: what it means.
+fn stand_ins(objects: &[Value]) -> Vec<String> {
+    objects
+        .iter()
+        .filter_map(|o| {
+            let kind = o.get("kind").and_then(Value::as_str)?;
+            let note = stood_in_for(kind)?;
+            Some(format!(
+                "{}: simulated by the in-memory provider (no cloud is contacted; {note}; addresses come from the documentation range 203.0.113.0/24)",
+                describe(o)
+            ))
+        })
+        .collect()
+}
+
+/// Write the header: the command, the stand-ins and what is not simulated.
+fn write_header(output: &mut String, sources: &[Source], stand_ins: &[String], context: &[String]) {
     let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
     let _ = writeln!(output, "# capi-lb simulate -f {}", names.join(" -f "));
+    for line in stand_ins {
+        let _ = writeln!(output, "# {line}");
+    }
+    if !context.is_empty() {
+        let _ = writeln!(
+            output,
+            "# Not simulated (accepted as context; no controller of theirs runs): {}",
+            context.join(", ")
+        );
+    }
+}
+
+/// Write the timeline of the controllers' Events and how the run settled.
+fn write_timeline(output: &mut String, world: &World, run: &RunReport) {
     let _ = writeln!(output, "#");
     let _ = writeln!(output, "# Timeline (simulated time since start):");
     let start: Timestamp = EPOCH.parse().unwrap_or(Timestamp::UNIX_EPOCH);
@@ -316,10 +364,12 @@ fn write_timeline(output: &mut String, sources: &[Source], world: &World, run: &
     );
 }
 
-/// Write every LoadBalancer with what belongs to it; returns `namespace/name` of those not Ready.
+/// Write every LoadBalancer with what belongs to it, and a line each to `summary`; returns
+/// `namespace/name` of those not Ready.
 async fn write_load_balancers(
     output: &mut String,
     client: &kube::Client,
+    summary: &mut Vec<String>,
 ) -> Result<Vec<String>, SimulateError> {
     let mut lbs = Api::<LoadBalancer>::all(client.clone())
         .list(&ListParams::default())
@@ -329,19 +379,45 @@ async fn write_load_balancers(
     lbs.sort_by_key(|lb| (lb.namespace(), lb.name_any()));
     let mut not_ready = Vec::new();
     for lb in &lbs {
+        let key = format!("{}/{}", lb.namespace().unwrap_or_default(), lb.name_any());
+        summary.push(format!("LoadBalancer {key}: {}", readiness(lb)));
         if !write_load_balancer(output, client, lb).await? {
-            not_ready.push(format!(
-                "{}/{}",
-                lb.namespace().unwrap_or_default(),
-                lb.name_any()
-            ));
+            not_ready.push(key);
         }
     }
     Ok(not_ready)
 }
 
+/// Ready with its endpoint, or not Ready with the reason and message of its Ready condition.
+fn readiness(lb: &LoadBalancer) -> String {
+    let Some(status) = &lb.status else {
+        return "not Ready: never reconciled".into();
+    };
+    if status.ready {
+        return match &status.endpoint {
+            Some(endpoint) => format!("Ready, endpoint {}:{}", endpoint.host, endpoint.port),
+            None => "Ready".into(),
+        };
+    }
+    let Some(ready) = status.conditions.iter().find(|c| c.type_ == "Ready") else {
+        return "not Ready".into();
+    };
+    // Ready's message is the one of the condition that holds it back: name that condition.
+    match status
+        .conditions
+        .iter()
+        .find(|c| c.type_ != "Ready" && c.message == ready.message)
+    {
+        Some(cause) => format!(
+            "not Ready: {} is {} ({}): {}",
+            cause.type_, cause.status, cause.reason, cause.message
+        ),
+        None => format!("not Ready ({}): {}", ready.reason, ready.message),
+    }
+}
+
 /// Write LoadBalancer `lb`: its readiness, its target Machines, the object, its published Services
-/// with their EndpointSlices, its infrastructure object. Returns whether it is Ready.
+/// with their EndpointSlices, its infrastructure object, its Cluster. Returns whether it is Ready.
 async fn write_load_balancer(
     output: &mut String,
     client: &kube::Client,
@@ -369,13 +445,41 @@ async fn write_load_balancer(
         emit_dns_endpoint(output, client, &namespace, &name).await?;
     }
     let infra_ref = &lb.spec.infrastructure_ref;
-    if infra_ref.kind == "InMemoryLoadBalancer"
-        && let Some(infra) = Api::<InMemoryLoadBalancer>::namespaced(client.clone(), &namespace)
-            .get_opt(&infra_ref.name)
+    if let Some(entry) = catalog::for_kind(&infra_ref.kind)
+        && let Some(infra) = Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &namespace,
+            &(entry.infrastructure)(),
+        )
+        .get_opt(&infra_ref.name)
+        .await
+        .map_err(Box::new)?
+    {
+        if stood_in_for(&infra_ref.kind).is_some() {
+            let _ = writeln!(
+                output,
+                "# {} {namespace}/{}: its status as the in-memory provider standing in wrote it",
+                infra_ref.kind, infra_ref.name
+            );
+        }
+        emit(output, serde_json::to_value(infra).unwrap_or_default());
+    }
+    if let Some(cluster_name) = &lb.spec.cluster_name
+        && let Some(cluster) = Api::<Cluster>::namespaced(client.clone(), &namespace)
+            .get_opt(cluster_name)
             .await
             .map_err(Box::new)?
     {
-        emit(output, serde_json::to_value(infra).unwrap_or_default());
+        let endpoint = cluster
+            .spec
+            .control_plane_endpoint
+            .as_ref()
+            .filter(|e| !e.host.is_empty())
+            .map_or("no spec.controlPlaneEndpoint".to_string(), |e| {
+                format!("spec.controlPlaneEndpoint {}:{}", e.host, e.port)
+            });
+        let _ = writeln!(output, "# Cluster {namespace}/{cluster_name}: {endpoint}");
+        emit(output, serde_json::to_value(cluster).unwrap_or_default());
     }
     Ok(ready)
 }
@@ -410,12 +514,14 @@ async fn write_target_machines(
     Ok(())
 }
 
-/// Write the Services of type LoadBalancer, each with its external endpoint and its `-ext`
-/// Services.
+/// Write the Services of type LoadBalancer, each with its status, its external endpoint and its
+/// `-ext` Services, and a line each to `summary`.
 async fn write_load_balancer_services(
     output: &mut String,
-    client: &kube::Client,
+    world: &World,
+    summary: &mut Vec<String>,
 ) -> Result<(), SimulateError> {
+    let client = &world.client();
     let mut sources: Vec<Service> = Api::<Service>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -425,6 +531,7 @@ async fn write_load_balancer_services(
         .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
         .collect();
     sources.sort_by_key(|s| (s.namespace(), s.name_any()));
+    let timeline = world.ctx.events.timeline();
     for source in &sources {
         let namespace = source.namespace().unwrap_or_default();
         let name = source.name_any();
@@ -432,15 +539,46 @@ async fn write_load_balancer_services(
             .annotations()
             .get(ANNOTATION_EXTERNAL_ENDPOINT_DNS_NAME)
             .cloned();
+        let endpoint = published
+            .as_deref()
+            .map_or("no external endpoint".to_string(), |d| {
+                format!("external endpoint {d}")
+            });
         let _ = writeln!(
             output,
-            "# Service {namespace}/{name} (type LoadBalancer): {}",
-            published
-                .as_deref()
-                .map_or("no external endpoint".to_string(), |d| format!(
-                    "external endpoint {d}"
-                ))
+            "# Service {namespace}/{name} (type LoadBalancer): {endpoint}"
         );
+        let ingress: Vec<String> = source
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|l| l.ingress.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i.ip.clone().or_else(|| i.hostname.clone()))
+            .collect();
+        let state = if !ingress.is_empty() {
+            format!("ingress {}, {endpoint}", ingress.join(", "))
+        } else if class::is_ours(source) {
+            let object = format!("Service/{name}");
+            match timeline
+                .iter()
+                .rev()
+                .find(|e| e.warning && e.object.ends_with(&object))
+            {
+                Some(e) => format!("no ingress: {}: {}", e.reason, e.message),
+                None => "no ingress".into(),
+            }
+        } else {
+            let class = source
+                .spec
+                .as_ref()
+                .and_then(|s| s.load_balancer_class.as_deref())
+                .unwrap_or("the cluster's default");
+            format!("no ingress: its implementation ({class}) does not run in simulate; {endpoint}")
+        };
+        summary.push(format!("Service {namespace}/{name}: {state}"));
+        emit(output, serde_json::to_value(source).unwrap_or_default());
         let ext = services_labelled(
             client,
             &namespace,

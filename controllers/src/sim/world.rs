@@ -30,6 +30,7 @@ use crate::kinds::KindResolver;
 use crate::loadbalancer::reconcile;
 use crate::service::{Reported, reconcile_service};
 use crate::sim::inmemory_api::{InMemoryApi, InMemoryApiBuilder, InMemoryApiError};
+use crate::sim::stand_in::{STOOD_IN_FOR, StandIn};
 
 /// The instant every world starts at, so simulate output is reproducible.
 pub const EPOCH: &str = "2026-01-01T00:00:00Z";
@@ -76,6 +77,8 @@ pub struct World {
     reported: Arc<Reported>,
     /// Every OpenStack request the Octavia provider made (it survives restarts of the world).
     pub openstack: Arc<OpenStackCalls>,
+    /// Whether the in-memory provider stands in for the other providers ([`World::standing_in`]).
+    stand_in: bool,
 }
 
 /// Records the Octavia provider's OpenStack requests (operation and HTTP status).
@@ -136,7 +139,7 @@ impl World {
             .await?;
         let cloud = InMemoryCloud::new(shared);
         let openstack = Arc::new(OpenStackCalls::default());
-        let ctx = Arc::new(Self::context(&api, &cloud, &clock, &openstack, true));
+        let ctx = Arc::new(Self::context(&api, &cloud, &clock, &openstack, true, false));
         Ok(Self {
             api,
             clock,
@@ -145,7 +148,28 @@ impl World {
             due: Arc::default(),
             reported: Arc::default(),
             openstack,
+            stand_in: false,
         })
+    }
+
+    /// The same world with a controller whose in-memory provider stands in for every other provider
+    /// (kube-dc, Octavia, Service): their infrastructure objects are realised in the in-memory cloud
+    /// (see [`crate::sim::stand_in`]). What `capi-lb simulate` runs.
+    pub fn standing_in(&self) -> Self {
+        Self {
+            ctx: Arc::new(Self::context(
+                &self.api,
+                &self.cloud,
+                &self.clock,
+                &self.openstack,
+                true,
+                true,
+            )),
+            due: Arc::default(),
+            reported: Arc::default(),
+            stand_in: true,
+            ..self.clone()
+        }
     }
 
     fn context(
@@ -154,8 +178,17 @@ impl World {
         clock: &Arc<ManualClock>,
         openstack: &Arc<OpenStackCalls>,
         timeline: bool,
+        stand_in: bool,
     ) -> Context {
-        Self::context_with(api, cloud, clock, openstack, timeline, Config::default())
+        Self::context_with(
+            api,
+            cloud,
+            clock,
+            openstack,
+            timeline,
+            stand_in,
+            Config::default(),
+        )
     }
 
     fn context_with(
@@ -164,6 +197,7 @@ impl World {
         clock: &Arc<ManualClock>,
         openstack: &Arc<OpenStackCalls>,
         timeline: bool,
+        stand_in: bool,
         config: Config,
     ) -> Context {
         let shared: SharedClock = clock.clone();
@@ -177,6 +211,14 @@ impl World {
             &inmemory::ENTRY,
             Arc::new(InMemoryProvider::new(cloud.clone())),
         );
+        if stand_in {
+            for (entry, _) in STOOD_IN_FOR {
+                providers.replace(
+                    entry,
+                    Arc::new(StandIn::new(InMemoryProvider::new(cloud.clone()))),
+                );
+            }
+        }
         let mut events = EventSink::new(api.client.clone(), None, shared.clone());
         if timeline {
             events = events.with_timeline();
@@ -201,6 +243,7 @@ impl World {
                 &self.clock,
                 &self.openstack,
                 true,
+                self.stand_in,
             )),
             due: Arc::default(),
             reported: Arc::default(),
@@ -220,6 +263,7 @@ impl World {
                 &self.clock,
                 &self.openstack,
                 true,
+                self.stand_in,
                 config,
             )),
             due: Arc::default(),

@@ -13,7 +13,7 @@
 //! when its finding changes, so the `WorkloadEndpoints` condition (and its Event) follows.
 //!
 //! One client per workload cluster, made from Cluster API's Secret `<clusterName>-kubeconfig`
-//! (key `value`, read with the management cluster's client, under `--credentials-label` like any
+//! (key `value`, read with the management cluster's client, under `--credentials-secret-label` like any
 //! credentials) and kept while the Secret's resourceVersion is the same; it is bounded like the
 //! kube-dc provider's remote client ([`capi_lb_providers::kubeconfig`]) and dropped with the
 //! LoadBalancer's entry.

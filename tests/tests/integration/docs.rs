@@ -44,6 +44,8 @@ const OTHER_TOOLS: &[(&str, &str)] = &[
     ("external-dns", "--source"),
     ("external-dns", "--txt-owner-id"),
     ("helm", "--kube-version"),
+    ("kube-apiserver", "--advertise-address"),
+    ("kube-apiserver", "--endpoint-reconciler-type"),
     ("kubectl", "--force-conflicts"),
     ("metallb", "--lb-class"),
 ];
@@ -533,6 +535,8 @@ fn binaries() -> BTreeMap<&'static str, Flags> {
 struct Invocation {
     binary: &'static str,
     args: Vec<String>,
+    /// `NAME=value` words before the command: its environment (a template's variables).
+    env: Vec<(String, String)>,
     comment: String,
     cargo: bool,
 }
@@ -571,6 +575,18 @@ fn commands(line: &str) -> (Vec<Vec<String>>, String) {
 
 /// The invocation of one of capi-lb's binaries in one command, if any, and where it starts.
 fn invocation(words: &[String], comment: &str) -> Option<(usize, Invocation)> {
+    let env_of = |before: &[String]| -> Vec<(String, String)> {
+        before
+            .iter()
+            .filter_map(|w| w.split_once('='))
+            .filter(|(k, _)| {
+                !k.is_empty()
+                    && k.chars()
+                        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            })
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
     for (i, w) in words.iter().enumerate() {
         let named = BINARIES
             .iter()
@@ -582,6 +598,7 @@ fn invocation(words: &[String], comment: &str) -> Option<(usize, Invocation)> {
             let call = Invocation {
                 binary,
                 args: words[i + 1..].to_vec(),
+                env: env_of(&words[..i]),
                 comment: comment.into(),
                 cargo: false,
             };
@@ -600,6 +617,7 @@ fn invocation(words: &[String], comment: &str) -> Option<(usize, Invocation)> {
             let call = Invocation {
                 binary,
                 args: dashes.map(|d| rest[d + 1..].to_vec()).unwrap_or_default(),
+                env: env_of(&words[..i]),
                 comment: comment.into(),
                 cargo: true,
             };
@@ -816,7 +834,7 @@ fn scratch(n: usize) -> PathBuf {
 
 /// Run one offline command as the binary would (from the repository's root, writing into a
 /// scratch directory): Ok, or why it failed.
-async fn run_offline(args: &[String], n: usize) -> Result<(), String> {
+async fn run_offline(args: &[String], env: &[(String, String)], n: usize) -> Result<(), String> {
     let cli =
         Cli::try_parse_from(std::iter::once("capi-lb".to_string()).chain(args.iter().cloned()))
             .map_err(|e| {
@@ -826,12 +844,12 @@ async fn run_offline(args: &[String], n: usize) -> Result<(), String> {
                 )
             })?;
     match cli.command {
-        None => simulate_files(&[], false).await,
+        None => simulate_files(&[], false, env).await,
         // No `..`: a new flag of `simulate` is to be honoured here as the binary does.
         Some(Command::Simulate {
             files,
             expect_ready,
-        }) => simulate_files(&files, expect_ready).await,
+        }) => simulate_files(&files, expect_ready, env).await,
         Some(Command::Crds {
             output_dir: Some(_),
             ..
@@ -869,7 +887,11 @@ async fn run_offline(args: &[String], n: usize) -> Result<(), String> {
 }
 
 /// `capi-lb simulate -f <files>`: the files from the repository's root.
-async fn simulate_files(files: &[PathBuf], expect_ready: bool) -> Result<(), String> {
+async fn simulate_files(
+    files: &[PathBuf],
+    expect_ready: bool,
+    env: &[(String, String)],
+) -> Result<(), String> {
     // Without files, the binary simulates the quickstart it embeds.
     let quickstart = [PathBuf::from("examples/quickstart.yaml")];
     let files = if files.is_empty() {
@@ -890,7 +912,12 @@ async fn simulate_files(files: &[PathBuf], expect_ready: bool) -> Result<(), Str
     }
     let paths: Vec<PathBuf> = files.iter().map(|f| repo(&f.to_string_lossy())).collect();
     let sources = read(&paths).map_err(|e| e.to_string())?;
-    let sim = simulate(&sources, &Options { expect_ready })
+    // The documented environment only, as a user's shell would have it set for the command.
+    let options = Options {
+        expect_ready,
+        variables: env.iter().cloned().collect(),
+    };
+    let sim = simulate(&sources, &options)
         .await
         .map_err(|e| e.to_string())?;
     if expect_ready && !sim.not_ready.is_empty() {
@@ -908,7 +935,8 @@ async fn documented_offline_commands_run() {
     let flags = &binaries["capi-lb"];
     // Each distinct command once (with whether it is expected to fail), with every place that
     // shows it.
-    let mut commands: BTreeMap<(Vec<String>, bool), Vec<String>> = BTreeMap::new();
+    type Shown = (Vec<String>, Vec<(String, String)>, bool);
+    let mut commands: BTreeMap<Shown, Vec<String>> = BTreeMap::new();
     for doc in documentation() {
         let mut lines: Vec<(usize, &str, bool, bool)> = doc
             .code
@@ -949,7 +977,7 @@ async fn documented_offline_commands_run() {
                     continue;
                 }
                 commands
-                    .entry((args, expected_to_fail(&call.comment)))
+                    .entry((args, call.env.clone(), expected_to_fail(&call.comment)))
                     .or_default()
                     .push(format!("{}:{number}", doc.file));
             }
@@ -957,16 +985,16 @@ async fn documented_offline_commands_run() {
     }
     let simulations = commands
         .keys()
-        .filter(|(a, _)| a.first().is_some_and(|s| s == "simulate"))
+        .filter(|(a, _, _)| a.first().is_some_and(|s| s == "simulate"))
         .count();
     assert!(
         simulations >= 5,
         "only {simulations} simulate commands found: is the scanner broken?"
     );
     let mut findings = Vec::new();
-    for (n, ((args, fails), places)) in commands.iter().enumerate() {
+    for (n, ((args, env, fails), places)) in commands.iter().enumerate() {
         let line = format!("capi-lb {}", args.join(" "));
-        let outcome = run_offline(args, n).await;
+        let outcome = run_offline(args, env, n).await;
         let problem = match (outcome, fails) {
             (Ok(()), false) | (Err(_), true) => continue,
             (Ok(()), true) => "is marked as failing but succeeds".to_string(),
@@ -1067,7 +1095,7 @@ fn the_scanner_reads_code_spans_links_and_headings() {
 #[tokio::test]
 async fn offline_commands_fail_as_the_binary_would() {
     let args = |line: &str| -> Vec<String> { line.split_whitespace().map(String::from).collect() };
-    let missing = run_offline(&args("simulate -f examples/nope.yaml"), 0).await;
+    let missing = run_offline(&args("simulate -f examples/nope.yaml"), &[], 0).await;
     assert!(
         missing
             .as_ref()
@@ -1076,14 +1104,14 @@ async fn offline_commands_fail_as_the_binary_would() {
     );
     // A hand-made -ext Service in the way: never Ready, so --expect-ready fails.
     let conflict = args("simulate --expect-ready -f examples/name-conflict.yaml");
-    let not_ready = run_offline(&conflict, 0).await;
+    let not_ready = run_offline(&conflict, &[], 0).await;
     assert!(
         not_ready.as_ref().is_err_and(|e| e.contains("not Ready")),
         "{not_ready:?}"
     );
     let without = args("simulate -f examples/name-conflict.yaml");
-    assert_eq!(run_offline(&without, 0).await, Ok(()));
-    let refused = run_offline(&args("crds --output-dir"), 0).await;
+    assert_eq!(run_offline(&without, &[], 0).await, Ok(()));
+    let refused = run_offline(&args("crds --output-dir"), &[], 0).await;
     assert!(refused.is_err_and(|e| e.contains("refuses")));
-    assert_eq!(run_offline(&args("crds --all"), 0).await, Ok(()));
+    assert_eq!(run_offline(&args("crds --all"), &[], 0).await, Ok(()));
 }

@@ -12,7 +12,7 @@ fn source(name: &str, text: &str) -> Source {
     }
 }
 
-fn invalid(result: Result<Vec<Value>, SimulateError>) -> Vec<String> {
+fn invalid<T: std::fmt::Debug>(result: Result<T, SimulateError>) -> Vec<String> {
     match result {
         Err(SimulateError::Invalid(problems)) => problems,
         other => panic!("expected invalid manifests, got {other:?}"),
@@ -22,9 +22,15 @@ fn invalid(result: Result<Vec<Value>, SimulateError>) -> Vec<String> {
 #[tokio::test]
 async fn the_quickstart_settles_ready_with_its_ext_endpoint() {
     let sources = read(&[repo("examples/quickstart.yaml")]).unwrap();
-    let sim = simulate(&sources, &Options { expect_ready: true })
-        .await
-        .unwrap();
+    let sim = simulate(
+        &sources,
+        &Options {
+            expect_ready: true,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
     assert!(sim.not_ready.is_empty(), "{}", sim.output);
     let docs: Vec<Value> = serde_saphyr::from_multiple(&sim.output).unwrap();
     let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
@@ -34,7 +40,8 @@ async fn the_quickstart_settles_ready_with_its_ext_endpoint() {
             "LoadBalancer",
             "Service",
             "EndpointSlice",
-            "InMemoryLoadBalancer"
+            "InMemoryLoadBalancer",
+            "Cluster"
         ]
     );
     let lb = &docs[0];
@@ -141,9 +148,15 @@ fn yaml_errors_and_duplicates_are_reported() {
 #[tokio::test]
 async fn expect_ready_reports_what_is_not_ready() {
     let text = "apiVersion: loadbalancer.cluster.x-k8s.io/v1alpha1\nkind: LoadBalancer\nmetadata: {name: cp}\nspec:\n  infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: InMemoryLoadBalancer, name: missing}\n";
-    let sim = simulate(&[source("x.yaml", text)], &Options { expect_ready: true })
-        .await
-        .unwrap();
+    let sim = simulate(
+        &[source("x.yaml", text)],
+        &Options {
+            expect_ready: true,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(sim.not_ready, vec!["default/cp"]);
     assert!(sim.output.contains("InfrastructureNotFound"));
 }
@@ -261,18 +274,28 @@ fn committed_flag_reference_matches_the_generated_one() {
 #[tokio::test]
 async fn every_example_simulates_and_shows_what_it_says() {
     let mut seen = Vec::new();
-    for entry in std::fs::read_dir(repo("examples")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
-            continue;
-        }
-        let name = path.file_name().unwrap().to_string_lossy().to_string();
+    for path in example_files() {
+        let name = path
+            .strip_prefix(repo("examples"))
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
         let sim = simulate(
             &read(std::slice::from_ref(&path)).unwrap(),
             &Options::default(),
         )
         .await
         .unwrap_or_else(|e| panic!("{name}: {e}"));
+        // Ready unless the file says at its top that it is not Ready on purpose; then it is not.
+        assert_eq!(
+            sim.not_ready.is_empty(),
+            !sim.not_ready_on_purpose,
+            "{name}: {}",
+            sim.output
+        );
+        assert!(sim.output.contains("\n# Summary:\n"), "{name}");
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&sim.output)
+            .unwrap_or_else(|e| panic!("{name}: the output is not YAML: {e}"));
         match name.as_str() {
             "quickstart.yaml" => assert!(sim.not_ready.is_empty(), "{}", sim.output),
             "dual-stack.yaml" => {
@@ -297,11 +320,124 @@ async fn every_example_simulates_and_shows_what_it_says() {
             }
             "name-conflict.yaml" => {
                 assert_eq!(sim.not_ready, vec!["tenant-a/etcd"]);
+                assert!(sim.not_ready_on_purpose);
                 assert!(
                     sim.output.contains("Warning NameConflict"),
                     "{}",
                     sim.output
                 );
+                assert!(
+                    sim.output.contains(
+                        "#   LoadBalancer tenant-a/etcd: not Ready: EndpointPublished is False (NameConflict): Service tenant-a/etcd-ext already exists"
+                    ),
+                    "{}",
+                    sim.output
+                );
+                assert!(sim.output.contains("#   (not Ready on purpose"));
+            }
+            "control-plane.yaml" => {
+                let cluster = docs.iter().find(|d| d["kind"] == "Cluster").unwrap();
+                assert_eq!(
+                    cluster["spec"]["controlPlaneEndpoint"],
+                    json!({"host": "203.0.113.1", "port": 6443})
+                );
+                assert!(
+                    sim.output.contains(
+                        "# Cluster prod/prod: spec.controlPlaneEndpoint 203.0.113.1:6443"
+                    ),
+                    "{}",
+                    sim.output
+                );
+                assert!(sim.output.contains("ClusterEndpointSet"), "{}", sim.output);
+                let lb = docs.iter().find(|d| d["kind"] == "LoadBalancer").unwrap();
+                assert_eq!(
+                    lb["status"]["activeTargets"],
+                    json!(["prod-cp-a", "prod-cp-b"]),
+                    "the worker is not selected"
+                );
+            }
+            "kamaji-service.yaml" => {
+                let service = docs
+                    .iter()
+                    .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == "tenant-a")
+                    .unwrap_or_else(|| panic!("Kamaji's Service not printed: {}", sim.output));
+                assert_eq!(
+                    service["status"]["loadBalancer"]["ingress"],
+                    json!([{"ip": "203.0.113.1"}])
+                );
+                assert_eq!(
+                    service["metadata"]["annotations"]["loadbalancer.cluster.x-k8s.io/external-endpoint-dns-name"],
+                    "tenant-a-cp-ext.tenant-a.svc.cluster.local"
+                );
+                let ext = docs.iter().find(|d| d["kind"] == "EndpointSlice").unwrap();
+                assert_eq!(
+                    ext["metadata"]["labels"]["kubernetes.io/service-name"],
+                    "tenant-a-cp-ext"
+                );
+                assert_eq!(ext["endpoints"][0]["addresses"][0], "203.0.113.1");
+                assert!(sim.output.contains("ServiceBound"), "{}", sim.output);
+                assert!(
+                    sim.output.contains("added member 10.244.1.10"),
+                    "Kamaji's pods are the members: {}",
+                    sim.output
+                );
+                assert!(
+                    sim.output.contains(
+                        "#   Service tenant-a/tenant-a: ingress 203.0.113.1, external endpoint tenant-a-cp-ext.tenant-a.svc.cluster.local"
+                    ),
+                    "{}",
+                    sim.output
+                );
+            }
+            "dns/externaldns.yaml" => {
+                assert!(
+                    docs.iter().any(|d| d["kind"] == "DNSEndpoint"),
+                    "{}",
+                    sim.output
+                );
+            }
+            "kubedc/control-plane.yaml"
+            | "kubedc/bring-your-own-eip.yaml"
+            | "octavia/control-plane.yaml"
+            | "octavia/given-floating-ip.yaml"
+            | "service/metallb-control-plane.yaml" => {
+                let kind = match name.split('/').next().unwrap() {
+                    "kubedc" => "KubeDCLoadBalancer",
+                    "octavia" => "OctaviaLoadBalancer",
+                    _ => "ServiceLoadBalancer",
+                };
+                let stand_in = sim
+                    .output
+                    .lines()
+                    .find(|l| l.starts_with(&format!("# {kind} ")))
+                    .unwrap_or_else(|| panic!("{name}: no stand-in note: {}", sim.output));
+                assert!(
+                    stand_in
+                        .contains(": simulated by the in-memory provider (no cloud is contacted;"),
+                    "{stand_in}"
+                );
+                // The provider's object is printed as written, with the stand-in's status.
+                let infra = docs.iter().find(|d| d["kind"] == kind).unwrap();
+                assert_eq!(infra["status"]["addresses"][0]["address"], "203.0.113.1");
+                let lb = docs.iter().find(|d| d["kind"] == "LoadBalancer").unwrap();
+                assert_eq!(lb["spec"]["infrastructureRef"]["kind"], kind);
+                if name == "octavia/control-plane.yaml" {
+                    assert!(
+                        stand_in.contains("floating IP are not simulated"),
+                        "{stand_in}"
+                    );
+                    assert!(
+                        sim.output.contains(
+                            "# Not simulated (accepted as context; no controller of theirs runs): Secret tenants/openstack-cloud"
+                        ),
+                        "{}",
+                        sim.output
+                    );
+                    assert_eq!(
+                        infra["spec"]["floatingIP"]["networkID"],
+                        "66666666-7777-4888-9999-000000000000"
+                    );
+                }
             }
             "target-lifecycle.yaml" => {
                 assert!(sim.not_ready.is_empty(), "{}", sim.output);
@@ -351,7 +487,25 @@ async fn every_example_simulates_and_shows_what_it_says() {
         }
         seen.push(name);
     }
-    assert_eq!(seen.len(), 5, "{seen:?}");
+    assert_eq!(seen.len(), 13, "{seen:?}");
+}
+
+/// Every `.yaml` under examples/, in its folders too, sorted.
+fn example_files() -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().and_then(|e| e.to_str()) == Some("yaml") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&repo("examples"), &mut files);
+    files.sort();
+    files
 }
 
 /// docs/operations.md lists every condition reason and Event reason capi-lb and its providers use
@@ -389,5 +543,135 @@ fn every_reason_is_documented() {
     assert!(
         missing.is_empty(),
         "not in docs/operations.md: {missing:#?}"
+    );
+}
+
+/// A provider's object is still checked against its CRD schema while the in-memory provider stands
+/// in for it; a kind that looks like one of capi-lb's is refused; other projects' kinds and Secrets
+/// are kept as context.
+#[test]
+fn provider_objects_are_checked_and_other_projects_kinds_are_context() {
+    let text = r#"
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: OctaviaLoadBalancer
+metadata: {name: cp, namespace: t}
+spec:
+  credentials: {secretName: cloud}
+  vip: {subnetId: 11111111-2222-4333-8444-555555555555}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: OctaviaLoadBalancr
+metadata: {name: cp2, namespace: t}
+---
+apiVersion: loadbalancer.cluster.x-k8s.io/v1alpha1
+kind: LoadBalancerPool
+metadata: {name: pool, namespace: t}
+---
+apiVersion: loadbalancer.cluster.x-k8s.io/v1beta1
+kind: LoadBalancer
+metadata: {name: old, namespace: t}
+"#;
+    let problems = invalid(load(&[source("bad.yaml", text)]));
+    let expect = [
+        "bad.yaml: document 1 (OctaviaLoadBalancer t/cp): spec.vip.subnetId",
+        "bad.yaml: document 2 (OctaviaLoadBalancr t/cp2): kind: \"OctaviaLoadBalancr\" is not a kind of infrastructure.cluster.x-k8s.io; did you mean OctaviaLoadBalancer?",
+        "bad.yaml: document 3 (LoadBalancerPool t/pool): apiVersion/kind",
+        "bad.yaml: document 4 (LoadBalancer t/old): apiVersion: LoadBalancer is loadbalancer.cluster.x-k8s.io/v1alpha1",
+    ];
+    for e in expect {
+        assert!(
+            problems.iter().any(|p| p.starts_with(e)),
+            "missing {e:?} in {problems:#?}"
+        );
+    }
+    // The typo of subnetID is refused as an unknown field, as the apiserver would.
+    assert_eq!(problems.len(), 4, "{problems:#?}");
+
+    let good = r#"
+apiVersion: v1
+kind: Secret
+metadata: {name: cloud, namespace: t}
+stringData: {clouds.yaml: "clouds: {}"}
+---
+apiVersion: controlplane.cluster.x-k8s.io/v1alpha2
+kind: KamajiControlPlane
+metadata: {name: t, namespace: t}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
+kind: OpenStackCluster
+metadata: {name: t, namespace: t}
+---
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: MachineDeployment
+metadata: {name: t-md, namespace: t}
+---
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: OctaviaLoadBalancer
+metadata: {name: cp, namespace: t}
+spec:
+  credentials: {secretName: cloud}
+  vip: {subnetID: 11111111-2222-4333-8444-555555555555}
+---
+apiVersion: loadbalancer.cluster.x-k8s.io/v1alpha1
+kind: LoadBalancer
+metadata: {name: cp, namespace: t}
+spec:
+  infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: OctaviaLoadBalancer, name: cp}
+"#;
+    let loaded = load(&[source("good.yaml", good)]).unwrap();
+    assert_eq!(
+        loaded.context,
+        [
+            "Secret t/cloud",
+            "KamajiControlPlane t/t",
+            "OpenStackCluster t/t",
+            "MachineDeployment t/t-md"
+        ]
+    );
+    let kinds: Vec<&str> = loaded
+        .objects
+        .iter()
+        .filter_map(|o| o["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["OctaviaLoadBalancer", "LoadBalancer"]);
+    // Checked as the apiserver stores it: the schema's defaults applied.
+    assert_eq!(
+        loaded.objects[0]["spec"]["credentials"]["key"],
+        "clouds.yaml"
+    );
+}
+
+/// The in-memory provider stands in for Octavia: the LoadBalancer keeps its OctaviaLoadBalancer,
+/// becomes Ready at an address of the documentation range, and the timeline says so at its top.
+#[tokio::test]
+async fn a_stand_in_says_so_at_the_top_and_the_load_balancer_becomes_ready() {
+    let sources = read(&[repo("examples/octavia/control-plane.yaml")]).unwrap();
+    let sim = simulate(
+        &sources,
+        &Options {
+            expect_ready: true,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(sim.not_ready.is_empty(), "{}", sim.output);
+    let mut lines = sim.output.lines();
+    assert_eq!(
+        lines.next(),
+        Some("# capi-lb simulate -f ".to_string() + &sources[0].name).as_deref()
+    );
+    assert_eq!(
+        lines.next(),
+        Some(
+            "# OctaviaLoadBalancer tenants/tenant-a-cp: simulated by the in-memory provider (no cloud is contacted; Octavia-specific settings such as the floating IP are not simulated; addresses come from the documentation range 203.0.113.0/24)"
+        )
+    );
+    assert!(
+        sim.output.contains(
+            "#   LoadBalancer tenants/tenant-a-cp: Ready, endpoint tenant-a-cp-ext.tenants.svc.cluster.local:6443"
+        ),
+        "{}",
+        sim.output
     );
 }

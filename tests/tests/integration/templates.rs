@@ -8,7 +8,7 @@ use capi_lb::sim::simulate::{Options, Source, simulate};
 use capi_lb_api::validation::parse;
 use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer};
 use capi_lb_tests::repo;
-use capi_lb_tests::templates::{render, template_files};
+use capi_lb_tests::templates::{render, template_file, template_files, template_values};
 use serde_json::{Value, json};
 
 /// clusterctl's variables that templates may use without a default.
@@ -173,4 +173,133 @@ fn templates_metadata_is_the_generated_one() {
             .join("\n")
     };
     assert_eq!(body(&committed), body(&generated));
+}
+
+/// Every flavor simulates as it is, as `capi-lb simulate -f templates/cluster-template-<flavor>.yaml`
+/// does with the variables set in the environment: rendered like clusterctl renders it, the
+/// in-memory provider standing in for the flavor's provider, the other projects' objects kept as
+/// context, the control-plane LoadBalancer Ready and its endpoint written into the Cluster.
+#[tokio::test]
+async fn every_template_simulates_as_it_is_with_its_variables_set() {
+    let variables: std::collections::BTreeMap<String, String> = template_values("default")
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let mut checked = 0;
+    for path in template_files() {
+        let file = path.file_name().unwrap().to_string_lossy().to_string();
+        let flavor = file
+            .trim_start_matches("cluster-template-")
+            .trim_end_matches(".yaml")
+            .to_string();
+        let sources = capi_lb::sim::simulate::read(std::slice::from_ref(&path)).unwrap();
+        let sim = simulate(
+            &sources,
+            &Options {
+                expect_ready: true,
+                variables: variables.clone(),
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(sim.not_ready.is_empty(), "{file}: {}", sim.output);
+        let out: Vec<Value> = serde_saphyr::from_multiple(&sim.output).unwrap();
+        let lb = out.iter().find(|d| d["kind"] == "LoadBalancer").unwrap();
+        let infra_kind = lb["spec"]["infrastructureRef"]["kind"].as_str().unwrap();
+        assert!(
+            out.iter().any(|d| d["kind"] == infra_kind),
+            "{file}: its {infra_kind} is printed"
+        );
+        if infra_kind != "InMemoryLoadBalancer" {
+            assert!(
+                sim.output.contains(&format!(
+                    "# {infra_kind} default/demo-cp: simulated by the in-memory provider (no cloud is contacted;"
+                )),
+                "{file}: {}",
+                sim.output
+            );
+        }
+        let context = sim
+            .output
+            .lines()
+            .find(|l| l.starts_with("# Not simulated (accepted as context"))
+            .unwrap_or_else(|| panic!("{file}: no context line: {}", sim.output));
+        let cluster = out.iter().find(|d| d["kind"] == "Cluster").unwrap();
+        let endpoint = &cluster["spec"]["controlPlaneEndpoint"];
+        match flavor.as_str() {
+            "kubeadm-inmemory" => {
+                assert!(
+                    context.contains("KubeadmControlPlane default/demo-control-plane"),
+                    "{context}"
+                );
+                assert_eq!(
+                    *endpoint,
+                    json!({"host": "demo-cp-ext.default.svc.cluster.local", "port": 6443})
+                );
+            }
+            "kubevirt-kubedc" => {
+                assert!(
+                    context.contains("KubevirtCluster default/demo"),
+                    "{context}"
+                );
+                // ProviderAddress: the stand-in's address (the EIp is not simulated).
+                assert_eq!(*endpoint, json!({"host": "203.0.113.1", "port": 6443}));
+            }
+            "kamaji-octavia" | "kamaji-kubedc" => {
+                // Kamaji writes the endpoint (from its Service's ingress), not capi-lb.
+                assert!(
+                    context.contains("KamajiControlPlane default/demo"),
+                    "{context}"
+                );
+                assert!(endpoint.is_null(), "{file}: {endpoint}");
+            }
+            other => panic!("templates/{file}: flavor {other} has no check here: add one"),
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+}
+
+/// A template whose variables have no value is refused with one error listing all of them, and a
+/// hint on how to give them.
+#[tokio::test]
+async fn a_template_without_its_variables_lists_them_all() {
+    let path = template_file("kamaji-octavia");
+    let sources = capi_lb::sim::simulate::read(std::slice::from_ref(&path)).unwrap();
+    let variables = [("CLUSTER_NAME", "demo"), ("KUBERNETES_VERSION", "v1.32.5")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let error = simulate(
+        &sources,
+        &Options {
+            expect_ready: false,
+            variables,
+        },
+    )
+    .await
+    .unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(
+            error,
+            capi_lb::sim::simulate::SimulateError::UnsetVariables(_)
+        ),
+        "{message}"
+    );
+    assert!(
+        message.starts_with(&format!(
+            "{}: template variables without a value: CAPI_LB_OCTAVIA_FIP_NETWORK, CAPI_LB_OCTAVIA_SUBNET_ID, NAMESPACE\n",
+            path.display()
+        )),
+        "{message}"
+    );
+    assert!(
+        message.contains("hint: set CAPI_LB_OCTAVIA_FIP_NETWORK, CAPI_LB_OCTAVIA_SUBNET_ID and NAMESPACE in the environment, as for clusterctl generate cluster"),
+        "{message}"
+    );
+    assert!(
+        message.contains("clusterctl generate cluster ... > rendered.yaml"),
+        "{message}"
+    );
 }
