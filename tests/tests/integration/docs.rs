@@ -781,6 +781,7 @@ fn documented_flags_exist() {
                     let call = Invocation {
                         binary: "capi-lb",
                         args: words.clone(),
+                        env: Vec::new(),
                         comment: String::new(),
                         cargo: false,
                     };
