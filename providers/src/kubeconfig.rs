@@ -12,8 +12,8 @@
 //! and never answers costs seconds, not a reconcile slot), and reads at most [`Bounds::response`]
 //! bytes of an answer (a huge one fails the request instead of being held in memory).
 //!
-//! The kube-dc provider's remote client (`kubedc/remote.rs`) follows the same rules; the workload
-//! clusters of `spec.controlPlane.workloadEndpoints` use this module.
+//! The kube-dc provider's remote clusters (`kubedc/remote.rs`) and the workload clusters of
+//! `spec.controlPlane.workloadEndpoints` use this module.
 
 use std::time::Duration;
 

@@ -6,8 +6,9 @@
 //! CA bundle, a client certificate and key, a token, a username and password. A kubeconfig that
 //! would make capi-lb read its own files (`certificate-authority`, `client-certificate`,
 //! `client-key`, `tokenFile`: its ServiceAccount token, for example, sent to a server of the user's
-//! choice) or run a program (`exec`, `auth-provider`) is refused. Clients are kept per Secret and
-//! made again when its resourceVersion changes.
+//! choice) or run a program (`exec`, `auth-provider`) is refused ([`crate::kubeconfig`], as for
+//! the workload clusters). Clients are kept per Secret and made again when its resourceVersion
+//! changes.
 //!
 //! Such a cluster is the tenant's to point at, so its server is not trusted to behave: a client
 //! of it gives up connecting after [`CONNECT_TIMEOUT`] and waiting for an answer after
@@ -20,14 +21,13 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use capi_lb_api::kubedc::KubeDcCluster;
-use http_body_util::Limited;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::reason;
 use super::step::{POLL, Step, api_error};
 use crate::error::{INVALID_CONFIGURATION, ProviderError};
+use crate::kubeconfig::{self, Bounds};
 use crate::provider::Progress;
 
 /// Clients of kube-dc clusters reached through kubeconfig Secrets, by (namespace, Secret name,
@@ -120,24 +120,14 @@ impl Remotes {
         };
         let text = String::from_utf8(bytes).map_err(|_| invalid(&at, "not UTF-8 text"))?;
         // Errors never quote the Secret's content.
-        let kubeconfig = Kubeconfig::from_yaml(&text).map_err(|_| {
-            invalid(
-                &at,
-                "not a kubeconfig (YAML with clusters, users, contexts)",
-            )
-        })?;
-        check(&kubeconfig).map_err(|why| invalid(&at, &why))?;
-        let mut config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| invalid(&at, &format!("unusable kubeconfig: {e}")))?;
-        config.connect_timeout = Some(CONNECT_TIMEOUT);
-        config.read_timeout = Some(REQUEST_TIMEOUT);
-        config.write_timeout = Some(REQUEST_TIMEOUT);
-        let client = kube::client::ClientBuilder::try_from(config)
-            .map_err(|e| invalid(&at, &format!("no client: {e}")))?
-            .with_layer(&tower::util::MapResponseLayer::new(limit_response))
-            .build();
+        let bounds = Bounds {
+            connect: CONNECT_TIMEOUT,
+            request: REQUEST_TIMEOUT,
+            response: MAX_RESPONSE,
+        };
+        let client = kubeconfig::client(&text, &at, bounds)
+            .await
+            .map_err(|message| ProviderError::permanent(INVALID_CONFIGURATION, message))?;
         self.lock().insert(
             key,
             Entry {
@@ -154,11 +144,6 @@ impl Remotes {
     }
 }
 
-/// An answer whose body is read through [`MAX_RESPONSE`]: a longer one fails the request.
-fn limit_response<B>(response: http::Response<B>) -> http::Response<Limited<B>> {
-    response.map(|body| Limited::new(body, MAX_RESPONSE))
-}
-
 /// Pending on `KubeconfigNotFound`.
 fn missing(message: String) -> Progress {
     Progress::pending_because(reason::KUBECONFIG_NOT_FOUND, message, POLL)
@@ -168,49 +153,12 @@ fn invalid(at: &str, why: &str) -> ProviderError {
     ProviderError::permanent(INVALID_CONFIGURATION, format!("{at}: {why}"))
 }
 
-/// Refuse what a kubeconfig from a user's Secret must not make capi-lb do: read its own files or
-/// run programs.
-fn check(kubeconfig: &Kubeconfig) -> Result<(), String> {
-    for named in &kubeconfig.clusters {
-        if named
-            .cluster
-            .as_ref()
-            .is_some_and(|c| c.certificate_authority.is_some())
-        {
-            return Err(format!(
-                "cluster {} names a certificate-authority file; put the CA inline (certificate-authority-data)",
-                named.name
-            ));
-        }
-    }
-    for named in &kubeconfig.auth_infos {
-        let Some(auth) = &named.auth_info else {
-            continue;
-        };
-        let refused = [
-            (auth.exec.is_some(), "exec (runs a program)"),
-            (auth.auth_provider.is_some(), "auth-provider"),
-            (auth.token_file.is_some(), "tokenFile (a file)"),
-            (
-                auth.client_certificate.is_some(),
-                "client-certificate (a file)",
-            ),
-            (auth.client_key.is_some(), "client-key (a file)"),
-        ];
-        if let Some((_, what)) = refused.iter().find(|(set, _)| *set) {
-            return Err(format!(
-                "user {} uses {what}; only inline credentials are accepted (token, client-certificate-data and client-key-data, username and password)",
-                named.name
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::*;
+    use kube::config::Kubeconfig;
+
+    use crate::kubeconfig::check;
 
     fn kubeconfig(cluster: &str, user: &str) -> Kubeconfig {
         Kubeconfig::from_yaml(&format!(
