@@ -95,8 +95,10 @@ async fn a_load_balancer_this_version_cannot_read_stops_nothing_and_waits_for_a_
     wait_ready(&t, "other").await;
 
     // Nothing retries it on a timer: once the watches' initial lists have each triggered it (a
-    // restart reconciles everything), the Events stop (a retry with back-off would repeat them
-    // within seconds), and its status and cloud load balancer are as they were.
+    // restart reconciles everything), the Events stop, and its status and cloud load balancer are
+    // as they were. A retry with back-off (1 s, 2 s, 4 s, ...) would repeat them at least three
+    // times within ten seconds; one more is allowed, because a watch the apiserver expires ("too
+    // old resource version", seen on a busy harness) is listed again, which triggers it once.
     let total = async || -> i32 {
         let events = unreadable_events(&t, "newer").await;
         events.iter().map(|(count, _)| count).sum()
@@ -104,10 +106,11 @@ async fn a_load_balancer_this_version_cannot_read_stops_nothing_and_waits_for_a_
     tokio::time::sleep(Duration::from_secs(2)).await;
     let settled = total().await;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    assert_eq!(
-        total().await,
-        settled,
-        "{:?}",
+    let later = total().await;
+    assert!(
+        later - settled <= 1,
+        "{} more within 10 s: {:?}",
+        later - settled,
         unreadable_events(&t, "newer").await
     );
     let doc = load_balancer("newer", "newer", json!({}));
