@@ -189,7 +189,7 @@ pub mod condition {
     pub const DNS_PUBLISHED: &str = "DNSPublished";
     /// (With `spec.reachability`) the endpoint answered capi-lb's last probe.
     pub const REACHABLE: &str = "Reachable";
-    /// (With `spec.controlPlane.workloadEndpoints`) the workload cluster's `default/kubernetes`
+    /// (With `spec.workloadEndpoints`) the workload cluster's `default/kubernetes`
     /// endpoints are the load balancer's addresses and port.
     pub const WORKLOAD_ENDPOINTS: &str = "WorkloadEndpoints";
 }

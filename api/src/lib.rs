@@ -5,6 +5,7 @@
 pub mod capi;
 pub mod conditions;
 pub mod constants;
+pub mod control_plane;
 pub mod externaldns;
 pub mod inmemory;
 pub mod kubedc;

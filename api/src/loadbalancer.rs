@@ -15,6 +15,7 @@ use crate::constants::{
     CAPI_GROUP, DEFAULT_DRAIN_SECONDS, DEFAULT_PORT, DEFAULT_PORT_NAME, DEFAULT_PUBLICATION_SUFFIX,
     MACHINE_KIND,
 };
+pub use crate::control_plane::{ControlPlane, EndpointHost, WorkloadEndpoints};
 
 /// Desired state of a LoadBalancer: which targets, which ports, which infrastructure provider, and
 /// how the stable endpoint is published.
@@ -45,6 +46,7 @@ use crate::constants::{
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!has(self.controlPlane) || has(self.clusterName)").message("spec.controlPlane needs spec.clusterName").field_path(".controlPlane").reason(Reason::FieldValueRequired))]
+#[x_kube(validation = Rule::new("!has(self.workloadEndpoints) || has(self.clusterName)").message("spec.workloadEndpoints needs spec.clusterName").field_path(".workloadEndpoints").reason(Reason::FieldValueRequired))]
 pub struct LoadBalancerSpec {
     /// Name of the Cluster API Cluster this load balancer belongs to. When set, the Cluster's
     /// `spec.paused` pauses this load balancer too, and the default selector includes
@@ -104,6 +106,10 @@ pub struct LoadBalancerSpec {
     /// is the Cluster's control-plane Machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane: Option<ControlPlane>,
+
+    /// Keep the workload cluster's `default/kubernetes` endpoints on this load balancer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_endpoints: Option<WorkloadEndpoints>,
 
     /// Seconds a member that leaves the load balancer (its target is disabled, deselected or being
     /// deleted) keeps serving the connections it has before it is removed. During that time it takes
@@ -288,54 +294,6 @@ pub struct DnsProperty {
     /// Value.
     #[schemars(length(max = 1024))]
     pub value: String,
-}
-
-/// How a control-plane load balancer publishes its endpoint to its Cluster.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct ControlPlane {
-    /// Write the endpoint to `Cluster.spec.controlPlaneEndpoint` while it is empty (it is never
-    /// overwritten). Defaults to true.
-    #[serde(default = "default_true")]
-    pub publish_endpoint: bool,
-    /// Which host to publish when `spec.endpoint` is not set: `StableName` (default: the `-ext`
-    /// DNS name, for management-side consumers; it resolves only inside this cluster) or
-    /// `ProviderAddress` (the load balancer's first address, for machines that cannot resolve this
-    /// cluster's DNS). A user-set `spec.endpoint` always wins.
-    #[serde(default)]
-    pub endpoint_host: EndpointHost,
-    /// Keep the workload cluster's `default/kubernetes` endpoints on this load balancer (through the
-    /// Secret `<clusterName>-kubeconfig`; its API servers run with `--endpoint-reconciler-type=none`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workload_endpoints: Option<WorkloadEndpoints>,
-}
-
-impl Default for ControlPlane {
-    fn default() -> Self {
-        Self {
-            publish_endpoint: true,
-            endpoint_host: EndpointHost::StableName,
-            workload_endpoints: None,
-        }
-    }
-}
-
-/// The workload cluster's `default/kubernetes` endpoints kept on the load balancer.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
-pub struct WorkloadEndpoints {
-    /// Keep them. Defaults to false. Switching it off leaves the endpoints as they are.
-    #[serde(default)]
-    pub enabled: bool,
-}
-
-/// Which host a control-plane load balancer publishes.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum EndpointHost {
-    /// `<name><suffix>.<namespace>.svc.<cluster-domain>`.
-    #[default]
-    StableName,
-    /// The provider's first address.
-    ProviderAddress,
 }
 
 /// A condition a target must report as `True` before it is admitted.
@@ -689,6 +647,7 @@ impl LoadBalancerSpec {
             infrastructure_ref,
             publication: Publication::default(),
             control_plane: None,
+            workload_endpoints: None,
             drain_seconds: default_drain_seconds(),
             readiness_gates: Vec::new(),
             source_ranges: Vec::new(),

@@ -233,12 +233,11 @@ pub fn check_label_value(value: &str) -> Result<(), String> {
 
 impl LoadBalancer {
     /// Whether this LoadBalancer keeps its workload cluster's `default/kubernetes` endpoints
-    /// (`spec.controlPlane.workloadEndpoints.enabled`).
+    /// (`spec.workloadEndpoints.enabled`).
     pub fn wants_workload_endpoints(&self) -> bool {
         self.spec
-            .control_plane
+            .workload_endpoints
             .as_ref()
-            .and_then(|c| c.workload_endpoints.as_ref())
             .is_some_and(|w| w.enabled)
     }
 }

@@ -88,7 +88,7 @@ pub struct Context {
     /// The endpoint probes of `spec.reachability` (`run` only: `simulate` and the in-memory API
     /// probe nothing).
     pub prober: Option<Arc<crate::reachability::Prober>>,
-    /// The workload clusters of `spec.controlPlane.workloadEndpoints` (`run` only).
+    /// The workload clusters of `spec.workloadEndpoints` (`run` only).
     pub workloads: Option<Arc<crate::workload::Workloads>>,
     failures: Mutex<HashMap<String, u32>>,
 }

@@ -13,7 +13,7 @@
 //! bytes of an answer (a huge one fails the request instead of being held in memory).
 //!
 //! The kube-dc provider's remote clusters (`kubedc/remote.rs`) and the workload clusters of
-//! `spec.controlPlane.workloadEndpoints` use this module.
+//! `spec.workloadEndpoints` use this module.
 
 use std::time::Duration;
 

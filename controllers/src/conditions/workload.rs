@@ -1,4 +1,4 @@
-//! The `WorkloadEndpoints` condition (`spec.controlPlane.workloadEndpoints`): whether the workload
+//! The `WorkloadEndpoints` condition (`spec.workloadEndpoints`): whether the workload
 //! cluster's `default/kubernetes` endpoints are the load balancer's.
 
 use capi_lb_api::conditions::DesiredCondition;
@@ -15,7 +15,7 @@ pub enum NotLooked {
     Pending,
     /// This process writes to no workload cluster (`simulate`).
     NoTask,
-    /// `spec.controlPlane.workloadEndpoints` was switched off: the endpoints are left as they are.
+    /// `spec.workloadEndpoints` was switched off: the endpoints are left as they are.
     Off,
 }
 
@@ -38,7 +38,7 @@ pub fn workload_condition(finding: Result<&Finding, NotLooked>) -> DesiredCondit
                 NotLooked::Pending => "the first look at the workload cluster is still to come",
                 NotLooked::NoTask => "this capi-lb writes to no workload cluster (simulate)",
                 NotLooked::Off => {
-                    "not kept: spec.controlPlane.workloadEndpoints is off; the workload cluster's endpoints are left as they are"
+                    "not kept: spec.workloadEndpoints is off; the workload cluster's endpoints are left as they are"
                 }
             },
         ),

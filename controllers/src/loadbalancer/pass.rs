@@ -312,7 +312,7 @@ impl Reconciliation<'_> {
         self.conditions.push(condition);
     }
 
-    /// `spec.controlPlane.workloadEndpoints`: the addresses of a Ready LoadBalancer are written to
+    /// `spec.workloadEndpoints`: the addresses of a Ready LoadBalancer are written to
     /// its workload cluster's `default/kubernetes` endpoints (by the task of [`crate::workload`],
     /// never here), and `WorkloadEndpoints` says what it last found. A LoadBalancer that is not
     /// Ready leaves what was written last (Pods keep an API server) and changes nothing.

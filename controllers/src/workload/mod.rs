@@ -1,5 +1,5 @@
 //! The workload cluster's `default/kubernetes` endpoints kept on the load balancer
-//! (`spec.controlPlane.workloadEndpoints`): Pods reach their API servers through the Service
+//! (`spec.workloadEndpoints`): Pods reach their API servers through the Service
 //! `default/kubernetes`, whose endpoints the API servers write with their `--advertise-address`
 //! unless they run with `--endpoint-reconciler-type=none`; then capi-lb writes them, with the load
 //! balancer's current addresses and port, wherever the load balancer moves.

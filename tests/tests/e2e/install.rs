@@ -788,10 +788,17 @@ fn cel_cases() -> Vec<CelCase> {
         case(
             "LoadBalancer",
             "spec",
-            "needs spec.clusterName",
+            "spec.controlPlane needs spec.clusterName",
             "spec.controlPlane",
         )
         .spec(lb_spec(json!({"controlPlane": {}}))),
+        case(
+            "LoadBalancer",
+            "spec",
+            "spec.workloadEndpoints needs spec.clusterName",
+            "spec.workloadEndpoints",
+        )
+        .spec(lb_spec(json!({"workloadEndpoints": {"enabled": true}}))),
         case(
             "LoadBalancer",
             "spec.reachability",

@@ -1,4 +1,4 @@
-//! `spec.controlPlane.workloadEndpoints` on real apiservers: capi-lb (as its ServiceAccount, in the
+//! `spec.workloadEndpoints` on real apiservers: capi-lb (as its ServiceAccount, in the
 //! cluster under test) keeps the `default/kubernetes` endpoints of a workload cluster on the load
 //! balancer's addresses. The workload cluster is the harness's `target` instance (a kube-apiserver
 //! run with `--endpoint-reconciler-type=none`, as capi-lb asks; nothing there uses its
@@ -85,7 +85,8 @@ fn control_plane_lb(name: &str, cluster: &str, port: u16) -> serde_json::Value {
         json!({
             "clusterName": cluster,
             "ports": [{"name": "kube-apiserver", "port": port, "targetPort": 6443}],
-            "controlPlane": {"publishEndpoint": false, "workloadEndpoints": {"enabled": true}},
+            "controlPlane": {"publishEndpoint": false},
+            "workloadEndpoints": {"enabled": true},
         }),
     )
 }

@@ -675,3 +675,46 @@ async fn a_stand_in_says_so_at_the_top_and_the_load_balancer_becomes_ready() {
         sim.output
     );
 }
+
+/// `spec.workloadEndpoints` sits beside `spec.controlPlane`, not under it, so the LoadBalancer that
+/// realises a Kamaji tenant's Service can keep the tenant's `default/kubernetes` too: with the
+/// field, the Service is still taken (a LoadBalancer with `spec.controlPlane` never is: it selects
+/// Machines of its own).
+#[tokio::test]
+async fn a_kamaji_service_is_realised_by_a_load_balancer_that_keeps_the_workload_endpoints() {
+    let text = std::fs::read_to_string(repo("examples/kamaji-service.yaml")).unwrap();
+    let with = text.replacen(
+        "  clusterName: tenant-a\n",
+        "  clusterName: tenant-a\n  workloadEndpoints: {enabled: true}\n",
+        1,
+    );
+    assert_ne!(with, text, "the example's LoadBalancer changed shape");
+    let sim = simulate(&[source("kamaji.yaml", &with)], &Options::default())
+        .await
+        .unwrap();
+    assert!(
+        sim.output.contains(
+            "#   Service tenant-a/tenant-a: ingress 203.0.113.1, external endpoint tenant-a-cp-ext.tenant-a.svc.cluster.local"
+        ),
+        "{}",
+        sim.output
+    );
+    let under_control_plane = text.replacen(
+        "  clusterName: tenant-a\n",
+        "  clusterName: tenant-a\n  controlPlane: {publishEndpoint: false}\n",
+        1,
+    );
+    let refused = simulate(
+        &[source("kamaji.yaml", &under_control_plane)],
+        &Options::default(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        !refused
+            .output
+            .contains("#   Service tenant-a/tenant-a: ingress"),
+        "{}",
+        refused.output
+    );
+}

@@ -1,4 +1,4 @@
-//! `spec.controlPlane.workloadEndpoints`, its decisions (pure): the workload cluster's
+//! `spec.workloadEndpoints`, its decisions (pure): the workload cluster's
 //! `default/kubernetes` EndpointSlices and Endpoints from the load balancer's addresses, the writes
 //! that bring what is there to them (none when it already is), and when the API servers' own
 //! endpoint reconciler is writing them back (capi-lb then holds).
