@@ -161,19 +161,19 @@ async fn expect_ready_reports_what_is_not_ready() {
     assert!(sim.output.contains("InfrastructureNotFound"));
 }
 
-#[test]
-fn committed_manifests_match_the_generated_ones() {
-    let files = capi_lb::install::manifests::files().unwrap();
-    for (path, content) in &files {
-        let committed = std::fs::read_to_string(repo("config").join(path)).unwrap_or_default();
+/// The committed folder `dir` (from the repository's root) holds exactly the generated `files`.
+fn assert_folder_is_generated(dir: &str, files: &[(std::path::PathBuf, String)]) {
+    let root = repo(dir);
+    for (path, content) in files {
+        let committed = std::fs::read_to_string(root.join(path)).unwrap_or_default();
         assert_eq!(
             &committed,
             content,
-            "config/{} is stale: run `cargo run -- manifests`",
+            "{dir}/{} is stale: run `cargo run -- manifests`",
             path.display()
         );
     }
-    // Nothing under config/ that the generator does not produce.
+    // Nothing in the folder that the generator does not produce.
     fn walk(dir: &std::path::Path, base: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
@@ -185,11 +185,20 @@ fn committed_manifests_match_the_generated_ones() {
         }
     }
     let mut on_disk = Vec::new();
-    walk(&repo("config"), &repo("config"), &mut on_disk);
+    walk(&root, &root, &mut on_disk);
     on_disk.sort();
-    let mut generated: Vec<_> = files.into_iter().map(|(p, _)| p).collect();
+    let mut generated: Vec<_> = files.iter().map(|(p, _)| p.clone()).collect();
     generated.sort();
-    assert_eq!(on_disk, generated);
+    assert_eq!(
+        on_disk, generated,
+        "{dir}/ holds files the generator does not write"
+    );
+}
+
+#[test]
+fn committed_manifests_match_the_generated_ones() {
+    let files = capi_lb::install::manifests::files().unwrap();
+    assert_folder_is_generated("config", &files);
     // The CRDs are the same with `capi-lb crds`.
     for crd in capi_lb::install::crds::shipped() {
         let committed = std::fs::read_to_string(
@@ -207,32 +216,7 @@ fn committed_chart_matches_the_generated_one() {
     use clap::Args;
     let run = capi_lb::run::RunOptions::augment_args(clap::Command::new("run"));
     let files = capi_lb::install::chart::files(&run).unwrap();
-    let chart = repo("charts/capi-lb");
-    for (path, content) in &files {
-        let committed = std::fs::read_to_string(chart.join(path)).unwrap_or_default();
-        assert_eq!(
-            &committed,
-            content,
-            "charts/capi-lb/{} is stale: run `cargo run -- manifests`",
-            path.display()
-        );
-    }
-    fn walk(dir: &std::path::Path, base: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                walk(&path, base, out);
-            } else {
-                out.push(path.strip_prefix(base).unwrap().to_path_buf());
-            }
-        }
-    }
-    let mut on_disk = Vec::new();
-    walk(&chart, &chart, &mut on_disk);
-    on_disk.sort();
-    let mut generated: Vec<_> = files.into_iter().map(|(p, _)| p).collect();
-    generated.sort();
-    assert_eq!(on_disk, generated);
+    assert_folder_is_generated("charts/capi-lb", &files);
 }
 
 /// The committed flag reference is what `capi-lb manifests` writes (`--flags-doc docs/flags.md`):
