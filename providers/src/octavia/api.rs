@@ -1,25 +1,28 @@
-//! The OpenStack side of the Octavia provider: credentials from a Secret, Keystone sessions (through
-//! the `openstack_sdk` crate: token auth, catalog discovery, renewal before expiry, re-auth on 401),
-//! Octavia API version detection, and one metered request path that turns HTTP answers into what
-//! the provider does next (done, wait and look again, back off, or report).
+//! The OpenStack side of the Octavia provider: credentials from a Secret, Keystone sessions (a
+//! token from Keystone v3, the catalog in it, a new token before the old one expires and after a
+//! 401), Octavia API version detection, and one metered request path that turns HTTP answers into
+//! what the provider does next (done, wait and look again, back off, or report).
+//!
+//! Every request goes through the session's bounded [`Transport`]: the cloud is a tenant's choice
+//! and is not trusted to answer in time or in size. (The `openstack_sdk` crate reads the
+//! `clouds.yaml`; its HTTP client reads answers whole and cannot be given another, so capi-lb sends
+//! its few Keystone, Octavia and Neutron requests itself.)
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use http::Method;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use openstack_sdk::AsyncOpenStack;
-use openstack_sdk::api::rest_endpoint_prelude::{BodyError, QueryParams, RestEndpoint};
-use openstack_sdk::api::{QueryAsync, raw};
 use openstack_sdk::config::CloudConfig;
-use openstack_sdk::types::ServiceType;
+use reqwest::Url;
 use serde_json::Value;
 
 pub use super::credentials::CredentialsRef;
-use super::credentials::{CaFile, cloud_config};
+use super::credentials::cloud_config;
+use super::http::{NoAnswer, Transport};
+use super::keystone;
 use super::reason;
 use super::stop::{Stop, wait};
 use crate::error::ProviderError;
@@ -68,14 +71,35 @@ struct SessionKey {
 
 /// An authenticated session with a cloud's Octavia.
 pub struct Session {
-    os: AsyncOpenStack,
-    network: tokio::sync::OnceCell<()>,
-    _renew: openstack_sdk::RenewHandle,
+    transport: Transport,
+    /// The token request, for a new token (it holds the secret; never logged).
+    token_request: keystone::TokenRequest,
+    token: Mutex<Token>,
+    /// The cloud's interface and region, for finding Neutron in the catalog.
+    interface: Option<String>,
+    region: Option<String>,
+    /// Octavia's v2 base URL.
+    octavia: Url,
+    /// Neutron's v2.0 base URL, found on first use (only floating IPs need it).
+    network: tokio::sync::OnceCell<Url>,
     /// The cloud name, for messages.
     pub cloud: String,
     /// The detected Octavia API version.
     pub version: ApiVersion,
 }
+
+/// A Keystone token and what came with it.
+#[derive(Clone)]
+struct Token {
+    value: Arc<str>,
+    /// When Keystone says it expires (none: it did not say).
+    expires: Option<jiff::Timestamp>,
+    /// The token document (`{"token": {"catalog": ...}}`).
+    document: Arc<Value>,
+}
+
+/// How long before its expiry a token is replaced.
+const RENEW_BEFORE: Duration = Duration::from_secs(300);
 
 /// An HTTP answer.
 #[derive(Clone, Debug)]
@@ -141,6 +165,7 @@ impl Sessions {
         if let Ok(recent) = self.recent.lock()
             && let Some((at, session)) = recent.get(credentials)
             && at.elapsed() < SECRET_FRESH
+            && !session.expiring()
         {
             return Ok(session.clone());
         }
@@ -185,22 +210,13 @@ impl Sessions {
         };
         if let Ok(sessions) = self.sessions.lock()
             && let Some(session) = sessions.get(&key)
+            && !session.expiring()
         {
             return Ok(session.clone());
         }
-        let (mut config, ca_bundle) = cloud_config(&secret, credentials)?;
-        // The SDK reads a CA bundle from a file, once, while it builds its HTTP client: the file
-        // is written for the connection and removed right after, so that tenants' bundles never
-        // pile up on the controller's small temporary filesystem.
-        let ca_file = match &ca_bundle {
-            Some(pem) => Some(CaFile::write(pem)?),
-            None => None,
-        };
-        config.cacert = ca_file.as_ref().map(CaFile::path);
-        let session = connect(&config, credentials, observer).await;
-        drop(ca_file);
-        let session = session?;
-        let session = Arc::new(session);
+        let (config, ca_bundle) = cloud_config(&secret, credentials)?;
+        let session =
+            Arc::new(connect(&config, ca_bundle.as_deref(), credentials, observer).await?);
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.retain(|k, _| k.credentials != key.credentials);
             sessions.insert(key, session.clone());
@@ -209,73 +225,104 @@ impl Sessions {
     }
 }
 
-/// Classify a failure to authenticate or reach Keystone. The SDK's messages name no secret.
-fn auth_failure(cloud: &str, error: &openstack_sdk::OpenStackError) -> Stop {
-    let text = error.to_string();
-    let lower = text.to_lowercase();
-    let unreachable = ["communication", "connect", "timed out", "timeout", "dns"]
-        .iter()
-        .any(|w| lower.contains(w))
-        && !lower.contains("401");
-    if unreachable || lower.contains("500") || lower.contains("503") || lower.contains("502") {
-        Stop::Error(ProviderError::transient(format!(
-            "cloud {cloud}: Keystone is not reachable: {text}"
-        )))
-    } else {
-        wait(
-            reason::AUTHENTICATION_FAILED,
-            format!("cloud {cloud}: Keystone refused the credentials: {text}"),
-        )
+/// A Keystone answer that is not a token: refused credentials wait for the user, anything else is
+/// the cloud's trouble and backed off.
+fn auth_failure(cloud: &str, status: u16, fault: &str) -> Stop {
+    let what =
+        format!("cloud {cloud}: Keystone answered the token request with HTTP {status}: {fault}");
+    match status {
+        400 | 401 | 403 | 404 => wait(reason::AUTHENTICATION_FAILED, what),
+        _ => Stop::Error(ProviderError::transient(what)),
     }
 }
 
-/// Link the auth plugins capi-lb supports (`openstack_sdk` finds plugins through `inventory`, which
-/// only sees crates that are linked; its own anchoring is empty in 0.22.8).
-fn anchor_auth_plugins() {
-    std::hint::black_box((
-        &openstack_sdk_auth_applicationcredential::ANCHOR,
-        &openstack_sdk_auth_password::ANCHOR,
-        &openstack_sdk_auth_token::ANCHOR,
-    ));
+/// A request that got no usable answer: a broken connection and a time-out (with a reason of its
+/// own) are backed off, an answer beyond the size limit is reported with its own reason.
+fn no_answer(cloud: &str, what: &str, why: NoAnswer) -> Stop {
+    match why {
+        NoAnswer::TooLarge => wait(
+            reason::ANSWER_TOO_LARGE,
+            format!("cloud {cloud}: {what}: {why}"),
+        ),
+        NoAnswer::TimedOut(_) => Stop::Error(ProviderError::TimedOut {
+            message: format!("cloud {cloud}: {what}: no answer: {why}"),
+        }),
+        NoAnswer::Failed(_) => Stop::Error(ProviderError::transient(format!(
+            "cloud {cloud}: {what}: no answer: {why}"
+        ))),
+    }
 }
 
-async fn connect(
-    config: &CloudConfig,
-    credentials: &CredentialsRef,
+/// Ask Keystone for a token.
+async fn authenticate(
+    transport: &Transport,
+    request: &keystone::TokenRequest,
+    cloud: &str,
     observer: Option<&dyn ApiObserver>,
-) -> Result<Session, Stop> {
-    anchor_auth_plugins();
-    let cloud = credentials.cloud.clone();
+) -> Result<Token, Stop> {
     let started = Instant::now();
-    let connected = AsyncOpenStack::builder(config)
-        .disable_auth_cache(true)
-        .http_timeout(Duration::from_secs(15))
-        .http_connect_timeout(Duration::from_secs(5))
-        .connect()
+    let answer = transport
+        .exchange(Method::POST, request.url.clone(), None, Some(&request.body))
         .await;
     if let Some(observer) = observer {
         observer.observe(&ApiCall {
             service: "identity",
             operation: "token.create",
-            status: match &connected {
-                Ok(_) => Some(201),
-                Err(_) => None,
-            },
+            status: answer.as_ref().ok().map(|a| a.status),
             duration: started.elapsed(),
         });
     }
-    let os = connected.map_err(|e| auth_failure(&cloud, &e))?;
+    let answer = answer.map_err(|why| no_answer(cloud, "Keystone token request", why))?;
+    let document = answer.json();
+    let Some(value) = answer
+        .subject_token
+        .filter(|_| (200..300).contains(&answer.status))
+    else {
+        let fault = Reply {
+            status: answer.status,
+            body: document,
+        }
+        .fault();
+        return Err(auth_failure(cloud, answer.status, &fault));
+    };
+    let expires = document
+        .pointer("/token/expires_at")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse().ok());
+    Ok(Token {
+        value: value.into(),
+        expires,
+        document: Arc::new(document),
+    })
+}
+
+async fn connect(
+    config: &CloudConfig,
+    ca_bundle: Option<&[u8]>,
+    credentials: &CredentialsRef,
+    observer: Option<&dyn ApiObserver>,
+) -> Result<Session, Stop> {
+    let cloud = credentials.cloud.clone();
+    let invalid = |why: String| {
+        wait(
+            reason::CREDENTIALS_INVALID,
+            format!(
+                "Secret {}/{} cloud {cloud}: {why}",
+                credentials.namespace, credentials.secret
+            ),
+        )
+    };
+    let token_request = keystone::token_request(config).map_err(invalid)?;
+    let transport = Transport::new(ca_bundle, config.verify != Some(false)).map_err(invalid)?;
+    let token = authenticate(&transport, &token_request, &cloud, observer).await?;
     let region = config.region_name.clone();
-    let in_catalog = os.get_token_catalog().is_some_and(|catalog| {
-        catalog.iter().any(|service| {
-            service.service_type == "load-balancer"
-                && service
-                    .endpoints
-                    .iter()
-                    .any(|ep| region.is_none() || ep.region.as_deref() == region.as_deref())
-        })
-    });
-    if !in_catalog {
+    let interface = config.interface.clone();
+    let Some(root) = keystone::endpoint(
+        &token.document,
+        "load-balancer",
+        interface.as_deref(),
+        region.as_deref(),
+    ) else {
         return Err(wait(
             reason::ENDPOINT_NOT_IN_CATALOG,
             format!(
@@ -285,25 +332,38 @@ async fn connect(
                     .unwrap_or_default()
             ),
         ));
-    }
-    os.discover_service_endpoint(&ServiceType::LoadBalancer)
-        .await
-        .map_err(|e| {
-            Stop::Error(ProviderError::transient(format!(
-                "cloud {cloud}: discovering the Octavia endpoint: {e}"
-            )))
-        })?;
-    let renew = os.enable_auto_renew(chrono::TimeDelta::minutes(5));
+    };
     let mut session = Session {
-        os,
+        transport,
+        token_request,
+        token: Mutex::new(token),
+        interface,
+        region,
+        octavia: keystone::with_slash(root.clone()),
         network: tokio::sync::OnceCell::new(),
-        _renew: renew,
         cloud,
         version: ApiVersion(2, 0),
     };
+    // Octavia's version document is at the root of its service: it gives the v2 base and the
+    // highest v2.N. A catalog entry that already names v2 is used as it is.
+    let document_at = if keystone::names_version(&root, "v2") {
+        root.join("../").unwrap_or_else(|_| root.clone())
+    } else {
+        root.clone()
+    };
     let reply = session
-        .send(observer, "version.get", Request::get("../"))
+        .exchange(
+            observer,
+            "version.get",
+            Method::GET,
+            document_at.clone(),
+            None,
+        )
         .await?;
+    if !keystone::names_version(&root, "v2") {
+        session.octavia = keystone::version_base(&reply.body, &document_at, "v2")
+            .unwrap_or_else(|| keystone::with_slash(keystone_segment(&root, "v2")));
+    }
     session.version = ApiVersion::from_document(&reply.body).ok_or_else(|| {
         Stop::Error(ProviderError::transient(format!(
             "cloud {}: the Octavia version document lists no v2 version (HTTP {})",
@@ -313,11 +373,25 @@ async fn connect(
     Ok(session)
 }
 
-/// One Octavia request: the SDK's extension point for requests (`RestEndpoint`), sent with
-/// `raw(..)` so that every status code reaches the provider.
+/// `url` with `segment` appended to its path.
+fn keystone_segment(url: &Url, segment: &str) -> Url {
+    let mut url = url.clone();
+    let path = format!("{}/{segment}", url.path().trim_end_matches('/'));
+    url.set_path(&path);
+    url
+}
+
+/// Which service a request is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Service {
+    LoadBalancer,
+    Network,
+}
+
+/// One Octavia (or Neutron) request, relative to the service's versioned base URL.
 #[derive(Clone, Debug)]
 pub struct Request {
-    service: ServiceType,
+    service: Service,
     method: Method,
     path: String,
     query: BTreeMap<&'static str, String>,
@@ -328,7 +402,7 @@ impl Request {
     /// `GET path`.
     pub fn get(path: impl Into<String>) -> Self {
         Self {
-            service: ServiceType::LoadBalancer,
+            service: Service::LoadBalancer,
             method: Method::GET,
             path: path.into(),
             query: BTreeMap::new(),
@@ -364,7 +438,7 @@ impl Request {
 
     /// Send it to Neutron (`network`) instead of Octavia.
     pub fn network(mut self) -> Self {
-        self.service = ServiceType::Network;
+        self.service = Service::Network;
         self
     }
 
@@ -373,55 +447,58 @@ impl Request {
         self.query.insert(key, value.into());
         self
     }
-}
 
-impl RestEndpoint for Request {
-    fn method(&self) -> Method {
-        self.method.clone()
-    }
-
-    fn endpoint(&self) -> std::borrow::Cow<'static, str> {
-        self.path.clone().into()
-    }
-
-    fn service_type(&self) -> ServiceType {
-        self.service.clone()
-    }
-
-    fn parameters(&self) -> QueryParams<'_> {
-        let mut params = QueryParams::default();
-        for (k, v) in &self.query {
-            params.push(*k, v.as_str());
+    /// The URL under `base`.
+    fn url(&self, base: &Url) -> Result<Url, String> {
+        let mut url = base
+            .join(self.path.trim_start_matches('/'))
+            .map_err(|e| format!("{}: not a path: {e}", self.path))?;
+        if !self.query.is_empty() {
+            url.query_pairs_mut().extend_pairs(&self.query);
         }
-        params
-    }
-
-    fn body(&self) -> Result<Option<(&'static str, Vec<u8>)>, BodyError> {
-        match &self.body {
-            None => Ok(None),
-            Some(body) => Ok(Some((
-                "application/json",
-                serde_json::to_vec(body).map_err(BodyError::from)?,
-            ))),
-        }
-    }
-
-    fn api_version(&self) -> Option<openstack_sdk::types::ApiVersion> {
-        None
+        Ok(url)
     }
 }
 
 impl Session {
-    /// Find Neutron (`network`) in the catalog, once; needed only for floating IPs.
+    /// Whether the token expires soon: the session is replaced instead of used.
+    fn expiring(&self) -> bool {
+        let Ok(token) = self.token.lock() else {
+            return true;
+        };
+        let soon = jiff::Timestamp::now()
+            .checked_add(jiff::SignedDuration::from_secs(
+                RENEW_BEFORE.as_secs() as i64
+            ))
+            .ok();
+        matches!((token.expires, soon), (Some(expires), Some(soon)) if expires <= soon)
+    }
+
+    fn token(&self) -> Result<Token, Stop> {
+        self.token.lock().map(|t| t.clone()).map_err(|_| {
+            Stop::Error(ProviderError::transient(format!(
+                "cloud {}: the session's token is unusable",
+                self.cloud
+            )))
+        })
+    }
+
+    /// Find Neutron (`network`) in the catalog and its v2.0 base, once; needed only for floating
+    /// IPs.
     pub async fn network(&self) -> Result<(), Stop> {
+        self.network_base().await.map(|_| ())
+    }
+
+    async fn network_base(&self) -> Result<&Url, Stop> {
         self.network
             .get_or_try_init(|| async {
-                let in_catalog = self.os.get_token_catalog().is_some_and(|catalog| {
-                    catalog
-                        .iter()
-                        .any(|s| s.service_type == "network" && !s.endpoints.is_empty())
-                });
-                if !in_catalog {
+                let token = self.token()?;
+                let Some(root) = keystone::endpoint(
+                    &token.document,
+                    "network",
+                    self.interface.as_deref(),
+                    self.region.as_deref(),
+                ) else {
                     return Err(wait(
                         reason::ENDPOINT_NOT_IN_CATALOG,
                         format!(
@@ -429,55 +506,94 @@ impl Session {
                             self.cloud
                         ),
                     ));
+                };
+                if keystone::names_version(&root, "v2.0") {
+                    return Ok(keystone::with_slash(root));
                 }
-                self.os
-                    .discover_service_endpoint(&ServiceType::Network)
-                    .await
-                    .map_err(|e| {
-                        Stop::Error(ProviderError::transient(format!(
-                            "cloud {}: discovering the Neutron endpoint: {e}",
-                            self.cloud
-                        )))
-                    })
+                let reply = self
+                    .exchange(None, "network.version.get", Method::GET, root.clone(), None)
+                    .await?;
+                Ok(keystone::version_base(&reply.body, &root, "v2.0")
+                    .unwrap_or_else(|| keystone::with_slash(keystone_segment(&root, "v2.0"))))
             })
             .await
-            .map(|_| ())
     }
 
-    /// Send `request`; record it; an answer of any status is `Ok`. No answer is a transient error.
+    /// Send `request`; record it; an answer of any status is `Ok`. No answer is a transient error
+    /// (a too large one is reported with its own reason).
     pub async fn send(
         &self,
         observer: Option<&dyn ApiObserver>,
         operation: &str,
         request: Request,
     ) -> Result<Reply, Stop> {
-        let started = Instant::now();
-        let answer = raw(request)
-            .skip_error_check(true)
-            .query_async(&self.os)
-            .await;
-        let status = answer.as_ref().ok().map(|r| r.status().as_u16());
-        if let Some(observer) = observer {
-            observer.observe(&ApiCall {
-                service: if operation.starts_with("floatingip") {
-                    "network"
-                } else {
-                    "load-balancer"
-                },
-                operation,
-                status,
-                duration: started.elapsed(),
+        let base = match request.service {
+            Service::LoadBalancer => &self.octavia,
+            Service::Network => self.network_base().await?,
+        };
+        let url = request.url(base).map_err(|why| {
+            Stop::Error(ProviderError::transient(format!(
+                "cloud {}: Octavia {operation}: {why}",
+                self.cloud
+            )))
+        })?;
+        self.exchange(
+            observer,
+            operation,
+            request.method,
+            url,
+            request.body.as_ref(),
+        )
+        .await
+    }
+
+    /// One exchange with the session's token, recorded; a 401 gets a new token and is sent once more
+    /// (Keystone revokes tokens before their expiry, e.g. when a password changes).
+    async fn exchange(
+        &self,
+        observer: Option<&dyn ApiObserver>,
+        operation: &str,
+        method: Method,
+        url: Url,
+        body: Option<&Value>,
+    ) -> Result<Reply, Stop> {
+        let mut renewed = false;
+        loop {
+            let token = self.token()?;
+            let started = Instant::now();
+            let answer = self
+                .transport
+                .exchange(method.clone(), url.clone(), Some(&token.value), body)
+                .await;
+            if let Some(observer) = observer {
+                observer.observe(&ApiCall {
+                    service: if operation.starts_with("floatingip") {
+                        "network"
+                    } else {
+                        "load-balancer"
+                    },
+                    operation,
+                    status: answer.as_ref().ok().map(|a| a.status),
+                    duration: started.elapsed(),
+                });
+            }
+            let answer = answer
+                .map_err(|why| no_answer(&self.cloud, &format!("Octavia {operation}"), why))?;
+            if answer.status == 401 && !renewed {
+                renewed = true;
+                let fresh =
+                    authenticate(&self.transport, &self.token_request, &self.cloud, observer)
+                        .await?;
+                if let Ok(mut token) = self.token.lock() {
+                    *token = fresh;
+                }
+                continue;
+            }
+            return Ok(Reply {
+                status: answer.status,
+                body: answer.json(),
             });
         }
-        let response: http::Response<Bytes> = answer.map_err(|e| {
-            Stop::Error(ProviderError::Transient {
-                message: format!("cloud {}: Octavia {operation}: no answer: {e}", self.cloud),
-                retry_after: None,
-            })
-        })?;
-        let status = response.status().as_u16();
-        let body = serde_json::from_slice(response.body()).unwrap_or(Value::Null);
-        Ok(Reply { status, body })
     }
 
     /// Send `request` and require success: 409 (an object is PENDING) waits on the re-look schedule,

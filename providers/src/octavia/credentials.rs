@@ -1,14 +1,12 @@
 //! The credentials of an `OctaviaLoadBalancer`: where they are ([`CredentialsRef`]), the cloud's
-//! configuration read from the `clouds.yaml` in its Secret, and the CA bundle beside it, written to
-//! a file only while a session connects ([`CaFile`]).
+//! configuration read from the `clouds.yaml` in its Secret, and the CA bundle beside it (used from
+//! memory by the session's HTTP client; never written to disk).
 
 use k8s_openapi::api::core::v1::Secret;
 use openstack_sdk::config::{CloudConfig, ConfigFile};
-use sha2::{Digest, Sha256};
 
 use super::reason;
 use super::stop::{Stop, wait};
-use crate::error::ProviderError;
 
 /// Where the credentials are, as the OctaviaLoadBalancer says.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -118,43 +116,3 @@ pub(super) fn cloud_config(
 
 /// The largest CA bundle accepted: a bundle of every public root CA is about 220 KB.
 const MAX_CA_BUNDLE: usize = 1 << 20;
-
-/// A CA bundle written to the temporary folder for the SDK to read while it connects, removed
-/// when dropped.
-pub(super) struct CaFile(std::path::PathBuf);
-
-impl CaFile {
-    /// Write `pem` to a file of its own (named by its hash and a sequence number: two connections
-    /// with the same bundle at once do not share, so neither removes the other's).
-    pub(super) fn write(pem: &[u8]) -> Result<Self, Stop> {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static SEQUENCE: AtomicU64 = AtomicU64::new(0);
-        let hash: String = Sha256::digest(pem)
-            .iter()
-            .take(8)
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!(
-            "capi-lb-octavia-ca-{hash}-{}-{n}.pem",
-            std::process::id()
-        ));
-        std::fs::write(&path, pem).map_err(|e| {
-            Stop::Error(ProviderError::transient(format!(
-                "writing the CA bundle to {}: {e}",
-                path.display()
-            )))
-        })?;
-        Ok(Self(path))
-    }
-
-    pub(super) fn path(&self) -> String {
-        self.0.display().to_string()
-    }
-}
-
-impl Drop for CaFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}

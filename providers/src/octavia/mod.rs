@@ -27,6 +27,8 @@
 //! - `relook`: how soon to look again while Octavia is busy ([`relook()`], and the per-load-balancer
 //!   record of the wait it is measured from);
 //! - `credentials`: where they are, the cloud's configuration from the Secret, the CA bundle;
+//! - `http`: the bounded HTTP client (deadlines, answer size); `keystone`: the token request, the
+//!   catalog and version documents;
 //! - `api`: Keystone sessions and the metered request path;
 //! - `documents`: what Octavia and Neutron answer; `naming`: names, tags and ownership;
 //! - `settings`: what the spec asks for; `call`: one call in progress, and how soon it looks again;
@@ -42,6 +44,8 @@ mod credentials;
 mod delete;
 mod documents;
 mod floating_ip;
+mod http;
+mod keystone;
 mod loadbalancer;
 mod members;
 mod naming;

@@ -37,6 +37,9 @@ pub const FLOATING_NETWORK_NOT_FOUND: Reason = Reason::problem("FloatingNetworkN
 /// The OctaviaLoadBalancer (and so the credentials) is gone while the LoadBalancer is deleted.
 pub const CREDENTIALS_UNAVAILABLE: Reason = Reason::problem("CredentialsUnavailable");
 
+/// Keystone, Octavia or Neutron answered with more than capi-lb reads (`http::MAX_ANSWER`).
+pub const ANSWER_TOO_LARGE: Reason = Reason::problem("AnswerTooLarge");
+
 /// Every reason above.
 pub const ALL: &[Reason] = &[
     CREDENTIALS_NOT_FOUND,
@@ -55,4 +58,5 @@ pub const ALL: &[Reason] = &[
     FLOATING_IP_IN_USE,
     FLOATING_NETWORK_NOT_FOUND,
     CREDENTIALS_UNAVAILABLE,
+    ANSWER_TOO_LARGE,
 ];

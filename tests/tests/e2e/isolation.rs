@@ -14,6 +14,11 @@
 //! - The stalled ones report InfrastructureReady False `ProviderTimeout`, with a Warning Event.
 //! - The huge answer is refused after 16 MiB (`ProviderError`, "length limit"), and the process'
 //!   peak memory grows by far less than the 2 GiB offered.
+//!
+//! The same for clouds a tenant names in an `OctaviaLoadBalancer`'s `clouds.yaml`: a Keystone that
+//! never answers, one that answers the token request with 2 GiB, and a Keystone whose catalog sends
+//! capi-lb to an "Octavia" that answers with 2 GiB. The bystander is Ready within 5 s, the hanging
+//! one reports `ProviderTimeout`, the huge ones `AnswerTooLarge` (at most 4 MiB is read).
 
 use std::time::{Duration, Instant};
 
@@ -78,6 +83,97 @@ async fn huge_server() -> std::net::SocketAddr {
         }
     });
     address
+}
+
+/// An HTTP server that answers every request with `answer` (a whole HTTP/1.1 response) and closes.
+async fn fixed_server(answer: String) -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let _ = socket.write_all(answer.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    address
+}
+
+/// A "Keystone" that gives every token request a token whose catalog's `load-balancer` is
+/// `octavia`.
+async fn keystone_stub(octavia: &str) -> std::net::SocketAddr {
+    let token = json!({"token": {"expires_at": "2099-01-01T00:00:00.000000Z", "catalog": [
+        {"type": "load-balancer", "name": "octavia",
+         "endpoints": [{"interface": "public", "region_id": "RegionOne", "url": octavia}]}]}})
+    .to_string();
+    fixed_server(format!(
+        "HTTP/1.1 201 Created\r\nX-Subject-Token: stub-token\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{token}",
+        token.len()
+    ))
+    .await
+}
+
+/// A LoadBalancer in `t` on an OctaviaLoadBalancer whose cloud's Keystone is `keystone`.
+async fn tenant_cloud(t: &TestNs, keystone: std::net::SocketAddr) {
+    let clouds = format!(
+        "clouds:\n  tenant:\n    auth:\n      auth_url: http://{keystone}/v3\n      username: u\n      password: p\n      user_domain_name: Default\n      project_name: demo\n"
+    );
+    t.create(json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "cloud", "namespace": t.ns},
+                    "stringData": {"clouds.yaml": clouds}}))
+        .await;
+    t.create(
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                    "kind": "OctaviaLoadBalancer", "metadata": {"name": "lb", "namespace": t.ns},
+                    "spec": {"credentials": {"secretName": "cloud", "cloud": "tenant"},
+                             "vip": {"subnetID": "00000000-0000-0000-0000-000000000000"}}}),
+    )
+    .await;
+    let mut lb = load_balancer("lb", "lb", json!({}));
+    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": FILTER});
+    lb["spec"]["infrastructureRef"]["kind"] = json!("OctaviaLoadBalancer");
+    t.create(lb).await;
+}
+
+/// The InfrastructureReady condition of `lb` in `t` once it is False with `reason`: its message.
+async fn refused_with(t: &TestNs, reason: &str) -> String {
+    let api: Api<LoadBalancer> = t.api();
+    let lb = wait_for(&api, "lb", &format!("InfrastructureReady {reason}"), |l| {
+        l.and_then(|l| condition(l, "InfrastructureReady"))
+            .is_some_and(|(status, r)| status == "False" && r == reason)
+    })
+    .await
+    .unwrap();
+    lb.status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "InfrastructureReady")
+        })
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// Remove the finalizers of the LoadBalancer `lb` and its infrastructure object of `kind` in `t`
+/// (their cloud never answers, so the controller cannot delete them), then remove `t`.
+async fn abandon(t: TestNs, kind: &str) {
+    let finalizers = json!({"metadata": {"finalizers": null}});
+    merge(&t.api::<LoadBalancer>(), "lb", finalizers.clone()).await;
+    let kind = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": kind});
+    let infra = dynamic_api(&t.client, Some(&t.ns), &kind).await.unwrap();
+    merge(&infra, "lb", finalizers).await;
+    t.finish().await;
 }
 
 /// A kubeconfig whose cluster is `server`.
@@ -230,12 +326,78 @@ async fn hanging_and_huge_remote_clusters_do_not_stall_other_tenants() {
     // finalizers are removed by hand once the controller is stopped.
     bystander.finish().await;
     for t in tenants.into_iter().chain([huge]) {
-        let finalizers = json!({"metadata": {"finalizers": null}});
-        merge(&t.api::<LoadBalancer>(), "lb", finalizers.clone()).await;
-        let kind = json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
-                          "kind": "KubeDCLoadBalancer"});
-        let infra = dynamic_api(&t.client, Some(&t.ns), &kind).await.unwrap();
-        merge(&infra, "lb", finalizers).await;
-        t.finish().await;
+        abandon(t, "KubeDCLoadBalancer").await;
+    }
+}
+
+#[tokio::test]
+async fn hanging_and_huge_clouds_do_not_stall_other_tenants() {
+    let hanging = TestNs::new("iso-os-hang").await;
+    tenant_cloud(&hanging, hanging_server().await).await;
+    let huge_keystone = TestNs::new("iso-os-keystone").await;
+    tenant_cloud(&huge_keystone, huge_server().await).await;
+    let huge_octavia = TestNs::new("iso-os-octavia").await;
+    let octavia = format!("http://{}", huge_server().await);
+    tenant_cloud(&huge_octavia, keystone_stub(&octavia).await).await;
+    let mut bystander = TestNs::new("iso-os-bystander").await;
+
+    let mut options = bystander.options(&["octavia", "inmemory"]);
+    options.namespace = None;
+    options.watch_filter = Some(FILTER.into());
+    options.concurrency = 4;
+    options.external.enabled = false;
+    let memory_before = peak_rss();
+    bystander.start(options);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    bystander
+        .create(in_memory(
+            "web",
+            json!({"addressPools": ["203.0.113.16/28"]}),
+        ))
+        .await;
+    let mut lb = load_balancer("web", "web", json!({}));
+    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": FILTER});
+    let created = Instant::now();
+    bystander.create(lb).await;
+    let lbs: Api<LoadBalancer> = bystander.api();
+    wait_for(&lbs, "web", "the bystander's LoadBalancer Ready", |l| {
+        l.and_then(|l| l.status.as_ref()).is_some_and(|s| s.ready)
+    })
+    .await
+    .unwrap();
+    let took = created.elapsed();
+    println!("the bystander's LoadBalancer was Ready after {took:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "the bystander waited {took:?} behind the hostile clouds"
+    );
+
+    let message = refused_with(&hanging, "ProviderTimeout").await;
+    assert!(
+        message.contains("Keystone") && message.contains("timed out"),
+        "{message}"
+    );
+    let message = refused_with(&huge_keystone, "AnswerTooLarge").await;
+    assert!(
+        message.contains("Keystone token request") && message.contains("4 MiB"),
+        "{message}"
+    );
+    let message = refused_with(&huge_octavia, "AnswerTooLarge").await;
+    assert!(
+        message.contains("Octavia version.get") && message.contains("4 MiB"),
+        "{message}"
+    );
+    let grew = peak_rss().saturating_sub(memory_before);
+    println!("peak memory grew by {} MiB", grew >> 20);
+    assert!(
+        grew < 512 << 20,
+        "the process' peak memory grew by {} MiB",
+        grew >> 20
+    );
+
+    bystander.finish().await;
+    for t in [hanging, huge_keystone, huge_octavia] {
+        abandon(t, "OctaviaLoadBalancer").await;
     }
 }

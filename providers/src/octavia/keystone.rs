@@ -1,0 +1,380 @@
+//! Keystone v3 as the Octavia provider uses it: the token request of the `clouds.yaml`'s
+//! `auth_type` (password, application credential, or an existing token), the catalog in the answer,
+//! and the versioned base URL of a service found in it.
+//!
+//! Everything is read through the session's [`Transport`](super::http::Transport), so the answers of
+//! a Keystone (or of an Octavia or Neutron its catalog names) that a tenant chose are bounded in time
+//! and size like every other answer.
+
+use openstack_sdk::config::CloudConfig;
+use reqwest::Url;
+use secrecy::ExposeSecret;
+use serde_json::{Map, Value, json};
+
+/// The `auth_type`s capi-lb authenticates with, as a `clouds.yaml` may spell them.
+const PASSWORD: &[&str] = &["password", "v3password"];
+const APPLICATION_CREDENTIAL: &[&str] = &[
+    "v3applicationcredential",
+    "applicationcredential",
+    "application_credential",
+];
+const TOKEN: &[&str] = &["token", "v3token", "tokenv3"];
+
+/// What to send to Keystone: where, and the request body (which holds the secret).
+pub struct TokenRequest {
+    /// `<auth_url>/auth/tokens` (with `/v3` added when `auth_url` has no version).
+    pub url: Url,
+    /// The `{"auth": ...}` body.
+    pub body: Value,
+}
+
+/// The token request of `config`; the error says what is missing or unsupported, never a secret.
+pub fn token_request(config: &CloudConfig) -> Result<TokenRequest, String> {
+    let Some(auth) = &config.auth else {
+        return Err("the cloud has no `auth` section".to_string());
+    };
+    let auth_url = auth
+        .auth_url
+        .as_deref()
+        .ok_or("the cloud's auth has no auth_url")?;
+    let url = tokens_url(auth_url)?;
+    let auth_type = config.auth_type.as_deref().unwrap_or("password");
+    let secret = |value: &Option<secrecy::SecretString>| {
+        value.as_ref().map(|s| s.expose_secret().to_string())
+    };
+    let (identity, scoped) = if PASSWORD.contains(&auth_type) {
+        let password = secret(&auth.password).ok_or("auth_type password needs a password")?;
+        let mut user = named(
+            "user",
+            &auth.user_id,
+            &auth.username,
+            &auth.user_domain_id,
+            &auth.user_domain_name,
+        )?;
+        user.insert("password".into(), password.into());
+        (
+            json!({"methods": ["password"], "password": {"user": user}}),
+            true,
+        )
+    } else if APPLICATION_CREDENTIAL.contains(&auth_type) {
+        let secret = secret(&auth.application_credential_secret)
+            .ok_or("auth_type v3applicationcredential needs application_credential_secret")?;
+        let mut credential = Map::new();
+        if let Some(id) = &auth.application_credential_id {
+            credential.insert("id".into(), id.clone().into());
+        } else if let Some(name) = &auth.application_credential_name {
+            credential.insert("name".into(), name.clone().into());
+            let user = named(
+                "user",
+                &auth.user_id,
+                &auth.username,
+                &auth.user_domain_id,
+                &auth.user_domain_name,
+            )?;
+            credential.insert("user".into(), Value::Object(user));
+        } else {
+            return Err(
+                "auth_type v3applicationcredential needs application_credential_id (or _name and the user)"
+                    .to_string(),
+            );
+        }
+        credential.insert("secret".into(), secret.into());
+        // An application credential carries its own scope.
+        (
+            json!({"methods": ["application_credential"], "application_credential": credential}),
+            false,
+        )
+    } else if TOKEN.contains(&auth_type) {
+        let token = secret(&auth.token).ok_or("auth_type v3token needs a token")?;
+        (json!({"methods": ["token"], "token": {"id": token}}), true)
+    } else {
+        return Err(format!(
+            "auth_type {auth_type:?} is not one capi-lb supports (password, v3applicationcredential, v3token)"
+        ));
+    };
+    let mut body = json!({"identity": identity});
+    if scoped && let Some(scope) = scope(config)? {
+        body["scope"] = scope;
+    }
+    Ok(TokenRequest {
+        url,
+        body: json!({ "auth": body }),
+    })
+}
+
+/// `<auth_url>/auth/tokens`, with `/v3` added to an `auth_url` that names no version.
+fn tokens_url(auth_url: &str) -> Result<Url, String> {
+    let mut base = Url::parse(auth_url).map_err(|e| format!("auth_url is not a URL: {e}"))?;
+    if !matches!(base.scheme(), "http" | "https") {
+        return Err("auth_url is not an http(s) URL".to_string());
+    }
+    let path = base.path().trim_end_matches('/').to_string();
+    let versioned = path.rsplit('/').next().is_some_and(|last| last == "v3");
+    base.set_path(&if versioned {
+        format!("{path}/auth/tokens")
+    } else {
+        format!("{path}/v3/auth/tokens")
+    });
+    base.set_query(None);
+    Ok(base)
+}
+
+/// `{"id": id}` or `{"name": name, "domain": {...}}` of a user or project.
+fn named(
+    what: &str,
+    id: &Option<String>,
+    name: &Option<String>,
+    domain_id: &Option<String>,
+    domain_name: &Option<String>,
+) -> Result<Map<String, Value>, String> {
+    let mut object = Map::new();
+    if let Some(id) = id {
+        object.insert("id".into(), id.clone().into());
+        return Ok(object);
+    }
+    let Some(name) = name else {
+        return Err(format!(
+            "the cloud's auth names no {what} (an id or a name)"
+        ));
+    };
+    object.insert("name".into(), name.clone().into());
+    let domain = match (domain_id, domain_name) {
+        (Some(id), _) => json!({ "id": id }),
+        (None, Some(name)) => json!({ "name": name }),
+        (None, None) => {
+            return Err(format!(
+                "the {what} is named without a domain ({what}_domain_name or {what}_domain_id)"
+            ));
+        }
+    };
+    object.insert("domain".into(), domain);
+    Ok(object)
+}
+
+/// The project (or domain) scope of `config`, if it names one.
+fn scope(config: &CloudConfig) -> Result<Option<Value>, String> {
+    let Some(auth) = &config.auth else {
+        return Ok(None);
+    };
+    if auth.project_id.is_some() || auth.project_name.is_some() {
+        // A project named without a domain is in the user's domain, as the OpenStack clients do.
+        let domain_id = auth
+            .project_domain_id
+            .clone()
+            .or_else(|| auth.user_domain_id.clone());
+        let domain_name = auth
+            .project_domain_name
+            .clone()
+            .or_else(|| auth.user_domain_name.clone());
+        let project = named(
+            "project",
+            &auth.project_id,
+            &auth.project_name,
+            &domain_id,
+            &domain_name,
+        )?;
+        return Ok(Some(json!({ "project": project })));
+    }
+    match (&auth.domain_id, &auth.domain_name) {
+        (Some(id), _) => Ok(Some(json!({"domain": {"id": id}}))),
+        (None, Some(name)) => Ok(Some(json!({"domain": {"name": name}}))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The URL of `service_type` in a token's catalog, for the `interface` (public unless the cloud
+/// says otherwise) and, when given, the region.
+pub fn endpoint(
+    token: &Value,
+    service_type: &str,
+    interface: Option<&str>,
+    region: Option<&str>,
+) -> Option<Url> {
+    let interface = interface
+        .map(|i| i.trim_end_matches("URL"))
+        .unwrap_or("public");
+    token
+        .pointer("/token/catalog")?
+        .as_array()?
+        .iter()
+        .filter(|service| service.get("type").and_then(Value::as_str) == Some(service_type))
+        .filter_map(|service| service.get("endpoints")?.as_array())
+        .flatten()
+        .filter(|ep| ep.get("interface").and_then(Value::as_str) == Some(interface))
+        .filter(|ep| {
+            region.is_none_or(|region| {
+                ["region_id", "region"]
+                    .iter()
+                    .any(|k| ep.get(k).and_then(Value::as_str) == Some(region))
+            })
+        })
+        .find_map(|ep| Url::parse(ep.get("url")?.as_str()?).ok())
+}
+
+/// Whether `url`'s last path segment is a version of the `major` one (`v2`, `v2.0`, ...).
+pub fn names_version(url: &Url, major: &str) -> bool {
+    url.path()
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .is_some_and(|last| last == major || last.starts_with(&format!("{major}.")))
+}
+
+/// The base URL of version `major` (`v2`, `v2.0`) of a service from its version document (at
+/// `root`): the `self` link of the highest listed version of that major, or `root/<id>`.
+pub fn version_base(document: &Value, root: &Url, major: &str) -> Option<Url> {
+    let versions = document.get("versions")?;
+    let versions = versions
+        .as_array()
+        .or_else(|| versions.get("values")?.as_array())?;
+    let chosen = versions
+        .iter()
+        .filter(|v| {
+            v.get("id")
+                .and_then(Value::as_str)
+                .is_some_and(|id| id == major || id.starts_with(&format!("{major}.")))
+        })
+        .max_by_key(|v| minor(v.get("id").and_then(Value::as_str).unwrap_or_default()))?;
+    let link = chosen
+        .get("links")
+        .and_then(Value::as_array)
+        .and_then(|links| {
+            links
+                .iter()
+                .find(|l| l.get("rel").and_then(Value::as_str) == Some("self"))
+        })
+        .and_then(|l| l.get("href")?.as_str())
+        .and_then(|href| Url::parse(href).ok());
+    let base = match link {
+        Some(url) => url,
+        None => {
+            let id = chosen.get("id")?.as_str()?;
+            with_segment(root, id)
+        }
+    };
+    Some(with_slash(base))
+}
+
+/// The minor number of a version id (`v2.30` -> 30).
+fn minor(id: &str) -> u32 {
+    id.split_once('.')
+        .and_then(|(_, m)| m.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `url` with `segment` appended to its path.
+fn with_segment(url: &Url, segment: &str) -> Url {
+    let mut url = url.clone();
+    let path = format!("{}/{segment}", url.path().trim_end_matches('/'));
+    url.set_path(&path);
+    url
+}
+
+/// `url` with a trailing slash, so that relative paths join under it.
+pub fn with_slash(mut url: Url) -> Url {
+    if !url.path().ends_with('/') {
+        let path = format!("{}/", url.path());
+        url.set_path(&path);
+    }
+    url
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(yaml: &str) -> CloudConfig {
+        let file: openstack_sdk::config::ConfigFile =
+            serde_saphyr::from_str(yaml).expect("clouds.yaml");
+        file.get_cloud_config("c").expect("cloud").expect("cloud c")
+    }
+
+    #[test]
+    fn a_password_cloud_asks_for_a_project_scoped_token() {
+        let request = token_request(&config(
+            "clouds:\n  c:\n    auth:\n      auth_url: http://k:5000\n      username: u\n      password: p\n      user_domain_name: Default\n      project_name: demo\n",
+        ))
+        .expect("request");
+        assert_eq!(request.url.as_str(), "http://k:5000/v3/auth/tokens");
+        assert_eq!(
+            request.body,
+            json!({"auth": {"identity": {"methods": ["password"], "password": {"user": {
+                "name": "u", "domain": {"name": "Default"}, "password": "p"}}},
+                "scope": {"project": {"name": "demo", "domain": {"name": "Default"}}}}})
+        );
+    }
+
+    #[test]
+    fn an_application_credential_carries_its_own_scope() {
+        let request = token_request(&config(
+            "clouds:\n  c:\n    auth_type: v3applicationcredential\n    auth:\n      auth_url: https://k/identity/v3/\n      application_credential_id: a\n      application_credential_secret: s\n      project_name: ignored\n",
+        ))
+        .expect("request");
+        assert_eq!(request.url.as_str(), "https://k/identity/v3/auth/tokens");
+        assert_eq!(request.body["auth"].get("scope"), None);
+        assert_eq!(
+            request.body["auth"]["identity"]["application_credential"],
+            json!({"id": "a", "secret": "s"})
+        );
+    }
+
+    #[test]
+    fn what_is_missing_or_unsupported_is_said_without_the_secret() {
+        let no_domain = token_request(&config(
+            "clouds:\n  c:\n    auth:\n      auth_url: http://k/v3\n      username: u\n      password: hunter2\n",
+        ));
+        let Err(why) = no_domain else {
+            panic!("a user without a domain was accepted")
+        };
+        assert!(
+            why.contains("user_domain_name") && !why.contains("hunter2"),
+            "{why}"
+        );
+        let Err(why) = token_request(&config(
+            "clouds:\n  c:\n    auth_type: v3oidcpassword\n    auth:\n      auth_url: http://k/v3\n",
+        )) else {
+            panic!("an unsupported auth_type was accepted")
+        };
+        assert!(why.contains("v3oidcpassword"), "{why}");
+    }
+
+    #[test]
+    fn the_catalog_gives_the_endpoint_of_the_interface_and_region() {
+        let token = json!({"token": {"catalog": [
+            {"type": "load-balancer", "endpoints": [
+                {"interface": "internal", "region_id": "r1", "url": "http://internal:9876"},
+                {"interface": "public", "region_id": "r2", "url": "http://r2:9876"},
+                {"interface": "public", "region_id": "r1", "url": "http://r1:9876"}]}]}});
+        let url = |i, r| endpoint(&token, "load-balancer", i, r).map(|u| u.to_string());
+        assert_eq!(url(None, Some("r1")), Some("http://r1:9876/".into()));
+        assert_eq!(
+            url(Some("internalURL"), None),
+            Some("http://internal:9876/".into())
+        );
+        assert_eq!(url(None, Some("r3")), None);
+        assert_eq!(endpoint(&token, "network", None, None), None);
+    }
+
+    #[test]
+    fn the_version_document_gives_the_base_of_the_highest_minor() {
+        let root = Url::parse("http://o:9876").expect("url");
+        let doc = json!({"versions": [
+            {"id": "v2.0", "links": [{"rel": "self", "href": "http://o:9876/v2"}]},
+            {"id": "v2.30", "links": [{"rel": "self", "href": "http://o:9876/v2"}]},
+            {"id": "v1", "links": []}]});
+        assert_eq!(
+            version_base(&doc, &root, "v2").map(String::from),
+            Some("http://o:9876/v2/".into())
+        );
+        let neutron = json!({"versions": [{"id": "v2.0", "status": "CURRENT"}]});
+        assert_eq!(
+            version_base(&neutron, &root, "v2.0").map(String::from),
+            Some("http://o:9876/v2.0/".into())
+        );
+        assert!(names_version(
+            &Url::parse("http://o/v2.0/").expect("url"),
+            "v2.0"
+        ));
+        assert!(!names_version(&root, "v2"));
+    }
+}
