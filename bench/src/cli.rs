@@ -94,6 +94,10 @@ pub struct ConvergeArgs {
     /// Exit with status 3 when convergence took more reconciles per LoadBalancer than this.
     #[arg(long)]
     pub max_reconciles_per_loadbalancer: Option<f64>,
+    /// Exit with status 3 when convergence took more writes per LoadBalancer than this (Events
+    /// included).
+    #[arg(long)]
+    pub max_writes_per_loadbalancer: Option<f64>,
     /// Exit with status 3 when the controller wrote anything while idle or after the warm
     /// restart.
     #[arg(long)]

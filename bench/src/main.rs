@@ -124,6 +124,15 @@ async fn bench_converge(args: ConvergeArgs) -> ExitCode {
             );
             status = ExitCode::from(3);
         }
+        let writes = report.converge.writes() / n.max(1) as f64;
+        if let Some(max) = args.max_writes_per_loadbalancer
+            && writes > max
+        {
+            eprintln!(
+                "capi-lb-bench converge: {writes:.2} writes per LoadBalancer, more than {max}"
+            );
+            status = ExitCode::from(3);
+        }
         let restart_writes = report.restart.as_ref().map_or(0.0, |r| r.counts.writes());
         if args.fail_on_idle_writes && (report.idle.writes() > 0.0 || restart_writes > 0.0) {
             eprintln!(

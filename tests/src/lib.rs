@@ -406,14 +406,23 @@ pub async fn slice(world: &World, name: &str) -> Option<EndpointSlice> {
         .unwrap()
 }
 
-/// Reason of every Event recorded in the world's timeline.
+/// Reason of every Event recorded in the world's timeline, and of what a pass merged into one.
 pub fn event_reasons(world: &World) -> Vec<String> {
     world
         .ctx
         .events
         .timeline()
         .into_iter()
-        .map(|e| e.reason)
+        .flat_map(|e| {
+            // A pass tells everything but its warnings in one Event: `Ready: ... | Reason: ...`.
+            let merged: Vec<String> = e
+                .message
+                .split(" | ")
+                .skip(1)
+                .filter_map(|part| part.split_once(": ").map(|(r, _)| r.to_string()))
+                .collect();
+            std::iter::once(e.reason).chain(merged)
+        })
         .collect()
 }
 

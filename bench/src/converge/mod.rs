@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use capi_lb_api::LoadBalancer;
+use capi_lb_api::constants::ANNOTATION_LOAD_BALANCER_REF;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -85,8 +86,11 @@ impl Fixture {
         vec![
             // Cluster API's webhook refuses a Cluster with none of infrastructureRef,
             // controlPlaneRef and topology; nothing serves DockerCluster here.
+            // The Cluster names its LoadBalancer, as the clusterctl flavors do: capi-lb writes a
+            // Cluster's endpoint only then.
             json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                   "metadata": {"name": self.cluster()},
+                   "metadata": {"name": self.cluster(),
+                                "annotations": {ANNOTATION_LOAD_BALANCER_REF: self.name()}},
                    "spec": {"paused": false,
                             "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
                                                   "kind": "DockerCluster",

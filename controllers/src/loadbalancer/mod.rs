@@ -210,6 +210,47 @@ struct Note {
     message: String,
 }
 
+/// The reasons a pass's one normal Event takes its reason from: the first of these among its notes
+/// (else the first note's).
+const HEADLINES: &[&str] = &[
+    capi_lb_api::constants::reason::READY.name,
+    capi_lb_api::constants::reason::CLUSTER_ENDPOINT_SET.name,
+    event::LOAD_BALANCER_CREATED,
+    event::LOAD_BALANCER_UPDATED,
+    event::ADDRESSES_CHANGED,
+    event::ENDPOINT_PUBLISHED,
+    event::DNS_ENDPOINT_CHANGED,
+    event::MEMBERS_CHANGED,
+    event::TARGET_STATE_CHANGED,
+];
+
+/// The Events of one pass: each warning on its own (each is something to act on), and everything
+/// else the pass did in one Event, headed by its most telling reason, the others' reasons and
+/// messages after it (`Ready: ... | LoadBalancerCreated: ... | MembersChanged: ...`). A new
+/// LoadBalancer's first pass writes one Event instead of six.
+fn merged(notes: Vec<Note>) -> Vec<Note> {
+    let (mut out, normal): (Vec<Note>, Vec<Note>) = notes.into_iter().partition(|n| n.warning);
+    let headline = HEADLINES
+        .iter()
+        .find_map(|h| normal.iter().position(|n| n.reason == *h))
+        .unwrap_or(0);
+    let Some(head) = normal.get(headline) else {
+        return out;
+    };
+    let mut message = head.message.clone();
+    for (i, note) in normal.iter().enumerate() {
+        if i != headline {
+            message.push_str(&format!(" | {}: {}", note.reason, note.message));
+        }
+    }
+    out.push(Note {
+        warning: false,
+        reason: head.reason,
+        message,
+    });
+    out
+}
+
 /// What looking up and claiming an infrastructure object found.
 enum Claim {
     /// Claimed.
@@ -355,5 +396,46 @@ impl<'a> Reconciliation<'a> {
     async fn pause(mut self, why: String) -> Result<Outcome> {
         self.conditions.push(paused_condition(Some(why)));
         self.finish().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(warning: bool, reason: &'static str, message: &str) -> Note {
+        Note {
+            warning,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn a_pass_writes_its_warnings_and_one_event_for_the_rest() {
+        let notes = vec![
+            note(false, event::LOAD_BALANCER_CREATED, "created lb"),
+            note(true, "AddressRefused", "203.0.113.9 refused"),
+            note(false, event::MEMBERS_CHANGED, "added m1"),
+            note(false, "Ready", "Ready: 192.0.2.1:6443"),
+        ];
+        let events = merged(notes);
+        assert_eq!(events.len(), 2);
+        assert!(events[0].warning && events[0].reason == "AddressRefused");
+        assert_eq!(events[1].reason, "Ready");
+        assert_eq!(
+            events[1].message,
+            "Ready: 192.0.2.1:6443 | LoadBalancerCreated: created lb | MembersChanged: added m1"
+        );
+    }
+
+    #[test]
+    fn one_note_is_its_own_event_and_none_is_none() {
+        let events = merged(vec![note(false, "Custom", "x")]);
+        assert_eq!(
+            (events[0].reason, events[0].message.as_str()),
+            ("Custom", "x")
+        );
+        assert!(merged(Vec::new()).is_empty());
     }
 }

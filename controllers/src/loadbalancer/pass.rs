@@ -482,7 +482,7 @@ impl Reconciliation<'_> {
             self.ctx.reset_backoff(&self.identity.uid);
         }
         let reference = self.lb.object_ref(&());
-        for note in self.notes {
+        for note in super::merged(self.notes) {
             self.ctx
                 .events
                 .publish(

@@ -253,6 +253,8 @@ pub struct Prepared {
     hooks_added: Vec<String>,
     /// Targets whose hooks were released.
     hooks_released: Vec<String>,
+    /// Targets whose first state (`adding`) was written with their hooks, before the provider call.
+    joined: Vec<String>,
     /// Targets failing their health probes (`spec.targetHealth`), with what the last probe found.
     failing: BTreeMap<String, String>,
 }
@@ -333,16 +335,32 @@ impl Pass<'_> {
             .map(|t| intent(&t.observed, now, &self.settings))
             .collect();
         let api = self.api(&resource);
+        let lb_name = self.lb.name_any();
         let (mut hooks_added, mut hooks_released) = (Vec::new(), Vec::new());
+        let mut joined = Vec::new();
         let mut gone = Vec::new();
         for (i, target) in targets.iter_mut().enumerate() {
             let Some(hooks) = hooks_before(&target.observed, &self.settings) else {
                 continue;
             };
             let mut annotations = target.object.annotations().clone();
-            set_hooks(&mut annotations, &self.keys, &self.lb.name_any(), hooks);
+            set_hooks(&mut annotations, &self.keys, &lb_name, hooks);
             if &annotations == target.object.annotations() {
                 continue;
+            }
+            // A target that joins gets its first state in the same write as its hooks: it is
+            // `adding` until the provider says its member serves, so a provider that answers later
+            // (Octavia) needs no second write, and one that answers at once one less.
+            let joins = hooks && target.observed.recorded.is_none() && target.observed.wants_in();
+            if joins {
+                annotations = annotate(
+                    &annotations,
+                    &namespace,
+                    &lb_name,
+                    &self.keys,
+                    Some((TargetState::Adding, now)),
+                    Some(true),
+                );
             }
             match self
                 .write(&resource, &api, &target.object, &annotations)
@@ -352,6 +370,11 @@ impl Pass<'_> {
                     target.object = updated;
                     target.observed.pre_drain = hooks;
                     target.observed.pre_terminate = hooks;
+                    if joins {
+                        target.observed.recorded = Some(TargetState::Adding);
+                        target.observed.since = Some(now);
+                        joined.push(target.observed.name.clone());
+                    }
                     let name = target.observed.name.clone();
                     if hooks {
                         hooks_added.push(name);
@@ -375,6 +398,7 @@ impl Pass<'_> {
             now,
             hooks_added,
             hooks_released,
+            joined,
             failing,
         }))
     }
@@ -442,14 +466,21 @@ impl Pass<'_> {
             {
                 continue;
             }
-            if observed.recorded != Some(settled.state) {
-                let message = match observed.recorded {
+            // The state before this pass (a joining target's `adding` written with its hooks is
+            // this pass's change).
+            let before = if prepared.joined.contains(&observed.name) {
+                None
+            } else {
+                observed.recorded
+            };
+            if before != Some(settled.state) {
+                let message = match before {
                     Some(before) => format!("{before} -> {}", settled.state),
                     None => settled.state.to_string(),
                 };
                 // On the target itself only what explains a wait or a change of service (its
                 // way out, or back in); joining is told once, on the LoadBalancer.
-                if !joining(observed.recorded, settled.state) {
+                if !joining(before, settled.state) {
                     self.ctx
                         .events
                         .publish(

@@ -194,7 +194,10 @@ async fn every_target_carries_its_state_hooks_and_the_proposal_pair() {
     let timeline = world.ctx.events.timeline();
     let on_lb: Vec<_> = timeline
         .iter()
-        .filter(|e| e.reason == "TargetStateChanged" && e.object.starts_with("LoadBalancer/"))
+        .filter(|e| {
+            (e.reason == "TargetStateChanged" || e.message.contains("| TargetStateChanged: "))
+                && e.object.starts_with("LoadBalancer/")
+        })
         .collect();
     assert!(
         on_lb
