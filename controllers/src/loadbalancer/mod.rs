@@ -297,6 +297,8 @@ struct Reconciliation<'a> {
     binding: Option<class::Binding>,
     /// The provider's addresses the address policy refuses: none of them is published.
     refused: Vec<Refusal>,
+    /// The name of the provider serving this pass (empty before it is known).
+    provider: String,
 }
 
 /// How the members can be reached in this pass.
@@ -331,6 +333,7 @@ impl<'a> Reconciliation<'a> {
             cluster: None,
             binding: None,
             refused: Vec::new(),
+            provider: String::new(),
         })
     }
 
