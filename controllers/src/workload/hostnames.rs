@@ -33,7 +33,7 @@ pub struct Answer {
     pub ttl: Duration,
 }
 
-/// Resolves a hostname (A and AAAA); `Err` says why not, naming what was asked.
+/// Resolves a hostname (A and AAAA); `Err` says why not (the caller names the hostname).
 pub type Resolve = Arc<
     dyn Fn(String) -> futures::future::BoxFuture<'static, Result<Answer, String>> + Send + Sync,
 >;
@@ -221,10 +221,10 @@ mod tests {
         assert_eq!(first.refresh, now + Duration::from_secs(30));
         assert_eq!(first.failure, None);
 
-        let failed = update(Some(&first), Err("lb.example: timed out".into()), now);
+        let failed = update(Some(&first), Err("timed out".into()), now);
         assert_eq!(failed.ips, first.ips);
         assert_eq!(failed.refresh, now + RETRY);
-        assert_eq!(failed.failure.as_deref(), Some("lb.example: timed out"));
+        assert_eq!(failed.failure.as_deref(), Some("timed out"));
 
         let empty = update(Some(&failed), answer(&[], 30), now);
         assert_eq!(empty.ips, first.ips);

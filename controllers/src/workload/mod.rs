@@ -276,16 +276,15 @@ impl Workloads {
             return;
         }
         entry.due = Instant::now() + after;
-        let Some(finding) = finding else {
-            return;
-        };
-        let changed = entry.finding.as_ref() != Some(&finding);
-        entry.finding = Some(finding);
-        if changed {
+        if let Some(finding) = finding
+            && entry.finding.as_ref() != Some(&finding)
+        {
+            entry.finding = Some(finding);
             let _ = self
                 .changed
                 .send((looked.namespace.clone(), looked.name.clone()));
         }
+        // The task sleeps until the next due time it knew of: this one is new.
         drop(entries);
         self.wake.notify_one();
     }

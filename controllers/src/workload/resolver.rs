@@ -78,7 +78,8 @@ impl Dns {
 
     /// The A and AAAA addresses of `host`, with the smallest TTL of their records. A family
     /// without records adds nothing; `Err` when neither has any, or when a query failed (a partial
-    /// answer is not taken for the whole).
+    /// answer is not taken for the whole), saying what the server answered (the caller names the
+    /// hostname).
     pub async fn lookup(&self, host: &str) -> Result<Answer, String> {
         let name = if host.ends_with('.') {
             host.to_string()
@@ -93,7 +94,7 @@ impl Dns {
         };
         let (a, aaaa) = tokio::time::timeout(DEADLINE, both).await.map_err(|_| {
             format!(
-                "{host}: no answer from {} within {} s",
+                "no answer from {} within {} s",
                 self.server,
                 DEADLINE.as_secs()
             )
@@ -115,12 +116,12 @@ impl Dns {
                     }
                 }
                 Err(e) if e.is_no_records_found() => nx_domain |= e.is_nx_domain(),
-                Err(e) => return Err(failure(host, family, &self.server, &e)),
+                Err(e) => return Err(failure(family, &self.server, &e)),
             }
         }
         if ips.is_empty() {
             return Err(format!(
-                "{host}: {} answered {}",
+                "{} answered {}",
                 self.server,
                 if nx_domain {
                     "that the name does not exist (NXDOMAIN)"
@@ -147,12 +148,12 @@ impl Dns {
 
 /// A resolver that cannot be made: every lookup says why.
 pub fn broken(why: String) -> Resolve {
-    Arc::new(move |host: String| {
+    Arc::new(move |_host: String| {
         let why = why.clone();
-        Box::pin(async move { Err(format!("{host}: not looked up: {why}")) })
+        Box::pin(async move { Err(format!("not looked up: {why}")) })
     })
 }
 
-fn failure(host: &str, family: &str, server: &str, e: &NetError) -> String {
-    format!("{host}: the {family} query to {server} failed: {e}")
+fn failure(family: &str, server: &str, e: &NetError) -> String {
+    format!("the {family} query to {server} failed: {e}")
 }
