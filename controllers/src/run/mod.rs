@@ -398,7 +398,11 @@ fn workload_hostnames(
                 .iter()
                 .map(|ip| LoadBalancerAddress::ip(ip.to_string()))
                 .collect();
-            facts.refused_addresses(&policy, &addresses, namespace, provider)
+            facts
+                .refused_addresses(&policy, &addresses, namespace, provider)
+                .iter()
+                .map(ToString::to_string)
+                .collect()
         },
     );
     crate::workload::hostnames::Hostnames { resolve, refuse }

@@ -13,8 +13,6 @@ use std::time::{Duration, Instant};
 
 use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
 
-use crate::policy::Refusal;
-
 /// The shortest time an answer is used before it is asked again (a TTL of 0 or 1 s would have
 /// the task ask all the time).
 pub const TTL_FLOOR: Duration = Duration::from_secs(5);
@@ -38,8 +36,10 @@ pub type Resolve = Arc<
     dyn Fn(String) -> futures::future::BoxFuture<'static, Result<Answer, String>> + Send + Sync,
 >;
 
-/// The address policy for resolved addresses: `(namespace, provider, ips)` to the refused ones.
-pub type Refuse = Arc<dyn Fn(&str, &str, &[IpAddr]) -> Vec<Refusal> + Send + Sync>;
+/// The address policy for resolved addresses: `(namespace, provider, ips)` to the refused ones,
+/// each as `<address> (<rule>)` (the `run` command makes it from [`crate::policy`], a floor
+/// above).
+pub type Refuse = Arc<dyn Fn(&str, &str, &[IpAddr]) -> Vec<String> + Send + Sync>;
 
 /// How the workload task turns hostnames into addresses.
 #[derive(Clone)]

@@ -329,13 +329,12 @@ impl Workloads {
         {
             let refused = (h.refuse)(&wanted.namespace, &wanted.provider, &resolved.answered);
             if !refused.is_empty() {
-                let list: Vec<String> = refused.iter().map(ToString::to_string).collect();
                 return (
                     problem(
                         r::ADDRESS_REFUSED,
                         format!(
                             "the load balancer's hostname resolves to addresses the platform's address policy refuses: {} ({}); nothing is written, the workload cluster's default/kubernetes endpoints stay as they are",
-                            list.join(", "),
+                            refused.join(", "),
                             resolved
                                 .resolved
                                 .iter()
