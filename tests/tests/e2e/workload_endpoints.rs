@@ -429,7 +429,7 @@ async fn a_hostname_only_load_balancer_is_resolved_and_followed_through_its_reco
         .iter()
         .map(|a| a.address.clone())
         .collect();
-    assert_eq!(addresses, [host.clone()]);
+    assert_eq!(addresses, std::slice::from_ref(&host));
 
     // The A record changes: followed within the TTL and a margin.
     set(&[("A", "203.0.113.41")]);
