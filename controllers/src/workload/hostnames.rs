@@ -118,7 +118,7 @@ pub async fn refresh(
     for (name, result) in due.into_iter().zip(answers) {
         let named = update(names.get(&name), result, answered);
         if let Some(failure) = &named.failure {
-            tracing::info!(hostname = %name, error = %failure, kept = named.ips.len(), "a load balancer's hostname did not resolve");
+            tracing::debug!(hostname = %name, error = %failure, kept = named.ips.len(), "a load balancer's hostname did not resolve");
         }
         names.insert(name, named);
     }
