@@ -140,8 +140,6 @@ pub struct Resolved {
     pub resolved: Vec<String>,
     /// What went wrong, for each hostname whose last lookup did not answer.
     pub failed: Vec<String>,
-    /// Whether some hostname never answered.
-    pub never: bool,
 }
 
 /// The addresses of `addresses` (IPs, and hostnames as `names` knows them).
@@ -164,11 +162,9 @@ pub fn resolved(addresses: &[LoadBalancerAddress], names: &BTreeMap<String, Name
             (None, _) => out
                 .resolved
                 .push(format!("{name} resolves to {}", join(&named.ips))),
-            (Some(e), true) => {
-                out.never = true;
-                out.failed
-                    .push(format!("{name} does not resolve ({e}) and never did"));
-            }
+            (Some(e), true) => out
+                .failed
+                .push(format!("{name} does not resolve ({e}) and never did")),
             (Some(e), false) => out.failed.push(format!(
                 "{name} did not resolve ({e}): its last answer, {}, is kept",
                 join(&named.ips)
@@ -292,7 +288,6 @@ mod tests {
                 "c.example does not resolve (NXDOMAIN) and never did"
             ]
         );
-        assert!(r.never);
         assert_eq!(next_refresh(&names), Some(now + RETRY));
     }
 

@@ -15,7 +15,8 @@
 //! - A kubeconfig to a closed port: `WorkloadClusterUnreachable`, and the LoadBalancer stays Ready.
 //! - A hostname-only load balancer (the in-memory provider with only `hostname`) resolved through
 //!   the harness's BIND (`--dns-resolver`), whose records the test writes with nsupdate and a TTL
-//!   of 5 s: the endpoints follow the A record, then A and AAAA (one slice per family), then the
+//!   of 5 s: nothing is written before the name resolves (`WorkloadHostnameUnresolved`); then the
+//!   endpoints follow the A record, then A and AAAA (one slice per family), then the
 //!   AAAA alone, each change within the TTL and a margin; an address `--address-deny` refuses is
 //!   reported (`AddressRefused`) and not written; with the records deleted the last answer stays
 //!   and `WorkloadHostnameUnresolved` names the hostname and what DNS answered.
@@ -398,7 +399,7 @@ async fn a_hostname_only_load_balancer_is_resolved_and_followed_through_its_reco
     };
     // Followed within the TTL, plus a margin for the look, the writes and a loaded machine.
     let within = Duration::from_secs(TTL + 10);
-    set(&[("A", "203.0.113.40")]);
+    set(&[]);
 
     kubeconfig_secret(&t, "wlh", inline_kubeconfig(None)).await;
     let mut options = t.options(&["inmemory"]);
@@ -412,6 +413,22 @@ async fn a_hostname_only_load_balancer_is_resolved_and_followed_through_its_reco
     ))
     .await;
     t.create(control_plane_lb("cp", "wlh", 7443)).await;
+    // No record yet: nothing is written, and the condition says why.
+    let (_, _, _, _, before) = endpoints_now(&wl).await;
+    let (status, message) = workload_condition(&t, "cp", "WorkloadHostnameUnresolved").await;
+    assert_eq!(status, "False");
+    assert!(
+        message.contains(&format!("{host} does not resolve"))
+            && message.contains("NXDOMAIN")
+            && message.contains("never did")
+            && message.contains("nothing is written"),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, _, _, _, after) = endpoints_now(&wl).await;
+    assert_eq!(before, after, "written without an answer");
+    // The record appears: asked again within 10 s, and written.
+    set(&[("A", "203.0.113.40")]);
     let took = wait_endpoints(&wl, "203.0.113.40", 7443).await;
     println!("{host} A 203.0.113.40 in the workload cluster within {took:?}");
     let (status, message) = workload_condition(&t, "cp", "WorkloadEndpointsSynced").await;
