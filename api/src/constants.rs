@@ -355,7 +355,8 @@ pub mod reason {
     /// allowed as credentials.
     pub const WORKLOAD_KUBECONFIG_INVALID: Reason = Reason::problem("WorkloadKubeconfigInvalid");
     /// The load balancer's hostname did not resolve this time: the last addresses it resolved to
-    /// stay published (never none).
+    /// stay published (never none); one that never resolved is not written, and with no other
+    /// address nothing is.
     pub const WORKLOAD_HOSTNAME_UNRESOLVED: Reason = Reason::problem("WorkloadHostnameUnresolved");
 
     // Paused

@@ -81,6 +81,27 @@ pub fn target() -> &'static Target {
     }
 }
 
+/// Hold the target's `default/kubernetes` endpoints, which the workload-endpoints tests write
+/// (the target is their workload cluster), until the returned file is dropped: an exclusive lock
+/// on a file beside the system's temporary files, so that such tests run one at a time, in this
+/// process and in any other running them against the same target.
+pub async fn lock_target_default_kubernetes() -> std::fs::File {
+    let path = std::env::temp_dir().join("capi-lb-e2e-target-default-kubernetes.lock");
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        file.lock()
+            .unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+        file
+    })
+    .await
+    .unwrap()
+}
+
 /// A client with the target's admin kubeconfig.
 pub async fn target_admin_client() -> Client {
     capi_lb::install_crypto_provider();

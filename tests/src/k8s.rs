@@ -155,6 +155,61 @@ pub fn external_dns() -> &'static ExternalDns {
     })
 }
 
+/// The TSIG key file (BIND's `key` clause, as `tsig-keygen` writes it) that may update
+/// [`external_dns`]'s zone: `CAPI_LB_E2E_BIND_TSIG_KEY`, else the harness's (`tsig.key` in its state
+/// folder, beside the admin kubeconfig); panics when there is none (these tests never skip).
+pub fn bind_tsig_key() -> PathBuf {
+    if let Some(path) = std::env::var_os("CAPI_LB_E2E_BIND_TSIG_KEY") {
+        return path.into();
+    }
+    let harness = cluster()
+        .kubeconfig
+        .parent()
+        .map(|state| state.join("tsig.key"))
+        .filter(|key| key.is_file());
+    harness.unwrap_or_else(|| {
+        panic!(
+            "no TSIG key for the zone of {}: set CAPI_LB_E2E_BIND_TSIG_KEY to a key file that may update it",
+            cluster().source
+        )
+    })
+}
+
+/// Send `commands` (`update add ...`, `update delete ...`) to [`external_dns`]'s DNS server with
+/// `nsupdate`, signed with [`bind_tsig_key`]; panics with nsupdate's words when it fails.
+pub fn nsupdate(commands: &str) {
+    use std::io::Write;
+    let dns = external_dns();
+    let script = format!(
+        "server {} {}\nzone {}\n{commands}\nsend\n",
+        dns.server.ip(),
+        dns.server.port(),
+        dns.zone
+    );
+    let mut child = Command::new("nsupdate")
+        .arg("-k")
+        .arg(bind_tsig_key())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running nsupdate (Debian's bind9-dnsutils): {e}"));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "nsupdate failed ({}): {}{}\n{script}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// MetalLB of the cluster under test; panics when there is none (these tests never skip).
 pub fn metallb() -> &'static MetalLb {
     cluster().metallb.as_ref().unwrap_or_else(|| {

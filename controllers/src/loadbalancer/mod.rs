@@ -338,6 +338,8 @@ struct Reconciliation<'a> {
     binding: Option<class::Binding>,
     /// The provider's addresses the address policy refuses: none of them is published.
     refused: Vec<Refusal>,
+    /// The name of the provider serving this pass (empty before it is known).
+    provider: String,
 }
 
 /// How the members can be reached in this pass.
@@ -372,6 +374,7 @@ impl<'a> Reconciliation<'a> {
             cluster: None,
             binding: None,
             refused: Vec::new(),
+            provider: String::new(),
         })
     }
 

@@ -24,7 +24,7 @@ use crate::conditions::{
 };
 use crate::context::Outcome;
 use crate::error::{Result, kube_err};
-use crate::policy::{self, Refusal};
+use crate::policy::Refusal;
 use crate::publication;
 use crate::reachability;
 
@@ -75,6 +75,7 @@ impl Reconciliation<'_> {
         let provisioned = self.provision(&claimed, staged.desired()).await;
         let (infra_state, mut infra_status) = self.serving(provisioned);
         self.refused = self.refusals(claimed.provider.name());
+        self.provider = claimed.provider.name().to_string();
         let infra_ready = infra_state == InfraState::Provisioned;
         let access = if infra_ready {
             Access::Converge {
@@ -224,29 +225,12 @@ impl Reconciliation<'_> {
     /// The addresses of this pass the address policy refuses (see [`crate::addresses`]), for
     /// provider `provider`.
     fn refusals(&self, provider: &str) -> Vec<Refusal> {
-        let facts = &self.ctx.facts;
-        let namespace = facts.namespace_allow(&self.namespace);
-        let (namespace_allow, broken) = match &namespace {
-            Some(Ok(ranges)) => (Some(ranges.as_slice()), None),
-            // An annotation that does not parse allows nothing.
-            Some(Err(e)) => (Some(&[][..]), Some(e)),
-            None => (None, None),
-        };
-        let is_cluster_ip = |ip| facts.is_cluster_ip(ip);
-        let mut refused = self.ctx.config.addresses.refusals(
+        self.ctx.facts.refused_addresses(
+            &self.ctx.config.addresses,
             &self.status.addresses,
-            policy::addresses::Context {
-                provider: Some(provider),
-                namespace_allow,
-                is_cluster_ip: &is_cluster_ip,
-            },
-        );
-        if let Some(e) = broken {
-            for refusal in &mut refused {
-                refusal.rule = format!("{}: {e}", refusal.rule);
-            }
-        }
-        refused
+            &self.namespace,
+            provider,
+        )
     }
 
     /// `spec.reachability`: the endpoint of a Ready LoadBalancer is probed (by the prober's own
@@ -359,6 +343,7 @@ impl Reconciliation<'_> {
                     namespace: self.namespace.clone(),
                     name: self.lb.name_any(),
                     secret: format!("{cluster}-kubeconfig"),
+                    provider: self.provider.clone(),
                     addresses: publishable.to_vec(),
                     port,
                 },

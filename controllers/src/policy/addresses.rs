@@ -12,7 +12,8 @@
 //! - the namespace's annotation `loadbalancer.cluster.x-k8s.io/allowed-addresses` (CIDRs, set by
 //!   the admin on the Namespace, which tenants cannot edit): where its addresses must be.
 //!
-//! A hostname cannot be checked this way and is not refused here.
+//! A hostname cannot be checked this way and is not refused here; the addresses capi-lb resolves a
+//! hostname to itself (`spec.workloadEndpoints`, [`crate::workload::hostnames`]) are.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

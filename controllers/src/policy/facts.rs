@@ -14,7 +14,11 @@ use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
-use super::addresses::{ANNOTATION_ALLOWED_ADDRESSES, namespace_allow};
+use capi_lb_api::loadbalancer::LoadBalancerAddress;
+
+use super::addresses::{
+    ANNOTATION_ALLOWED_ADDRESSES, AddressPolicy, Context, Refusal, namespace_allow,
+};
 use super::names::{ANNOTATION_DNS_DOMAINS, ANNOTATION_DNS_WILDCARDS, NamePolicy, NamespaceNames};
 
 /// The facts the address policy reads.
@@ -83,6 +87,39 @@ impl PolicyFacts {
         let found = store.get(&ObjectRef::new(namespace))?;
         let value = found.annotations().get(ANNOTATION_ALLOWED_ADDRESSES)?;
         Some(namespace_allow(value))
+    }
+
+    /// The addresses among `addresses` that the address policy `policy` does not let `provider`
+    /// publish in `namespace`, each with its rule (its allow-list read from the watched
+    /// Namespaces; one that does not parse allows nothing, and the rule says why).
+    pub fn refused_addresses(
+        &self,
+        policy: &AddressPolicy,
+        addresses: &[LoadBalancerAddress],
+        namespace: &str,
+        provider: &str,
+    ) -> Vec<Refusal> {
+        let allow = self.namespace_allow(namespace);
+        let (namespace_allow, broken) = match &allow {
+            Some(Ok(ranges)) => (Some(ranges.as_slice()), None),
+            Some(Err(e)) => (Some(&[][..]), Some(e)),
+            None => (None, None),
+        };
+        let is_cluster_ip = |ip| self.is_cluster_ip(ip);
+        let mut refused = policy.refusals(
+            addresses,
+            Context {
+                provider: Some(provider),
+                namespace_allow,
+                is_cluster_ip: &is_cluster_ip,
+            },
+        );
+        if let Some(e) = broken {
+            for refusal in &mut refused {
+                refusal.rule = format!("{}: {e}", refusal.rule);
+            }
+        }
+        refused
     }
 }
 

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capi_lb_api::LoadBalancer;
+use capi_lb_api::loadbalancer::LoadBalancerAddress;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::catalog::{self, UnknownProvider};
 use capi_lb_providers::clock::{SharedClock, SystemClock};
@@ -242,8 +243,11 @@ pub async fn run_instrumented(
     });
     let (prober, mut probed) = Prober::new(client.clone(), Some(observer), Some(refuse));
     let probes = tokio::spawn(prober.clone().run(stop.clone()));
-    let (workloads, mut looked) =
-        crate::workload::Workloads::new(client.clone(), options.credentials_policy(), None);
+    let (workloads, mut looked) = crate::workload::Workloads::new(
+        client.clone(),
+        options.credentials_policy(),
+        Some(workload_hostnames(&options, facts.clone())),
+    );
     let workload_task = tokio::spawn(workloads.clone().run(stop.clone()));
     let ctx = Arc::new(
         Context::new(
@@ -368,6 +372,42 @@ impl CloudSaver {
 }
 
 /// Refuse to start without the LoadBalancer CRD.
+/// How the workload task resolves a hostname-only load balancer (`--dns-resolver`, else
+/// /etc/resolv.conf) and checks what it resolves to: the address policy of every published
+/// address (`--address-deny`, `--address-allow`, the Namespaces' allow-lists, ClusterIPs). A
+/// resolver that cannot be made is reported by every lookup (WorkloadHostnameUnresolved).
+fn workload_hostnames(
+    options: &RunOptions,
+    facts: Arc<crate::policy::PolicyFacts>,
+) -> crate::workload::hostnames::Hostnames {
+    use crate::workload::resolver::{Dns, broken};
+    let resolve = match Dns::new(options.dns_resolver) {
+        Ok(dns) => {
+            tracing::info!(resolver = ?dns, "hostname-only load balancers are resolved here");
+            dns.into_resolve()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no DNS resolver: hostname-only load balancers are not resolved");
+            broken(e)
+        }
+    };
+    let policy = options.address_policy();
+    let refuse: crate::workload::hostnames::Refuse = Arc::new(
+        move |namespace: &str, provider: &str, ips: &[std::net::IpAddr]| {
+            let addresses: Vec<LoadBalancerAddress> = ips
+                .iter()
+                .map(|ip| LoadBalancerAddress::ip(ip.to_string()))
+                .collect();
+            facts
+                .refused_addresses(&policy, &addresses, namespace, provider)
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        },
+    );
+    crate::workload::hostnames::Hostnames { resolve, refuse }
+}
+
 async fn require_crds(client: &kube::Client) -> Result<(), RunError> {
     let crd = LoadBalancer::crd();
     if installed(client, &crd.spec.group, &crd.spec.names.kind)

@@ -101,6 +101,12 @@ pub struct RunOptions {
     /// namespace may be.
     #[arg(long, value_name = "KEY=VALUE", env = "CAPI_LB_CREDENTIALS_SECRET_LABEL", value_parser = label_pair)]
     pub credentials_secret_label: Option<(String, String)>,
+    /// The DNS server that resolves a hostname-only load balancer's name for
+    /// spec.workloadEndpoints (A and AAAA, asked again when the records' TTL runs out, kept to 5
+    /// to 300 s), as `IP` or `IP:PORT` (port 53 when none is given). Unset, the servers of
+    /// /etc/resolv.conf (in a Pod: the cluster's DNS).
+    #[arg(long, value_name = "IP[:PORT]", env = "CAPI_LB_DNS_RESOLVER", value_parser = dns_server)]
+    pub dns_resolver: Option<SocketAddr>,
     /// The `-ext` publisher for Services of type LoadBalancer.
     #[command(flatten)]
     pub external: ExternalEndpoints,
@@ -237,6 +243,19 @@ fn label_pair(value: &str) -> Result<(String, String), String> {
     Ok((key.to_string(), label.to_string()))
 }
 
+/// `--dns-resolver`: an IP and port, or an IP (port 53).
+fn dns_server(value: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = value.parse::<SocketAddr>() {
+        return Ok(address);
+    }
+    value
+        .parse::<std::net::IpAddr>()
+        .map(|ip| SocketAddr::new(ip, 53))
+        .map_err(|_| {
+            format!("{value:?} is not an IP address or IP:PORT (e.g. 10.96.0.10 or [fd00::a]:53)")
+        })
+}
+
 /// `--metrics-bind-address`, `--health-probe-bind-address`: an address and port, or "off" (also
 /// "" and "0").
 fn metrics_address(value: &str) -> Result<MetricsAddress, String> {
@@ -350,6 +369,7 @@ impl RunOptions {
             dns_domains: Vec::new(),
             dns_wildcards: false,
             credentials_secret_label: None,
+            dns_resolver: None,
             external: ExternalEndpoints::default(),
             metrics_address: None,
             metrics_secure: false,

@@ -12,22 +12,31 @@
 //! servers wrote theirs back (see [`plan::decide`]), and asks for a reconcile of the LoadBalancer
 //! when its finding changes, so the `WorkloadEndpoints` condition (and its Event) follows.
 //!
+//! A hostname among the load balancer's addresses is resolved here too, never in a reconcile
+//! ([`hostnames`], with [`resolver`]): A and AAAA, again when the answer's TTL runs out (clamped to
+//! [`hostnames::TTL_FLOOR`]..=[`hostnames::TTL_CAP`]; such a look asks DNS and goes on to the
+//! workload cluster only when the answer changed or its own time came). A lookup that fails keeps
+//! the last answer and says so (`WorkloadHostnameUnresolved`); without any answer nothing is
+//! written. Resolved addresses pass the address policy like every published address
+//! (`AddressRefused`: nothing is written).
+//!
 //! One client per workload cluster, made from Cluster API's Secret `<clusterName>-kubeconfig`
 //! (key `value`, read with the management cluster's client, under `--credentials-secret-label` like any
 //! credentials) and kept while the Secret's resourceVersion is the same; it is bounded like the
 //! kube-dc provider's remote client ([`capi_lb_providers::kubeconfig`]) and dropped with the
 //! LoadBalancer's entry.
 
+pub mod hostnames;
 pub mod plan;
+pub mod resolver;
 
-use std::collections::HashMap;
-use std::net::IpAddr;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use capi_lb_api::conditions::Reason;
 use capi_lb_api::constants::{FIELD_MANAGER, reason as r};
-use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
+use capi_lb_api::loadbalancer::LoadBalancerAddress;
 use capi_lb_providers::entry::CredentialsPolicy;
 use capi_lb_providers::kubeconfig::{self, Bounds};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -37,6 +46,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use tokio::sync::{Semaphore, mpsc};
 
+use hostnames::{Hostnames, Resolved};
 use plan::{Change, Decision};
 
 /// Workload clusters looked at, at the same time.
@@ -65,6 +75,8 @@ pub struct Wanted {
     pub name: String,
     /// The Secret with the workload cluster's kubeconfig (`<clusterName>-kubeconfig`).
     pub secret: String,
+    /// The provider that reported the addresses (the address policy may allow it only some).
+    pub provider: String,
     /// The load balancer's ready addresses (IPs, and hostnames to resolve).
     pub addresses: Vec<LoadBalancerAddress>,
     /// The port Pods connect to: the load balancer's listening port.
@@ -91,6 +103,18 @@ struct State {
     written: Option<Instant>,
     /// Since when the API servers' reconciler is known to write them.
     fighting: Option<Instant>,
+    /// Each hostname's last answer.
+    names: BTreeMap<String, hostnames::Named>,
+    /// What the last full look looked at, and when the next one is due.
+    looked: Option<(Looked, Instant)>,
+}
+
+/// What a full look depends on: a look that finds the same before its time (one a hostname's TTL
+/// asked for) does not go to the workload cluster.
+#[derive(Clone, PartialEq, Eq)]
+struct Looked {
+    wanted: Wanted,
+    resolved: Resolved,
 }
 
 struct Entry {
@@ -101,13 +125,6 @@ struct Entry {
     state: State,
 }
 
-/// Resolves a hostname-only load balancer's name to addresses.
-pub type Resolve = Arc<
-    dyn Fn(String) -> futures::future::BoxFuture<'static, Result<Vec<IpAddr>, String>>
-        + Send
-        + Sync,
->;
-
 /// The workload clusters of every LoadBalancer that asks for it.
 pub struct Workloads {
     client: kube::Client,
@@ -115,7 +132,7 @@ pub struct Workloads {
     entries: Mutex<HashMap<String, Entry>>,
     changed: mpsc::UnboundedSender<(String, String)>,
     wake: tokio::sync::Notify,
-    resolve: Option<Resolve>,
+    hostnames: Option<Hostnames>,
 }
 
 impl std::fmt::Debug for Workloads {
@@ -126,12 +143,13 @@ impl std::fmt::Debug for Workloads {
 
 impl Workloads {
     /// Reading kubeconfig Secrets with `client` (only those `policy` admits), resolving hostnames
-    /// with `resolve` (none: a hostname-only load balancer is reported, not published); the
-    /// receiver gets `(namespace, name)` of each LoadBalancer whose finding changed.
+    /// and checking their addresses with `hostnames` (none: a hostname-only load balancer is
+    /// reported, not published); the receiver gets `(namespace, name)` of each LoadBalancer whose
+    /// finding changed.
     pub fn new(
         client: kube::Client,
         policy: CredentialsPolicy,
-        resolve: Option<Resolve>,
+        hostnames: Option<Hostnames>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<(String, String)>) {
         let (changed, receiver) = mpsc::unbounded_channel();
         let workloads = Arc::new(Self {
@@ -140,7 +158,7 @@ impl Workloads {
             entries: Mutex::new(HashMap::new()),
             changed,
             wake: tokio::sync::Notify::new(),
-            resolve,
+            hostnames,
         });
         (workloads, receiver)
     }
@@ -234,9 +252,16 @@ impl Workloads {
         }
     }
 
-    /// Keep what a look found (unless the entry was forgotten), schedule the next one, and ask for
-    /// a reconcile when the finding changed.
-    fn record(&self, uid: &str, looked: &Wanted, finding: Finding, state: State, after: Duration) {
+    /// Keep what a look found (unless the entry was forgotten; `None`: what it found before),
+    /// schedule the next one, and ask for a reconcile when the finding changed.
+    fn record(
+        &self,
+        uid: &str,
+        looked: &Wanted,
+        finding: Option<Finding>,
+        state: State,
+        after: Duration,
+    ) {
         let mut entries = self.lock();
         let Some(entry) = entries.get_mut(uid) else {
             return;
@@ -251,75 +276,93 @@ impl Workloads {
             return;
         }
         entry.due = Instant::now() + after;
-        let changed = entry.finding.as_ref() != Some(&finding);
-        entry.finding = Some(finding);
-        if changed {
+        if let Some(finding) = finding
+            && entry.finding.as_ref() != Some(&finding)
+        {
+            entry.finding = Some(finding);
             let _ = self
                 .changed
                 .send((looked.namespace.clone(), looked.name.clone()));
         }
+        // The task sleeps until the next due time it knew of: this one is new.
         drop(entries);
         self.wake.notify_one();
     }
 
-    /// One look at `wanted`'s workload cluster: the finding, the state to keep and when to look
-    /// again.
-    async fn look(&self, wanted: &Wanted, mut state: State) -> (Finding, State, Duration) {
-        let client = match self.client_for(wanted, &mut state).await {
+    /// One look at `wanted`'s workload cluster: the finding (`None`: the same as before), the
+    /// state to keep and when to look again. Hostnames whose answer expired are looked up first.
+    async fn look(&self, wanted: &Wanted, mut state: State) -> (Option<Finding>, State, Duration) {
+        let names = hostnames::hostnames(&wanted.addresses);
+        if let Some(h) = &self.hostnames {
+            hostnames::refresh(&h.resolve, &names, &mut state.names, Instant::now()).await;
+        }
+        let resolved = hostnames::resolved(&wanted.addresses, &state.names);
+        let now = Instant::now();
+        let dns = hostnames::next_refresh(&state.names);
+        let until_dns =
+            |after: Duration| dns.map_or(after, |t| after.min(t.saturating_duration_since(now)));
+        let key = Looked {
+            wanted: wanted.clone(),
+            resolved,
+        };
+        if let Some((last, next)) = &state.looked
+            && *last == key
+            && *next > now
+        {
+            let after = until_dns(next.saturating_duration_since(now));
+            return (None, state, after);
+        }
+        let (finding, after) = self.look_at(wanted, &key.resolved, &mut state).await;
+        state.looked = Some((key, now + after));
+        (Some(finding), state, until_dns(after))
+    }
+
+    /// A full look: the addresses checked, the workload cluster read and written.
+    async fn look_at(
+        &self,
+        wanted: &Wanted,
+        resolved: &Resolved,
+        state: &mut State,
+    ) -> (Finding, Duration) {
+        if let Some(h) = &self.hostnames
+            && !resolved.answered.is_empty()
+        {
+            let refused = (h.refuse)(&wanted.namespace, &wanted.provider, &resolved.answered);
+            if !refused.is_empty() {
+                return (
+                    problem(
+                        r::ADDRESS_REFUSED,
+                        format!(
+                            "the load balancer's hostname resolves to addresses the platform's address policy refuses: {} ({}); nothing is written, the workload cluster's default/kubernetes endpoints stay as they are",
+                            refused.join(", "),
+                            resolved
+                                .resolved
+                                .iter()
+                                .chain(&resolved.failed)
+                                .cloned()
+                                .collect::<Vec<_>>()
+                                .join("; ")
+                        ),
+                    ),
+                    PERIOD,
+                );
+            }
+        }
+        let Some(desired) = plan::desired(&resolved.ips, wanted.port) else {
+            return (self.nothing_usable(wanted, resolved), PERIOD);
+        };
+        let client = match self.client_for(wanted, state).await {
             Ok(client) => client,
             Err(message) => {
                 state.client = None;
                 return (
                     problem(r::WORKLOAD_KUBECONFIG_INVALID, message),
-                    state,
                     UNREACHABLE_RETRY,
                 );
             }
         };
-        let ips = match self.addresses(wanted).await {
-            Ok(ips) => ips,
-            Err(message) => {
-                return (
-                    problem(r::WORKLOAD_HOSTNAME_UNRESOLVED, message),
-                    state,
-                    UNREACHABLE_RETRY,
-                );
-            }
-        };
-        let Some(desired) = plan::desired(&ips, wanted.port) else {
-            let hostnames: Vec<&str> = wanted
-                .addresses
-                .iter()
-                .filter(|a| a.type_ == AddressType::Hostname)
-                .map(|a| a.address.as_str())
-                .collect();
-            if self.resolve.is_none() && !hostnames.is_empty() {
-                return (
-                    problem(
-                        r::WORKLOAD_ENDPOINTS_PENDING,
-                        format!(
-                            "the load balancer has only a hostname ({}), which this capi-lb does not resolve: nothing is written",
-                            hostnames.join(", ")
-                        ),
-                    ),
-                    state,
-                    PERIOD,
-                );
-            }
-            return (
-                problem(
-                    r::WORKLOAD_ENDPOINTS_PENDING,
-                    format!(
-                        "the load balancer has no address a Pod can use (loopback and link-local addresses are not endpoints): [{}]",
-                        join(&ips)
-                    ),
-                ),
-                state,
-                PERIOD,
-            );
-        };
-        match sync(&client, &desired, &mut state).await {
-            Ok((finding, after)) => (finding, state, after),
+        let (finding, after) = match sync(&client, &desired, state).await {
+            Ok(found) => found,
             Err(e) => (
                 problem(
                     r::WORKLOAD_CLUSTER_UNREACHABLE,
@@ -328,31 +371,40 @@ impl Workloads {
                         wanted.namespace, wanted.secret
                     ),
                 ),
-                state,
                 UNREACHABLE_RETRY,
             ),
-        }
+        };
+        (with_hostnames(finding, resolved, &desired), after)
     }
 
-    /// The IP addresses of `wanted` (hostnames resolved).
-    async fn addresses(&self, wanted: &Wanted) -> Result<Vec<IpAddr>, String> {
-        let mut ips = Vec::new();
-        for address in &wanted.addresses {
-            match address.type_ {
-                AddressType::Ip => {
-                    if let Ok(ip) = address.address.parse() {
-                        ips.push(ip);
-                    }
-                }
-                AddressType::Hostname => {
-                    let Some(resolve) = &self.resolve else {
-                        continue;
-                    };
-                    ips.extend(resolve(address.address.clone()).await?);
-                }
-            }
+    /// The finding when no address a Pod can use is left (nothing is written).
+    fn nothing_usable(&self, wanted: &Wanted, resolved: &Resolved) -> Finding {
+        let names = hostnames::hostnames(&wanted.addresses);
+        if self.hostnames.is_none() && !names.is_empty() {
+            return problem(
+                r::WORKLOAD_ENDPOINTS_PENDING,
+                format!(
+                    "the load balancer has only a hostname ({}), which this capi-lb does not resolve: nothing is written",
+                    names.join(", ")
+                ),
+            );
         }
-        Ok(ips)
+        if !resolved.failed.is_empty() {
+            return problem(
+                r::WORKLOAD_HOSTNAME_UNRESOLVED,
+                format!(
+                    "{}; nothing is written (default/kubernetes never gets an empty list)",
+                    resolved.failed.join("; ")
+                ),
+            );
+        }
+        problem(
+            r::WORKLOAD_ENDPOINTS_PENDING,
+            format!(
+                "the load balancer has no address a Pod can use (loopback and link-local addresses are not endpoints): [{}]",
+                hostnames::join(&resolved.ips)
+            ),
+        )
     }
 
     /// The client of `wanted`'s workload cluster: the one kept while its Secret is unchanged.
@@ -402,11 +454,32 @@ fn problem(reason: Reason, message: String) -> Finding {
     }
 }
 
-fn join(ips: &[IpAddr]) -> String {
-    ips.iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+/// `finding` with what the hostnames' lookups say: a failed one turns a synced finding into
+/// `WorkloadHostnameUnresolved` (the endpoints hold its last answer); answered ones are named.
+fn with_hostnames(finding: Finding, resolved: &Resolved, desired: &plan::Desired) -> Finding {
+    if !resolved.failed.is_empty() {
+        if finding.synced {
+            return problem(
+                r::WORKLOAD_HOSTNAME_UNRESOLVED,
+                format!(
+                    "{}; the workload cluster's default/kubernetes EndpointSlices and Endpoints are {}",
+                    resolved.failed.join("; "),
+                    plan::describe(desired)
+                ),
+            );
+        }
+        return Finding {
+            message: format!("{}; also: {}", finding.message, resolved.failed.join("; ")),
+            ..finding
+        };
+    }
+    if resolved.resolved.is_empty() {
+        return finding;
+    }
+    Finding {
+        message: format!("{} ({})", finding.message, resolved.resolved.join("; ")),
+        ..finding
+    }
 }
 
 /// Read the endpoints, decide, write what differs.

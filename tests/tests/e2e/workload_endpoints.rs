@@ -13,12 +13,25 @@
 //!   field manager `kube-apiserver` every 2 s, as its lease reconciler would every 10 s. capi-lb
 //!   must stop writing and say `APIServerReconcilerActive`, naming the flag.
 //! - A kubeconfig to a closed port: `WorkloadClusterUnreachable`, and the LoadBalancer stays Ready.
+//! - A hostname-only load balancer (the in-memory provider with only `hostname`) resolved through
+//!   the harness's BIND (`--dns-resolver`), whose records the test writes with nsupdate and a TTL
+//!   of 5 s: nothing is written before the name resolves (`WorkloadHostnameUnresolved`); then the
+//!   endpoints follow the A record, then A and AAAA (one slice per family), then the
+//!   AAAA alone, each change within the TTL and a margin; an address `--address-deny` refuses is
+//!   reported (`AddressRefused`) and not written; with the records deleted the last answer stays
+//!   and `WorkloadHostnameUnresolved` names the hostname and what DNS answered.
+//!
+//! The tests that write the target's `default/kubernetes` hold
+//! [`capi_lb_tests::capi_move::lock_target_default_kubernetes`] (one at a time, here and in any
+//! other process using the same target).
 
 use std::time::{Duration, Instant};
 
 use capi_lb_api::LoadBalancer;
-use capi_lb_tests::capi_move::target;
-use capi_lb_tests::k8s::{TestNs, in_memory, load_balancer, merge, wait_for, warning_event};
+use capi_lb_tests::capi_move::{lock_target_default_kubernetes, target};
+use capi_lb_tests::k8s::{
+    TestNs, external_dns, in_memory, load_balancer, merge, nsupdate, wait_for, warning_event,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Endpoints, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -215,6 +228,7 @@ fn play_api_server_reconciler(wl: Client, address: &'static str) -> tokio::task:
 /// idle, and then a reconciler writing back is detected and not fought.
 #[tokio::test]
 async fn kubernetes_default_follows_the_load_balancer_and_yields_to_the_api_servers_reconciler() {
+    let _target = lock_target_default_kubernetes().await;
     let mut t = TestNs::new("wl-eps").await;
     let wl = target_client().await;
     kubeconfig_secret(&t, "wl", inline_kubeconfig(None)).await;
@@ -315,5 +329,229 @@ async fn a_workload_cluster_that_does_not_answer_is_reported_and_the_load_balanc
     warning_event(&t, "WorkloadClusterUnreachable").await;
     let lb = t.api::<LoadBalancer>().get("down").await.unwrap();
     assert!(lb.status.unwrap().ready);
+    t.finish().await;
+}
+
+/// The target's `default/kubernetes` slices capi-lb writes, by name: (addressType, addresses),
+/// and the v1 Endpoints' addresses.
+async fn families_now(wl: &Client) -> (Vec<(String, String, Vec<String>)>, Vec<String>) {
+    let slices = Api::<EndpointSlice>::namespaced(wl.clone(), "default");
+    let mut found = Vec::new();
+    for name in ["kubernetes", "kubernetes-ipv4", "kubernetes-ipv6"] {
+        if let Some(s) = slices.get_opt(name).await.unwrap() {
+            let mut addresses: Vec<String> = s
+                .endpoints
+                .iter()
+                .flat_map(|e| e.addresses.clone())
+                .collect();
+            addresses.sort();
+            found.push((name.to_string(), s.address_type.clone(), addresses));
+        }
+    }
+    let (_, _, endpoints, _, _) = endpoints_now(wl).await;
+    (found, endpoints)
+}
+
+/// Wait until the target's slices are `slices` ((name, addressType, address)) and its Endpoints
+/// `endpoints`, within `within`; how long it took.
+async fn wait_families(
+    wl: &Client,
+    slices: &[(&str, &str, &str)],
+    endpoints: &str,
+    within: Duration,
+) -> Duration {
+    let want: Vec<(String, String, Vec<String>)> = slices
+        .iter()
+        .map(|(n, f, a)| (n.to_string(), f.to_string(), vec![a.to_string()]))
+        .collect();
+    let start = Instant::now();
+    loop {
+        let (found, ea) = families_now(wl).await;
+        if found == want && ea == [endpoints] {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < within,
+            "the target's default/kubernetes did not become {want:?} (Endpoints {endpoints}) within {within:?}: slices {found:?}, Endpoints {ea:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The TTL of the test's records: capi-lb asks again after it (its floor is 5 s).
+const TTL: u64 = 5;
+
+/// A hostname-only load balancer is resolved through the DNS server of `--dns-resolver` (the
+/// harness's BIND), and its endpoints follow the records: A, A and AAAA, AAAA; a refused address
+/// is not written; deleted records keep the last answer.
+#[tokio::test]
+async fn a_hostname_only_load_balancer_is_resolved_and_followed_through_its_records() {
+    let _target = lock_target_default_kubernetes().await;
+    let mut t = TestNs::new("wl-dns").await;
+    let wl = target_client().await;
+    let host = format!("{}.{}", t.ns, external_dns().zone);
+    let set = |records: &[(&str, &str)]| {
+        let mut commands = format!("update delete {host} A\nupdate delete {host} AAAA\n");
+        for (kind, address) in records {
+            commands.push_str(&format!("update add {host} {TTL} {kind} {address}\n"));
+        }
+        nsupdate(&commands);
+    };
+    // Followed within the TTL, plus a margin for the look, the writes and a loaded machine.
+    let within = Duration::from_secs(TTL + 10);
+    set(&[]);
+
+    kubeconfig_secret(&t, "wlh", inline_kubeconfig(None)).await;
+    let mut options = t.options(&["inmemory"]);
+    options.dns_resolver = Some(external_dns().server);
+    options.address_deny = vec!["198.51.100.0/24".parse().unwrap()];
+    t.start(options);
+    // No pools: the load balancer has only its hostname.
+    t.create(in_memory(
+        "cp",
+        json!({"addressPools": [], "hostname": host}),
+    ))
+    .await;
+    t.create(control_plane_lb("cp", "wlh", 7443)).await;
+    // No record yet: nothing is written, and the condition says why.
+    let (_, _, _, _, before) = endpoints_now(&wl).await;
+    let (status, message) = workload_condition(&t, "cp", "WorkloadHostnameUnresolved").await;
+    assert_eq!(status, "False");
+    assert!(
+        message.contains(&format!("{host} does not resolve"))
+            && message.contains("NXDOMAIN")
+            && message.contains("never did")
+            && message.contains("nothing is written"),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, _, _, _, after) = endpoints_now(&wl).await;
+    assert_eq!(before, after, "written without an answer");
+    // The record appears: asked again within 10 s, and written.
+    set(&[("A", "203.0.113.40")]);
+    let took = wait_endpoints(&wl, "203.0.113.40", 7443).await;
+    println!("{host} A 203.0.113.40 in the workload cluster within {took:?}");
+    let (status, message) = workload_condition(&t, "cp", "WorkloadEndpointsSynced").await;
+    assert_eq!(status, "True", "{message}");
+    assert!(
+        message.contains(&format!("{host} resolves to 203.0.113.40")),
+        "{message}"
+    );
+    // The load balancer itself reports only its hostname.
+    let lb = t.api::<LoadBalancer>().get("cp").await.unwrap();
+    let addresses: Vec<String> = lb
+        .status
+        .unwrap()
+        .addresses
+        .iter()
+        .map(|a| a.address.clone())
+        .collect();
+    assert_eq!(addresses, std::slice::from_ref(&host));
+
+    // The A record changes: followed within the TTL and a margin.
+    set(&[("A", "203.0.113.41")]);
+    let took = wait_families(
+        &wl,
+        &[("kubernetes", "IPv4", "203.0.113.41")],
+        "203.0.113.41",
+        within,
+    )
+    .await;
+    println!("A changed: followed within {took:?}");
+
+    // An AAAA record too: one slice per family, the Endpoints of the primary (IPv4) one.
+    set(&[("A", "203.0.113.41"), ("AAAA", "2001:db8::41")]);
+    let took = wait_families(
+        &wl,
+        &[
+            ("kubernetes", "IPv4", "203.0.113.41"),
+            ("kubernetes-ipv6", "IPv6", "2001:db8::41"),
+        ],
+        "203.0.113.41",
+        within,
+    )
+    .await;
+    println!("AAAA added: dual-stack within {took:?}");
+
+    // The A record goes: IPv6 only, the slice `kubernetes` now of family IPv6.
+    set(&[("AAAA", "2001:db8::41")]);
+    let took = wait_families(
+        &wl,
+        &[("kubernetes", "IPv6", "2001:db8::41")],
+        "2001:db8::41",
+        within,
+    )
+    .await;
+    println!("A removed: IPv6 only within {took:?}");
+    set(&[("AAAA", "2001:db8::42")]);
+    let took = wait_families(
+        &wl,
+        &[("kubernetes", "IPv6", "2001:db8::42")],
+        "2001:db8::42",
+        within,
+    )
+    .await;
+    println!("AAAA changed: followed within {took:?}");
+    let (status, message) = workload_condition(&t, "cp", "WorkloadEndpointsSynced").await;
+    assert_eq!(status, "True", "{message}");
+    assert!(
+        message.contains(&format!("{host} resolves to 2001:db8::42")),
+        "{message}"
+    );
+
+    // An address the admin's --address-deny refuses: reported, never written.
+    set(&[("A", "198.51.100.7")]);
+    let (status, message) = workload_condition(&t, "cp", "AddressRefused").await;
+    assert_eq!(status, "False");
+    assert!(message.contains("198.51.100.7"), "{message}");
+    assert!(message.contains("--address-deny"), "{message}");
+    warning_event(&t, "AddressRefused").await;
+    let (_, _, _, _, before) = endpoints_now(&wl).await;
+    tokio::time::sleep(Duration::from_secs(TTL + 3)).await;
+    let (_, _, _, _, after) = endpoints_now(&wl).await;
+    assert_eq!(before, after, "a refused address was written");
+    wait_families(
+        &wl,
+        &[("kubernetes", "IPv6", "2001:db8::42")],
+        "2001:db8::42",
+        Duration::from_secs(1),
+    )
+    .await;
+
+    // Back to an allowed address, then the records go: the last answer stays, and says so.
+    set(&[("AAAA", "2001:db8::43")]);
+    wait_families(
+        &wl,
+        &[("kubernetes", "IPv6", "2001:db8::43")],
+        "2001:db8::43",
+        within,
+    )
+    .await;
+    set(&[]);
+    let started = Instant::now();
+    let (status, message) = workload_condition(&t, "cp", "WorkloadHostnameUnresolved").await;
+    println!("records deleted: reported within {:?}", started.elapsed());
+    assert_eq!(status, "False");
+    assert!(message.contains(&host), "{message}");
+    assert!(message.contains("NXDOMAIN"), "{message}");
+    assert!(
+        message.contains("its last answer, 2001:db8::43, is kept"),
+        "{message}"
+    );
+    warning_event(&t, "WorkloadHostnameUnresolved").await;
+    let (_, _, _, _, before) = endpoints_now(&wl).await;
+    tokio::time::sleep(Duration::from_secs(2 * TTL + 3)).await;
+    let (_, _, _, _, after) = endpoints_now(&wl).await;
+    assert_eq!(
+        before, after,
+        "capi-lb wrote while the hostname did not resolve"
+    );
+    wait_families(
+        &wl,
+        &[("kubernetes", "IPv6", "2001:db8::43")],
+        "2001:db8::43",
+        Duration::from_secs(1),
+    )
+    .await;
     t.finish().await;
 }

@@ -20,6 +20,7 @@ fn options(providers: &[&str]) -> RunOptions {
         dns_domains: Vec::new(),
         dns_wildcards: false,
         credentials_secret_label: None,
+        dns_resolver: None,
         external: Default::default(),
         metrics_address: None,
         metrics_secure: false,

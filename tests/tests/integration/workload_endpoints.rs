@@ -235,3 +235,99 @@ fn a_write_undone_by_someone_else_soon_after_is_the_api_servers_reconciler_and_c
         Decision::Write
     );
 }
+
+/// A DNS server on a loopback UDP port answering from `zone` (name -> A/AAAA addresses, with
+/// `ttl`), SERVFAIL for `broken`, NXDOMAIN for any other name; it answers until the test ends.
+async fn fake_dns(
+    zone: Vec<(&'static str, Vec<IpAddr>)>,
+    ttl: u32,
+    broken: &'static str,
+) -> std::net::SocketAddr {
+    use hickory_proto::op::{Message, ResponseCode};
+    use hickory_proto::rr::rdata::{A, AAAA};
+    use hickory_proto::rr::{RData, Record, RecordType};
+
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let address = socket.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buffer = vec![0u8; 4096];
+        loop {
+            let (len, peer) = socket.recv_from(&mut buffer).await.unwrap();
+            let request = Message::from_vec(&buffer[..len]).unwrap();
+            let mut response = Message::response(request.metadata.id, request.metadata.op_code);
+            response.metadata.authoritative = true;
+            response.metadata.recursion_desired = request.metadata.recursion_desired;
+            response.add_queries(request.queries.clone());
+            let query = &request.queries[0];
+            let name = query.name().to_string().to_lowercase();
+            let name = name.trim_end_matches('.');
+            if name == broken {
+                response.metadata.response_code = ResponseCode::ServFail;
+            } else if let Some((_, ips)) = zone.iter().find(|(n, _)| *n == name) {
+                for ip in ips {
+                    let data = match (ip, query.query_type()) {
+                        (IpAddr::V4(v4), RecordType::A) => RData::A(A(*v4)),
+                        (IpAddr::V6(v6), RecordType::AAAA) => RData::AAAA(AAAA(*v6)),
+                        _ => continue,
+                    };
+                    response.add_answer(Record::from_rdata(query.name().clone(), ttl, data));
+                }
+            } else {
+                response.metadata.response_code = ResponseCode::NXDomain;
+            }
+            socket
+                .send_to(&response.to_vec().unwrap(), peer)
+                .await
+                .unwrap();
+        }
+    });
+    address
+}
+
+/// The resolver of hostname-only load balancers against a DNS server the test controls: both
+/// families with the smallest TTL, one family alone, NXDOMAIN and SERVFAIL as errors that say
+/// what the server answered.
+#[tokio::test]
+async fn the_resolver_asks_a_and_aaaa_and_says_what_the_server_answered() {
+    use capi_lb::workload::hostnames::TTL_FLOOR;
+    use capi_lb::workload::resolver::Dns;
+
+    let server = fake_dns(
+        vec![
+            (
+                "dual.example",
+                ips(&["203.0.113.5", "2001:db8::5", "203.0.113.6"]),
+            ),
+            ("v6.example", ips(&["2001:db8::6"])),
+            ("none.example", vec![]),
+        ],
+        42,
+        "broken.example",
+    )
+    .await;
+    let dns = Dns::new(Some(server)).unwrap();
+
+    let answer = dns.lookup("dual.example").await.unwrap();
+    let mut found = answer.ips.clone();
+    found.sort();
+    assert_eq!(found, ips(&["203.0.113.5", "203.0.113.6", "2001:db8::5"]));
+    assert_eq!(answer.ttl, Duration::from_secs(42));
+    // An absolute name is asked as it is.
+    let answer = dns.lookup("v6.example.").await.unwrap();
+    assert_eq!(answer.ips, ips(&["2001:db8::6"]));
+
+    let e = dns.lookup("gone.example").await.unwrap_err();
+    assert!(
+        e.contains("NXDOMAIN") && e.contains(&server.to_string()),
+        "{e}"
+    );
+    let e = dns.lookup("none.example").await.unwrap_err();
+    assert!(e.contains("no A or AAAA record"), "{e}");
+    let e = dns.lookup("broken.example").await.unwrap_err();
+    assert!(e.contains("query to") && e.contains("failed"), "{e}");
+    // A TTL below the floor is asked again after the floor.
+    assert_eq!(
+        capi_lb::workload::hostnames::clamp(Duration::from_secs(1)),
+        TTL_FLOOR
+    );
+}
