@@ -35,6 +35,9 @@ use tokio::net::TcpListener;
 /// The watch filter of this test's controller: it reconciles only these LoadBalancers, whatever
 /// else the cluster holds.
 const FILTER: &str = "isolation-test";
+/// The watch filter of the clouds' test (the two tests run at the same time, each with its own
+/// controller).
+const CLOUD_FILTER: &str = "isolation-test-clouds";
 
 /// A server that accepts connections and never answers (nor closes them). Its address.
 async fn hanging_server() -> std::net::SocketAddr {
@@ -140,7 +143,7 @@ async fn tenant_cloud(t: &TestNs, keystone: std::net::SocketAddr) {
     )
     .await;
     let mut lb = load_balancer("lb", "lb", json!({}));
-    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": FILTER});
+    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": CLOUD_FILTER});
     lb["spec"]["infrastructureRef"]["kind"] = json!("OctaviaLoadBalancer");
     t.create(lb).await;
 }
@@ -343,7 +346,7 @@ async fn hanging_and_huge_clouds_do_not_stall_other_tenants() {
 
     let mut options = bystander.options(&["octavia", "inmemory"]);
     options.namespace = None;
-    options.watch_filter = Some(FILTER.into());
+    options.watch_filter = Some(CLOUD_FILTER.into());
     options.concurrency = 4;
     options.external.enabled = false;
     let memory_before = peak_rss();
@@ -357,7 +360,7 @@ async fn hanging_and_huge_clouds_do_not_stall_other_tenants() {
         ))
         .await;
     let mut lb = load_balancer("web", "web", json!({}));
-    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": FILTER});
+    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": CLOUD_FILTER});
     let created = Instant::now();
     bystander.create(lb).await;
     let lbs: Api<LoadBalancer> = bystander.api();

@@ -30,6 +30,7 @@ mod octavia;
 mod octavia_faults;
 mod reachability;
 mod servicelb;
+mod sharding;
 mod target_health;
 mod templates;
 mod tenancy;
