@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use capi_lb_api::KubeDCLoadBalancer;
+use capi_lb_api::kubedc::ExternalNetworkType;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::core::DynamicObject;
 use kube::{Resource, ResourceExt};
@@ -66,23 +67,45 @@ impl Infra {
         }))
     }
 
-    /// The LoadBalancer Service's name: `<infra>-lb`.
-    pub(super) fn service_name(&self) -> String {
-        derived_name(&self.name, "-lb")
-    }
-
-    /// The name of the EIp the provider creates: `<infra>-eip`.
-    fn created_eip_name(&self) -> String {
-        derived_name(&self.name, "-eip")
-    }
-
-    /// The EIp in use and whether the provider owns it.
-    pub(super) fn eip(&self) -> (String, bool) {
-        match &self.spec.eip_name {
-            Some(name) => (name.clone(), false),
-            None => (self.created_eip_name(), true),
+    /// The name of the LoadBalancer Service of `slot`: `<infra>-lb`, or `<infra>-lb-<network>`.
+    pub(super) fn service_name(&self, slot: Slot) -> String {
+        match slot {
+            Slot::First => derived_name(&self.name, "-lb"),
+            Slot::Network(network) => {
+                derived_name(&self.name, &format!("-lb-{}", network.as_str()))
+            }
         }
     }
+
+    /// The name of the EIp the provider creates in `slot`: `<infra>-eip`, or
+    /// `<infra>-eip-<network>`.
+    pub(super) fn eip_name(&self, slot: Slot) -> String {
+        match slot {
+            Slot::First => derived_name(&self.name, "-eip"),
+            Slot::Network(network) => {
+                derived_name(&self.name, &format!("-eip-{}", network.as_str()))
+            }
+        }
+    }
+
+    /// The slots an EIp on the wanted network may take, in the order they are tried.
+    pub(super) fn slots(&self) -> [Slot; 2] {
+        [Slot::First, Slot::Network(self.spec.external_network_type)]
+    }
+}
+
+/// Where a realisation of the load balancer (an EIp the provider creates and the Service bound to
+/// it) is named. The first one takes `<infra>-eip` and `<infra>-lb`; when `externalNetworkType`
+/// changes while those names are taken by the old realisation, the new one takes
+/// `<infra>-eip-<network>` and `<infra>-lb-<network>`. A slot's names end differently from any
+/// other slot's, of this KubeDCLoadBalancer or another, so they never collide. A bring-your-own EIp
+/// (`spec.eipName`) has only the first Service name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Slot {
+    /// `<infra>-eip`, `<infra>-lb`.
+    First,
+    /// `<infra>-eip-<network>`, `<infra>-lb-<network>`.
+    Network(ExternalNetworkType),
 }
 
 /// Labels on everything the provider creates.

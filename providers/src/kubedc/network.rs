@@ -1,0 +1,226 @@
+//! A change of `spec.externalNetworkType`, made before break. kube-dc cannot change an allocated
+//! EIp's network (its CRD refuses a change of the EIp's field, its webhook one of a Service's
+//! network annotation), so the provider makes a second realisation, an EIp on the new network and
+//! a Service bound to it in the next slot ([`super::infra::Slot`]), while the old one keeps serving;
+//! once the new one has its address the LoadBalancer's addresses switch to it, and the old Service,
+//! then the old EIp (once kube-dc released it and removed its finalizer), are deleted.
+//!
+//! Nothing of it is remembered: each pass finds the realisations by their ownership labels, so a
+//! restarted controller adopts both and finishes the change, and a change back makes the old
+//! realisation the wanted one again and deletes the half-made one.
+
+use std::net::IpAddr;
+
+use capi_lb_api::constants::LABEL_SERVICE_NAME;
+use capi_lb_api::kubedc::EIp;
+use k8s_openapi::api::core::v1::{Endpoints, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::{Resource, ResourceExt};
+
+use super::KubeDcProvider;
+use super::infra::{Infra, ours};
+use super::service::BIND_ON_EIP;
+use super::step::{api_error, is_not_found};
+use crate::error::ProviderError;
+use crate::lbservice::Ingress;
+use crate::lbservice::delete::selector;
+use crate::provider::LoadBalancerIdentity;
+
+/// An old realisation that serves: its EIp, its Service and the address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Serving {
+    pub(super) eip: String,
+    pub(super) service: String,
+    pub(super) address: String,
+}
+
+/// The realisations other than the wanted one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Others {
+    /// Those that serve (kept while the wanted one does not).
+    pub(super) serving: Vec<Serving>,
+    /// Objects of the others still there, being deleted or waiting for their Service to go:
+    /// `<kind> <name>`.
+    pub(super) leaving: Vec<String>,
+}
+
+impl KubeDcProvider {
+    /// The provider's EIps and Services of `infra` other than `target` (the wanted realisation's
+    /// EIp and Service, once both exist). Those that serve are kept while `keep_serving` (the
+    /// wanted one does not serve yet); the others are deleted when `target` is known, Services
+    /// first (kube-dc releases an EIp only once no Service is bound to it), EIps once no Service
+    /// of theirs is left. Without a `target`, nothing is deleted.
+    pub(super) async fn others(
+        &self,
+        infra: &Infra,
+        identity: &LoadBalancerIdentity,
+        target: Option<(&str, &str)>,
+        keep_serving: bool,
+        changes: &mut Vec<String>,
+    ) -> Result<Others, ProviderError> {
+        let params = selector(identity, infra.uid.as_deref());
+        let services_api: Api<Service> = Api::namespaced(infra.client.clone(), &infra.namespace);
+        let services: Vec<Service> = services_api
+            .list(&params)
+            .await
+            .map_err(|e| api_error("list Services", e))?
+            .items
+            .into_iter()
+            .filter(|s| ours(&s.metadata, identity, infra))
+            .filter(|s| target.is_none_or(|(_, service)| s.name_any() != service))
+            .collect();
+        let eips_api: Api<EIp> = Api::namespaced(infra.client.clone(), &infra.namespace);
+        let eips: Vec<EIp> = match eips_api.list(&params).await {
+            Ok(list) => list.items,
+            // kube-dc not installed: there is no EIp.
+            Err(e) if is_not_found(&e) => Vec::new(),
+            Err(e) => return Err(api_error("list EIps", e)),
+        }
+        .into_iter()
+        .filter(|e| ours(&e.metadata, identity, infra))
+        .filter(|e| target.is_none_or(|(eip, _)| e.name_any() != eip))
+        .collect();
+
+        let serving: Vec<Serving> = if keep_serving {
+            eips.iter()
+                .filter_map(|eip| serving(eip, &services))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut others = Others {
+            serving,
+            leaving: Vec::new(),
+        };
+        if target.is_none() {
+            return Ok(others);
+        }
+        let kept = |name: &str| {
+            others
+                .serving
+                .iter()
+                .any(|s| s.eip == name || s.service == name)
+        };
+        let mut leaving = Vec::new();
+        for service in services.iter().filter(|s| !kept(&s.name_any())) {
+            let name = service.name_any();
+            leaving.push(format!("Service {name}"));
+            if service.meta().deletion_timestamp.is_none() {
+                match services_api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => changes.push(format!("deleted Service {name}")),
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(api_error(&format!("delete Service {name}"), e)),
+                }
+                self.delete_endpoints(infra, &params, &name).await?;
+            }
+        }
+        for eip in eips.iter().filter(|e| !kept(&e.name_any())) {
+            let name = eip.name_any();
+            let bound: Vec<String> = services
+                .iter()
+                .filter(|s| bound_to(s) == Some(name.as_str()))
+                .map(ResourceExt::name_any)
+                .collect();
+            if !bound.is_empty() {
+                leaving.push(format!(
+                    "EIp {name} (once Service {} is gone)",
+                    bound.join(", ")
+                ));
+                continue;
+            }
+            leaving.push(format!("EIp {name}"));
+            if eip.meta().deletion_timestamp.is_none() {
+                match eips_api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => changes.push(format!("deleted EIp {name}")),
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(api_error(&format!("delete EIp {name}"), e)),
+                }
+            }
+        }
+        others.leaving = leaving;
+        Ok(others)
+    }
+
+    /// Delete the EndpointSlices and Endpoints of the provider's Service `service` (an owner
+    /// reference would have the garbage collector do it, where one runs and the objects are in
+    /// this cluster).
+    async fn delete_endpoints(
+        &self,
+        infra: &Infra,
+        params: &ListParams,
+        service: &str,
+    ) -> Result<(), ProviderError> {
+        let mut of_service = params.clone();
+        of_service.label_selector = Some(format!(
+            "{},{LABEL_SERVICE_NAME}={service}",
+            params.label_selector.clone().unwrap_or_default()
+        ));
+        let slices: Api<EndpointSlice> = Api::namespaced(infra.client.clone(), &infra.namespace);
+        for slice in slices
+            .list(&of_service)
+            .await
+            .map_err(|e| api_error("list EndpointSlices", e))?
+            .items
+        {
+            let name = slice.name_any();
+            match slices.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(api_error(&format!("delete EndpointSlice {name}"), e)),
+            }
+        }
+        let endpoints: Api<Endpoints> = Api::namespaced(infra.client.clone(), &infra.namespace);
+        let listed = endpoints
+            .list(params)
+            .await
+            .map_err(|e| api_error("list Endpoints", e))?
+            .items;
+        for found in listed.iter().filter(|e| e.name_any() == service) {
+            match endpoints
+                .delete(&found.name_any(), &DeleteParams::default())
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(api_error(&format!("delete Endpoints {service}"), e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The EIp a Service of the provider is bound to (`bind-on-eip`).
+fn bound_to(service: &Service) -> Option<&str> {
+    service
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(BIND_ON_EIP)
+        .map(String::as_str)
+}
+
+/// `eip` serves when it is not being deleted, has its address, and one of `services` (not being
+/// deleted) is bound to it and shows that address in its ingress.
+fn serving(eip: &EIp, services: &[Service]) -> Option<Serving> {
+    if eip.meta().deletion_timestamp.is_some() {
+        return None;
+    }
+    let address = eip
+        .status
+        .as_ref()
+        .filter(|s| s.ready)
+        .and_then(|s| s.ip_address.clone())
+        .filter(|ip| ip.parse::<IpAddr>().is_ok())?;
+    let name = eip.name_any();
+    let service = services.iter().find(|s| {
+        s.meta().deletion_timestamp.is_none()
+            && bound_to(s) == Some(name.as_str())
+            && Ingress::of(s).ips.contains(&address)
+    })?;
+    Some(Serving {
+        eip: name,
+        service: service.name_any(),
+        address,
+    })
+}
