@@ -332,6 +332,33 @@ mod tests {
     }
 
     #[test]
+    fn a_serving_load_balancer_with_a_notice_is_ready_with_the_providers_reason() {
+        let noticed = |reason| InfraState::Noticed {
+            reason,
+            message: "moving".into(),
+        };
+        let changing = noticed(Reason::normal("ExternalNetworkChanging"));
+        assert!(changing.is_provisioned() && InfraState::Provisioned.is_provisioned());
+        assert!(!InfraState::Provisioning("m".into()).is_provisioned());
+        let c = infrastructure_condition(&changing);
+        assert_eq!(
+            (c.status, c.reason.name, c.message.as_str(), c.is_warning()),
+            (true, "ExternalNetworkChanging", "moving", false)
+        );
+        // Still Ready: a notice does not take the load balancer out.
+        let published = publication_condition(
+            &Published::Published {
+                service: "cp-ext".into(),
+                skipped: vec![],
+            },
+            true,
+        );
+        assert!(ready_condition(&c, Some(&published), true, Some("cp-ext:6443")).status);
+        let held = infrastructure_condition(&noticed(Reason::problem("EIpDeleting")));
+        assert!(held.status && held.reason.is_problem());
+    }
+
+    #[test]
     fn ready_needs_infrastructure_address_and_publication() {
         let infra_ok = infrastructure_condition(&InfraState::Provisioned);
         let infra_wait = infrastructure_condition(&InfraState::Provisioning("provisioning".into()));

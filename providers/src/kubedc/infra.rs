@@ -131,3 +131,72 @@ pub(super) fn meta(name: &str, infra: &Infra, identity: &LoadBalancerIdentity) -
 pub(super) fn ours(meta: &ObjectMeta, identity: &LoadBalancerIdentity, infra: &Infra) -> bool {
     lbservice::owned(meta, identity, infra.uid.as_deref())
 }
+
+#[cfg(test)]
+mod tests {
+    use capi_lb_api::KubeDCLoadBalancerSpec;
+
+    use super::*;
+
+    fn infra(name: &str, network: ExternalNetworkType) -> Infra {
+        Infra {
+            name: name.into(),
+            uid: None,
+            namespace: "ns".into(),
+            spec: KubeDCLoadBalancerSpec {
+                external_network_type: network,
+                eip_name: None,
+                cluster: None,
+            },
+            owner: None,
+            client: kube::Client::new(
+                tower::service_fn(|_: http::Request<kube::client::Body>| async {
+                    Err::<http::Response<kube::client::Body>, std::io::Error>(
+                        std::io::Error::other("no API in this test"),
+                    )
+                }),
+                "default",
+            ),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_slot_has_names_of_its_own_even_when_cut() {
+        let long = "a".repeat(80);
+        for name in ["cp", "cp-lb", "cp-eip-cloud", long.as_str()] {
+            let infra = infra(name, ExternalNetworkType::Public);
+            assert_eq!(
+                infra.slots(),
+                [Slot::First, Slot::Network(ExternalNetworkType::Public)]
+            );
+            let slots = [
+                Slot::First,
+                Slot::Network(ExternalNetworkType::Cloud),
+                Slot::Network(ExternalNetworkType::Public),
+            ];
+            let mut names: Vec<String> = slots
+                .iter()
+                .flat_map(|s| [infra.eip_name(*s), infra.service_name(*s)])
+                .collect();
+            assert!(names.iter().all(|n| n.len() <= 63), "{names:?}");
+            names.sort();
+            names.dedup();
+            assert_eq!(names.len(), 6, "{name}: {names:?}");
+        }
+        let cp = infra("cp", ExternalNetworkType::Cloud);
+        assert_eq!(
+            (
+                cp.eip_name(Slot::First),
+                cp.service_name(Slot::Network(ExternalNetworkType::Public))
+            ),
+            ("cp-eip".to_string(), "cp-lb-public".to_string())
+        );
+        // No slot of one KubeDCLoadBalancer has a name of another's: `cp`'s second names are not
+        // the first names of a KubeDCLoadBalancer named `cp-lb` or `cp-eip`.
+        let other = infra("cp-eip", ExternalNetworkType::Cloud);
+        assert_ne!(
+            other.eip_name(Slot::First),
+            cp.eip_name(Slot::Network(ExternalNetworkType::Cloud))
+        );
+    }
+}

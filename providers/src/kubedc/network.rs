@@ -224,3 +224,74 @@ fn serving(eip: &EIp, services: &[Service]) -> Option<Serving> {
         address,
     })
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use capi_lb_api::kubedc::EIpStatus;
+    use serde_json::json;
+
+    use super::*;
+
+    fn eip(name: &str, address: Option<&str>, deleting: bool) -> EIp {
+        let mut eip = EIp::new(name, Default::default());
+        eip.status = Some(EIpStatus {
+            ready: address.is_some(),
+            ip_address: address.map(str::to_string),
+            ..Default::default()
+        });
+        if deleting {
+            eip.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+            );
+        }
+        eip
+    }
+
+    fn service(name: &str, bound: &str, ingress: Option<&str>) -> Service {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": {BIND_ON_EIP: bound}},
+            "status": {"loadBalancer": {"ingress": ingress.map(|ip| vec![json!({"ip": ip})])}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_old_realisation_serves_only_with_its_address_on_a_live_service_bound_to_it() {
+        let serving_one = Serving {
+            eip: "cp-eip".into(),
+            service: "cp-lb".into(),
+            address: "91.224.11.1".into(),
+        };
+        let old = eip("cp-eip", Some("91.224.11.1"), false);
+        let bound = service("cp-lb", "cp-eip", Some("91.224.11.1"));
+        assert_eq!(
+            serving(&old, std::slice::from_ref(&bound)),
+            Some(serving_one)
+        );
+        // kube-dc has not put the address on the Service, or it is on another EIp's Service.
+        assert_eq!(serving(&old, &[service("cp-lb", "cp-eip", None)]), None);
+        assert_eq!(
+            serving(&old, &[service("x-lb", "x-eip", Some("91.224.11.1"))]),
+            None
+        );
+        // An EIp without an address, or being deleted, does not serve.
+        assert_eq!(
+            serving(&eip("cp-eip", None, false), std::slice::from_ref(&bound)),
+            None
+        );
+        assert_eq!(
+            serving(
+                &eip("cp-eip", Some("91.224.11.1"), true),
+                std::slice::from_ref(&bound)
+            ),
+            None
+        );
+        // Nor one whose Service is being deleted.
+        let mut going = bound.clone();
+        going.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        assert_eq!(serving(&old, &[going]), None);
+    }
+}
