@@ -59,14 +59,15 @@ use crate::entry::{Entry, OwnedKind};
 use crate::error::ProviderError;
 use crate::provider::{
     DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MembersOutcome, MembersRequest,
-    Notice, Progress, Provider,
+    Progress, Provider,
 };
 pub use eip::STUCK_AFTER;
 use infra::Infra;
 pub use infra::derived_name;
+use network::Report;
 use remote::Remotes;
 pub use service::{BIND_ON_DEFAULT_GW, BIND_ON_EIP, DEFAULT_GW};
-use step::{POLL, Step};
+use step::Step;
 
 /// The kube-dc provider's catalog entry.
 pub const ENTRY: Entry = Entry {
@@ -211,50 +212,11 @@ impl Provider for KubeDcProvider {
         let others = self
             .others(&infra, identity, names, !ready, &mut changes)
             .await?;
-        let network = infra.spec.external_network_type.as_str();
-        let (progress, serving_at, notice) = match (ready, others.serving.first()) {
-            (true, _) if !others.leaving.is_empty() => {
-                let message = format!(
-                    "moved to the {network} network at {}; deleting the old {}",
-                    wanted.address.clone().unwrap_or_default(),
-                    others.leaving.join(", ")
-                );
-                (
-                    Progress::pending(message.clone(), POLL),
-                    None,
-                    Some(Notice {
-                        reason: reason::EXTERNAL_NETWORK_CHANGING,
-                        message,
-                    }),
-                )
-            }
-            (true, _) => (Progress::Done, None, wanted.held.clone()),
-            (false, Some(old)) => {
-                let waiting = match &wanted.progress {
-                    Progress::Pending { message, .. } => message.clone(),
-                    Progress::Done => String::new(),
-                };
-                let message = format!(
-                    "moving to the {network} network; EIp {} keeps serving at {} until the new address is ready: {waiting}",
-                    old.eip, old.address
-                );
-                // A problem of the new realisation is told as one, while the old one serves.
-                let reason = match &wanted.progress {
-                    Progress::Pending {
-                        reason: Some(reason),
-                        ..
-                    } if reason.is_problem() => *reason,
-                    _ => reason::EXTERNAL_NETWORK_CHANGING,
-                };
-                let retry = wanted.progress.retry_after().unwrap_or(POLL);
-                (
-                    Progress::pending(message.clone(), retry),
-                    Some(old.clone()),
-                    Some(Notice { reason, message }),
-                )
-            }
-            (false, None) => (wanted.progress.clone(), None, None),
-        };
+        let Report {
+            progress,
+            serving_at,
+            notice,
+        } = network::report(infra.spec.external_network_type.as_str(), &wanted, &others);
         let (eip_name, service_name, address) = match &serving_at {
             Some(old) => (
                 Some(old.eip.clone()),

@@ -20,12 +20,14 @@ use kube::{Resource, ResourceExt};
 
 use super::KubeDcProvider;
 use super::infra::{Infra, ours};
+use super::realise::Wanted;
+use super::reason;
 use super::service::BIND_ON_EIP;
-use super::step::{api_error, is_not_found};
+use super::step::{POLL, api_error, is_not_found};
 use crate::error::ProviderError;
 use crate::lbservice::Ingress;
 use crate::lbservice::delete::selector;
-use crate::provider::LoadBalancerIdentity;
+use crate::provider::{LoadBalancerIdentity, Notice, Progress};
 
 /// An old realisation that serves: its EIp, its Service and the address.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +35,77 @@ pub(super) struct Serving {
     pub(super) eip: String,
     pub(super) service: String,
     pub(super) address: String,
+}
+
+/// What the provider answers while realisations change ([`report`]).
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Report {
+    /// Done once the wanted realisation serves and nothing else is left.
+    pub(super) progress: Progress,
+    /// The old realisation whose address is reported, while the wanted one does not serve yet.
+    pub(super) serving_at: Option<Serving>,
+    /// What `InfrastructureReady` says meanwhile.
+    pub(super) notice: Option<Notice>,
+}
+
+/// How far a change to the `network` is, from the `wanted` realisation and the `others`: the old
+/// address is reported (and `ExternalNetworkChanging`, or a problem of the new realisation) until
+/// the new one serves; then the new address, still `ExternalNetworkChanging` while old objects are
+/// being deleted. Without others, the wanted realisation's own progress (and its held EIp's
+/// notice). Pure.
+pub(super) fn report(network: &str, wanted: &Wanted, others: &Others) -> Report {
+    let ready = wanted.progress.is_done();
+    match (ready, others.serving.first()) {
+        (true, _) if !others.leaving.is_empty() => {
+            let message = format!(
+                "moved to the {network} network at {}; deleting the old {}",
+                wanted.address.clone().unwrap_or_default(),
+                others.leaving.join(", ")
+            );
+            Report {
+                progress: Progress::pending(message.clone(), POLL),
+                serving_at: None,
+                notice: Some(Notice {
+                    reason: reason::EXTERNAL_NETWORK_CHANGING,
+                    message,
+                }),
+            }
+        }
+        (true, _) => Report {
+            progress: Progress::Done,
+            serving_at: None,
+            notice: wanted.held.clone(),
+        },
+        (false, Some(old)) => {
+            let (waiting, reason) = match &wanted.progress {
+                Progress::Pending {
+                    message, reason, ..
+                } => (message.clone(), *reason),
+                Progress::Done => (String::new(), None),
+            };
+            let message = format!(
+                "moving to the {network} network; EIp {} keeps serving at {} until the new address is ready: {waiting}",
+                old.eip, old.address
+            );
+            // A problem of the new realisation is told as one, while the old one serves.
+            let reason = reason
+                .filter(|r| r.is_problem())
+                .unwrap_or(reason::EXTERNAL_NETWORK_CHANGING);
+            Report {
+                progress: Progress::pending(
+                    message.clone(),
+                    wanted.progress.retry_after().unwrap_or(POLL),
+                ),
+                serving_at: Some(old.clone()),
+                notice: Some(Notice { reason, message }),
+            }
+        }
+        (false, None) => Report {
+            progress: wanted.progress.clone(),
+            serving_at: None,
+            notice: None,
+        },
+    }
 }
 
 /// The realisations other than the wanted one.
@@ -254,6 +327,79 @@ mod tests {
             "status": {"loadBalancer": {"ingress": ingress.map(|ip| vec![json!({"ip": ip})])}},
         }))
         .unwrap()
+    }
+
+    fn wanted(progress: Progress, held: bool) -> Wanted {
+        Wanted {
+            names: Some(("cp-eip-cloud".into(), "cp-lb-cloud".into())),
+            address: progress.is_done().then(|| "100.65.0.2".to_string()),
+            progress,
+            created: false,
+            held: held.then(|| Notice {
+                reason: reason::EIP_DELETING,
+                message: "held".into(),
+            }),
+        }
+    }
+
+    fn old() -> Serving {
+        Serving {
+            eip: "cp-eip".into(),
+            service: "cp-lb".into(),
+            address: "91.224.11.1".into(),
+        }
+    }
+
+    #[test]
+    fn the_old_address_is_reported_until_the_new_one_serves_then_the_old_objects_go() {
+        let allocating = Progress::pending_because(reason::EIP_NOT_READY, "allocating", POLL);
+        let serving = Others {
+            serving: vec![old()],
+            leaving: Vec::new(),
+        };
+        let r = report("cloud", &wanted(allocating.clone(), false), &serving);
+        assert_eq!(r.serving_at, Some(old()));
+        assert!(!r.progress.is_done());
+        let notice = r.notice.unwrap();
+        assert_eq!(notice.reason, reason::EXTERNAL_NETWORK_CHANGING);
+        assert_eq!(
+            notice.message,
+            "moving to the cloud network; EIp cp-eip keeps serving at 91.224.11.1 until the new address is ready: allocating"
+        );
+        // A problem of the new one is the reason, while the old one still serves.
+        let stuck = Progress::pending_because(reason::EIP_STUCK, "stuck", POLL);
+        let r = report("cloud", &wanted(stuck, false), &serving);
+        assert_eq!(
+            (r.serving_at, r.notice.map(|n| n.reason)),
+            (Some(old()), Some(reason::EIP_STUCK))
+        );
+        // The new one serves: its address; the old objects are being deleted.
+        let leaving = Others {
+            serving: Vec::new(),
+            leaving: vec!["Service cp-lb".into()],
+        };
+        let r = report("cloud", &wanted(Progress::Done, false), &leaving);
+        assert_eq!(r.serving_at, None);
+        assert!(!r.progress.is_done());
+        assert_eq!(
+            r.notice.map(|n| (n.reason, n.message)),
+            Some((
+                reason::EXTERNAL_NETWORK_CHANGING,
+                "moved to the cloud network at 100.65.0.2; deleting the old Service cp-lb".into()
+            ))
+        );
+        // All gone: done, and nothing to say (but a held EIp).
+        let none = Others::default();
+        let r = report("cloud", &wanted(Progress::Done, false), &none);
+        assert_eq!(
+            (r.progress, r.serving_at, r.notice),
+            (Progress::Done, None, None)
+        );
+        let r = report("cloud", &wanted(Progress::Done, true), &none);
+        assert_eq!(r.notice.map(|n| n.reason), Some(reason::EIP_DELETING));
+        // Nothing old serves: the new one's own progress, not serving.
+        let r = report("cloud", &wanted(allocating.clone(), false), &none);
+        assert_eq!((r.progress, r.notice), (allocating, None));
     }
 
     #[test]
