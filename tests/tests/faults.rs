@@ -623,7 +623,25 @@ async fn kube_dc_under_sigkill() {
         deletions.push(delete_machine(&t, &format!("{name}-m1")));
     }
     tokio::time::sleep(rng.between(Duration::from_secs(1), Duration::from_secs(4))).await;
-    // Moved to another network: made before break, under the kills.
+    // Moved to another network once its cloud EIp has an address (the controller may still be
+    // catching up under the kills; before that, the first EIp would simply be made on the public
+    // network): made before break, under the kills.
+    converge(
+        "lb5's cloud EIp allocated",
+        Duration::from_secs(60),
+        || async {
+            let eip = t
+                .api::<EIp>()
+                .get_opt("lb5-eip")
+                .await
+                .map_err(|e| e.to_string())?;
+            match eip.and_then(|e| e.status).filter(|s| s.ready) {
+                Some(_) => Ok(()),
+                None => Err("lb5-eip has no address yet".to_string()),
+            }
+        },
+    )
+    .await;
     capi_lb_tests::k8s::merge(
         &t.api::<KubeDCLoadBalancer>(),
         &names[5],
@@ -677,7 +695,8 @@ async fn kube_dc_under_sigkill() {
         let lbs = load_balancers_converged(&t, &expected).await?;
         let (eips, services) = kube_dc_objects(&t).await;
         let on_kube_dc: BTreeSet<String> = names[1..6].iter().cloned().collect();
-        // lb5 moved to the public network: its new EIp and Service took the second names.
+        // lb5 moved to the public network: its new EIp and Service took the second names, and
+        // the old ones are gone.
         let moved = |n: &String| if *n == names[5] { "-public" } else { "" };
         let want_eips: BTreeSet<String> =
             on_kube_dc.iter().map(|n| format!("{n}-eip{}", moved(n))).collect();
