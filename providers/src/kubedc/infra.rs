@@ -88,6 +88,17 @@ impl Infra {
         }
     }
 
+    /// The slot whose Service is named `service`, if any.
+    pub(super) fn slot_of_service(&self, service: &str) -> Option<Slot> {
+        [
+            Slot::First,
+            Slot::Network(ExternalNetworkType::Cloud),
+            Slot::Network(ExternalNetworkType::Public),
+        ]
+        .into_iter()
+        .find(|slot| self.service_name(*slot) == service)
+    }
+
     /// The slots an EIp on the wanted network may take, in the order they are tried.
     pub(super) fn slots(&self) -> [Slot; 2] {
         [Slot::First, Slot::Network(self.spec.external_network_type)]
@@ -184,6 +195,12 @@ mod tests {
             assert_eq!(names.len(), 6, "{name}: {names:?}");
         }
         let cp = infra("cp", ExternalNetworkType::Cloud);
+        assert_eq!(
+            cp.slot_of_service("cp-lb-public"),
+            Some(Slot::Network(ExternalNetworkType::Public))
+        );
+        assert_eq!(cp.slot_of_service("cp-lb"), Some(Slot::First));
+        assert_eq!(cp.slot_of_service("cp-eip"), None);
         assert_eq!(
             (
                 cp.eip_name(Slot::First),

@@ -212,6 +212,19 @@ impl Provider for KubeDcProvider {
         let others = self
             .others(&infra, identity, names, !ready, &mut changes)
             .await?;
+        // An old Service that still serves follows the LoadBalancer's ports too.
+        for old in &others.serving {
+            if let Some(slot) = infra.slot_of_service(&old.service) {
+                self.ensure_service(
+                    &infra,
+                    identity,
+                    (slot, &old.eip),
+                    request.listeners,
+                    &mut changes,
+                )
+                .await?;
+            }
+        }
         let Report {
             progress,
             serving_at,

@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use capi_lb::sim::world::World;
-use capi_lb_api::KubeDCLoadBalancer;
 use capi_lb_api::kubedc::EIp;
+use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer};
 use capi_lb_tests::kubedc_sim::{EIP_FINALIZER, KubeDcSim};
 use capi_lb_tests::*;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
@@ -136,6 +136,34 @@ async fn a_changed_network_is_made_before_break() {
         Some(old.as_str())
     );
 
+    // A port added meanwhile is on both Services: the old one serves it until the switch.
+    merge_patch::<LoadBalancer>(
+        &world,
+        "cp",
+        json!({"spec": {"ports": [{"name": "api", "port": 6443},
+                                  {"name": "konnectivity", "port": 8132}]}}),
+    )
+    .await;
+    round(&world, &mut sim).await;
+    for name in ["cp-lb", "cp-lb-cloud"] {
+        let ports: Vec<i32> = service(&world, name)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .ports
+            .unwrap()
+            .iter()
+            .map(|p| p.port)
+            .collect();
+        assert_eq!(ports, vec![6443, 8132], "{name}");
+    }
+    assert_eq!(
+        sim.rows[&format!("{old}:8132")],
+        vec!["10.0.0.11:8132", "10.0.0.12:8132"],
+        "the old address serves the new port"
+    );
+
     // Until kube-dc has put the new address on the new Service, only the old one is reported, and
     // the LoadBalancer never stops being Ready; the members are in both Services' endpoints.
     let mut new = None;
@@ -214,6 +242,10 @@ async fn a_changed_network_is_made_before_break() {
     assert_eq!(
         sim.rows[&format!("{new}:6443")],
         vec!["10.0.0.11:6443", "10.0.0.12:6443"]
+    );
+    assert_eq!(
+        sim.rows[&format!("{new}:8132")],
+        vec!["10.0.0.11:8132", "10.0.0.12:8132"]
     );
     assert!(sim.refused.is_empty(), "{:?}", sim.refused);
     assert!(
