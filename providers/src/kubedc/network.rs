@@ -273,12 +273,9 @@ fn bound_to(service: &Service) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// `eip` serves when it is not being deleted, has its address, and one of `services` (not being
-/// deleted) is bound to it and shows that address in its ingress.
+/// `eip` serves when it has its address and one of `services` (not being deleted) is bound to it
+/// and shows that address in its ingress; a deleted EIp kube-dc holds for that Service serves too.
 fn serving(eip: &EIp, services: &[Service]) -> Option<Serving> {
-    if eip.meta().deletion_timestamp.is_some() {
-        return None;
-    }
     let address = eip
         .status
         .as_ref()
@@ -421,17 +418,18 @@ mod tests {
             serving(&old, &[service("x-lb", "x-eip", Some("91.224.11.1"))]),
             None
         );
-        // An EIp without an address, or being deleted, does not serve.
+        // An EIp without an address does not serve; a deleted one kube-dc holds for its Service
+        // does.
         assert_eq!(
             serving(&eip("cp-eip", None, false), std::slice::from_ref(&bound)),
             None
         );
-        assert_eq!(
+        assert!(
             serving(
                 &eip("cp-eip", Some("91.224.11.1"), true),
                 std::slice::from_ref(&bound)
-            ),
-            None
+            )
+            .is_some()
         );
         // Nor one whose Service is being deleted.
         let mut going = bound.clone();

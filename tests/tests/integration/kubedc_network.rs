@@ -367,3 +367,45 @@ async fn a_restart_during_the_swap_adopts_both_and_finishes() {
                 || !e.finalizers().iter().any(|f| f == EIP_FINALIZER))
     );
 }
+
+/// The way out of `EIpDeleting` the condition names: a deleted EIp that kube-dc holds for its
+/// Service still serves, so a change of network replaces it before break too, and once its Service
+/// is gone kube-dc releases it.
+#[tokio::test]
+async fn a_held_eip_is_left_without_a_break_by_changing_the_network() {
+    let (world, mut sim, old) = serving_on_public().await;
+    Api::<EIp>::namespaced(world.client(), NS)
+        .delete("cp-eip", &Default::default())
+        .await
+        .unwrap();
+    round(&world, &mut sim).await;
+    assert_eq!(
+        reported(&world).await,
+        (vec![old.clone()], true, "EIpDeleting".into())
+    );
+    change_network(&world, "cloud").await;
+    let mut switched = false;
+    for _ in 0..16 {
+        round(&world, &mut sim).await;
+        let (addresses, ready, _) = reported(&world).await;
+        assert!(ready, "Ready throughout");
+        switched |= addresses != vec![old.clone()];
+        if !switched {
+            assert_eq!(addresses, vec![old.clone()]);
+        }
+    }
+    assert!(switched);
+    let new = address_of(&world, "cp-eip-cloud").await.unwrap();
+    assert_eq!(
+        reported(&world).await,
+        (vec![new], true, "Provisioned".into())
+    );
+    assert_eq!(
+        made(&world).await,
+        (
+            vec!["cp-eip-cloud".to_string()],
+            vec!["cp-lb-cloud".to_string()]
+        )
+    );
+    assert_eq!(sim.released, vec!["cp-eip"]);
+}
