@@ -2,7 +2,8 @@
 //! kube-dc's controller simulated (tests/src/kubedc_sim.rs) and its webhook's refusal of a changed
 //! network annotation enforced by the apiserver (tests/src/kubedc_webhook.rs). The LoadBalancer is
 //! sampled throughout: it must never stop being Ready nor report anything but the old address until
-//! the new one is on its Service, then only the new one.
+//! the new one is on its Service, then only the new one. Also an EIp deleted while kube-dc holds it
+//! for its Service, reported as `EIpDeleting`.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +13,7 @@ use capi_lb_api::kubedc::EIp;
 use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer};
 use capi_lb_tests::k8s::{
     TestNs, condition, eventually, install_capi_crds, install_kube_dc_crds, load_balancer, machine,
-    merge, release_machine, set_machine_ip, wait_for, wait_gone, wait_ready,
+    merge, release_machine, set_machine_ip, wait_for, wait_gone, wait_ready, warning_event,
 };
 use capi_lb_tests::kubedc_sim::{KubeDcSim, RunningSim, make_project};
 use capi_lb_tests::kubedc_webhook::{self, NETWORK_ANNOTATION, REFUSAL};
@@ -247,5 +248,31 @@ async fn a_network_changed_back_during_the_swap_keeps_the_address() {
             .ip_address,
         Some(old)
     );
+    clean_up(t, sim).await;
+}
+
+/// An EIp of capi-lb's deleted while its Service is bound: kube-dc holds it (finalizer, owners) and
+/// it still serves, which is said (`EIpDeleting`, True, with a Warning Event); deleting the
+/// LoadBalancer deletes the Service, and kube-dc then releases the EIp.
+#[tokio::test]
+async fn a_deleted_eip_kube_dc_holds_is_reported() {
+    let mut t = TestNs::new("e2e-kdc-held").await;
+    let sim = kube_dc(&t, Duration::ZERO).await;
+    t.start(t.options(&["kubedc"]));
+    wait_ready(&t, "cp").await;
+    let old = address_of(&t, "cp-eip").await.unwrap();
+    t.api::<EIp>()
+        .delete("cp-eip", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_reported(&t, std::slice::from_ref(&old), "EIpDeleting").await;
+    let note = warning_event(&t, "EIpDeleting").await;
+    assert!(
+        note.contains("kube-dc keeps it while Service cp-lb is bound"),
+        "{note}"
+    );
+    let held = t.api::<EIp>().get("cp-eip").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert_eq!(held.status.unwrap().ip_address, Some(old));
     clean_up(t, sim).await;
 }
