@@ -60,10 +60,11 @@ impl ExternalNetworkType {
 #[x_kube(validation = Rule::new("has(self.cluster) == has(oldSelf.cluster)").message("cluster cannot be added or removed: what was made stays where it is; create another KubeDCLoadBalancer and point the LoadBalancer's infrastructureRef at it").reason(Reason::FieldValueForbidden))]
 pub struct KubeDCLoadBalancerSpec {
     /// Network of the EIp the provider creates: `cloud` (default) or `public` (counts against the
-    /// project's public IP quota). Immutable, like the EIp's own field. Ignored when `eipName` names
-    /// an existing EIp.
+    /// project's public IP quota). kube-dc cannot change an allocated EIp's network, so a change is
+    /// made before break: a new EIp and Service on the new network, the old address reported and
+    /// serving until the new one has its address, then the old EIp and Service deleted. Ignored when
+    /// `eipName` names an existing EIp.
     #[serde(default)]
-    #[x_kube(validation = Rule::new("self == oldSelf").message("externalNetworkType is immutable").reason(Reason::FieldValueForbidden))]
     pub external_network_type: ExternalNetworkType,
 
     /// An existing EIp in this namespace to bind to instead of creating one: the project's

@@ -330,6 +330,11 @@ pub struct EnsureOutcome {
     /// endpoint as they are, converges members, and asks again after the progress's `retry_after`.
     /// False while it is first provisioned, recreated or deleted: then `Pending` means not serving.
     pub serving: bool,
+    /// With a provisioned load balancer (`Done`, or `Pending` and `serving`): what its
+    /// `InfrastructureReady` condition says instead of the plain `Provisioned`, a reason of the
+    /// provider's and a message (a kube-dc EIp deleted while still serving, a change of network
+    /// under way). Ignored while the load balancer is not provisioned.
+    pub notice: Option<Notice>,
     /// True when this call created the load balancer (rather than finding it by its tags).
     pub created: bool,
     /// What this call changed in the cloud, for Events and the simulate timeline.
@@ -345,6 +350,15 @@ pub struct EnsureOutcome {
     /// once, so a Ready one needs no drift checks. False for a cloud's or a remote cluster's load
     /// balancer, which is looked at again every `--drift-check-seconds`.
     pub watched: bool,
+}
+
+/// What a provider says about a load balancer that serves ([`EnsureOutcome::notice`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    /// The condition reason, with its severity: a problem's comes with a Warning Event.
+    pub reason: Reason,
+    /// What is going on, and what to do if anything.
+    pub message: String,
 }
 
 /// Everything the reconciler needs to converge members.

@@ -23,8 +23,9 @@
 //!
 //! It writes only what kube-dc's real EIp CRD accepts (`status.ovnEIpRef`, `ownershipType` and
 //! `ready` whenever a status is written), so the same simulator runs against a real apiserver in the
-//! e2e tests. Not modelled: kube-dc's webhook, and OVN rows lost after a kube-ovn restart while the
-//! status looks fine (see docs/providers/kubedc.md, "Differences from the simulator").
+//! e2e tests. kube-dc's webhook refusing a change of a Service's network annotation once it has an
+//! address is [`crate::kubedc_webhook`]. Not modelled: OVN rows lost after a kube-ovn restart while
+//! the status looks fine (see docs/providers/kubedc.md, "Differences from the simulator").
 //!
 //! Each [`KubeDcSim::step`] does one round of that, like one pass of kube-dc's controller.
 // Test support: panicking on a broken fixture is the right failure mode here.
@@ -132,6 +133,11 @@ pub struct KubeDcSim {
     next: u32,
     /// OVN load balancer rows: `<eip-ip>:<port>` -> sorted backends `<ip>:<port>`.
     pub rows: BTreeMap<String, Vec<String>>,
+    /// The network annotation of each Service given an address, by UID (kube-dc's webhook).
+    networks: BTreeMap<String, Option<String>>,
+    /// Changes kube-dc's webhook would have refused (on the in-memory API, which has no
+    /// admission; a real apiserver refuses them: [`crate::kubedc_webhook`]).
+    pub refused: Vec<String>,
 }
 
 impl KubeDcSim {
@@ -313,6 +319,20 @@ impl KubeDcSim {
                 || recorded_owners(eip).contains(&service.name_any())
             {
                 owners.entry(bound).or_default().push(service.name_any());
+            }
+            // kube-dc's webhook: the network annotation is fixed once an address is allocated.
+            let network = crate::kubedc_webhook::network_of(&service);
+            let uid = service.uid().unwrap_or_default();
+            match self.networks.get(&uid) {
+                Some(allocated) if *allocated != network => self.refused.push(format!(
+                    "Service {}: {} ({allocated:?} -> {network:?})",
+                    service.name_any(),
+                    crate::kubedc_webhook::REFUSAL
+                )),
+                Some(_) => {}
+                None => {
+                    self.networks.insert(uid, network);
+                }
             }
             let ingress: Value = json!([{"ip": ip}]);
             let current = serde_json::to_value(&service.status).unwrap();

@@ -28,6 +28,7 @@ pub mod fresh;
 pub mod imports;
 pub mod k8s;
 pub mod kubedc_sim;
+pub mod kubedc_webhook;
 pub mod legacy;
 pub mod octavia;
 pub mod promql;

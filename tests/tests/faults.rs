@@ -22,13 +22,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Machine;
 use capi_lb_api::constants::{
     ENDPOINTSLICE_MANAGED_BY_VALUE, LABEL_ENDPOINTSLICE_MANAGED_BY, LABEL_MANAGED_BY,
     MANAGED_BY_VALUE, PRE_DRAIN_HOOK_PREFIX, PRE_TERMINATE_HOOK_PREFIX,
 };
 use capi_lb_api::kubedc::EIp;
+use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer};
 use capi_lb_tests::k8s::{
     TestNs, cluster, install_capi_crds, install_kube_dc_crds, load_balancer, machine, metallb,
     release_all_machines, set_machine_ip,
@@ -574,7 +574,8 @@ async fn metallb_services(t: &TestNs) -> BTreeSet<String> {
 /// only what kube-dc's CRDs accept), two Machines each, while the controller process is SIGKILLed
 /// every 0.3–3 s (sometimes staying dead for up to 3 s): all are created at once; three get a second
 /// port; two have a Machine replaced (one added, one deleted: its hooks must be released after the
-/// drain); two are swapped to the Service provider on the harness's real MetalLB; two are deleted.
+/// drain); one moves to the public network (a new EIp and Service made before the old ones go); two
+/// are swapped to the Service provider on the harness's real MetalLB; two are deleted.
 /// Then the kills stop and everything must converge with nothing leaked; then everything is deleted
 /// and nothing may be left.
 async fn kube_dc_under_sigkill() {
@@ -622,6 +623,32 @@ async fn kube_dc_under_sigkill() {
         deletions.push(delete_machine(&t, &format!("{name}-m1")));
     }
     tokio::time::sleep(rng.between(Duration::from_secs(1), Duration::from_secs(4))).await;
+    // Moved to another network once its cloud EIp has an address (the controller may still be
+    // catching up under the kills; before that, the first EIp would simply be made on the public
+    // network): made before break, under the kills.
+    converge(
+        "lb5's cloud EIp allocated",
+        Duration::from_secs(60),
+        || async {
+            let eip = t
+                .api::<EIp>()
+                .get_opt("lb5-eip")
+                .await
+                .map_err(|e| e.to_string())?;
+            match eip.and_then(|e| e.status).filter(|s| s.ready) {
+                Some(_) => Ok(()),
+                None => Err("lb5-eip has no address yet".to_string()),
+            }
+        },
+    )
+    .await;
+    capi_lb_tests::k8s::merge(
+        &t.api::<KubeDCLoadBalancer>(),
+        &names[5],
+        json!({"spec": {"externalNetworkType": "public"}}),
+    )
+    .await;
+    tokio::time::sleep(rng.between(Duration::from_secs(1), Duration::from_secs(4))).await;
     // Swapped to the Service provider (MetalLB).
     let class = metallb().class.clone();
     for name in &names[6..8] {
@@ -668,8 +695,13 @@ async fn kube_dc_under_sigkill() {
         let lbs = load_balancers_converged(&t, &expected).await?;
         let (eips, services) = kube_dc_objects(&t).await;
         let on_kube_dc: BTreeSet<String> = names[1..6].iter().cloned().collect();
-        let want_eips: BTreeSet<String> = on_kube_dc.iter().map(|n| format!("{n}-eip")).collect();
-        let want_services: BTreeSet<String> = on_kube_dc.iter().map(|n| format!("{n}-lb")).collect();
+        // lb5 moved to the public network: its new EIp and Service took the second names, and
+        // the old ones are gone.
+        let moved = |n: &String| if *n == names[5] { "-public" } else { "" };
+        let want_eips: BTreeSet<String> =
+            on_kube_dc.iter().map(|n| format!("{n}-eip{}", moved(n))).collect();
+        let want_services: BTreeSet<String> =
+            on_kube_dc.iter().map(|n| format!("{n}-lb{}", moved(n))).collect();
         if eips != want_eips || services != want_services {
             return Err(format!(
                 "kube-dc has EIps {eips:?} and Services {services:?}, want one each for {on_kube_dc:?}"

@@ -36,6 +36,14 @@ pub use workload::{NotLooked, workload_condition};
 pub enum InfraState {
     /// Provisioned.
     Provisioned,
+    /// Provisioned and serving, with something the provider says about it (a change under way, an
+    /// object of it being deleted): `InfrastructureReady` is True with the provider's reason.
+    Noticed {
+        /// Condition reason from the provider, with its severity.
+        reason: Reason,
+        /// What is going on.
+        message: String,
+    },
     /// Still being provisioned; the message says what is awaited.
     Provisioning(String),
     /// Still being provisioned, for a provider-specific reason users need to tell apart.
@@ -52,6 +60,13 @@ pub enum InfraState {
         /// What is wrong and what to do.
         message: String,
     },
+}
+
+impl InfraState {
+    /// Provisioned (with or without a notice): the load balancer serves, members are converged.
+    pub fn is_provisioned(&self) -> bool {
+        matches!(self, InfraState::Provisioned | InfraState::Noticed { .. })
+    }
 }
 
 /// State of the members.
@@ -112,6 +127,9 @@ pub fn infrastructure_condition(infra: &InfraState) -> DesiredCondition {
             r::PROVISIONED,
             "the load balancer is provisioned",
         ),
+        InfraState::Noticed { reason, message } => {
+            DesiredCondition::true_(c::INFRASTRUCTURE_READY, *reason, message.clone())
+        }
         InfraState::Provisioning(message) => {
             DesiredCondition::false_(c::INFRASTRUCTURE_READY, r::PROVISIONING, message.clone())
         }
@@ -311,6 +329,33 @@ mod tests {
             .is_warning()
         );
         assert!(!infrastructure_condition(&InfraState::Provisioning("m".into())).is_warning());
+    }
+
+    #[test]
+    fn a_serving_load_balancer_with_a_notice_is_ready_with_the_providers_reason() {
+        let noticed = |reason| InfraState::Noticed {
+            reason,
+            message: "moving".into(),
+        };
+        let changing = noticed(Reason::normal("ExternalNetworkChanging"));
+        assert!(changing.is_provisioned() && InfraState::Provisioned.is_provisioned());
+        assert!(!InfraState::Provisioning("m".into()).is_provisioned());
+        let c = infrastructure_condition(&changing);
+        assert_eq!(
+            (c.status, c.reason.name, c.message.as_str(), c.is_warning()),
+            (true, "ExternalNetworkChanging", "moving", false)
+        );
+        // Still Ready: a notice does not take the load balancer out.
+        let published = publication_condition(
+            &Published::Published {
+                service: "cp-ext".into(),
+                skipped: vec![],
+            },
+            true,
+        );
+        assert!(ready_condition(&c, Some(&published), true, Some("cp-ext:6443")).status);
+        let held = infrastructure_condition(&noticed(Reason::problem("EIpDeleting")));
+        assert!(held.status && held.reason.is_problem());
     }
 
     #[test]

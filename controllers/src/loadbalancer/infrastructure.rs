@@ -170,10 +170,17 @@ impl Reconciliation<'_> {
             let interval = self.ctx.config.drift_check_for(&self.identity.uid);
             self.outcome = self.outcome.look(interval);
         }
+        let provisioned = match out.notice {
+            Some(notice) => InfraState::Noticed {
+                reason: notice.reason,
+                message: notice.message,
+            },
+            None => InfraState::Provisioned,
+        };
         let state = match out.progress {
-            Progress::Done => InfraState::Provisioned,
+            Progress::Done => provisioned,
             // Provisioned and serving while a change is applied: nothing a client sees changes.
-            Progress::Pending { .. } if out.serving => InfraState::Provisioned,
+            Progress::Pending { .. } if out.serving => provisioned,
             Progress::Pending {
                 message,
                 reason: Some(reason),

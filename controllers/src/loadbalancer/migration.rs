@@ -285,13 +285,15 @@ impl Reconciliation<'_> {
                 BringUp::Waiting(message)
             }
             (InfraState::Problem { reason, message }, _) => BringUp::Failed(reason, message),
-            (InfraState::Provisioned, _) if answer.addresses.is_empty() => {
+            (InfraState::Provisioned | InfraState::Noticed { .. }, _)
+                if answer.addresses.is_empty() =>
+            {
                 BringUp::Waiting("it has no address yet".into())
             }
-            (InfraState::Provisioned, Listing::Unavailable(why)) => {
+            (InfraState::Provisioned | InfraState::Noticed { .. }, Listing::Unavailable(why)) => {
                 BringUp::Waiting(why.message().to_string())
             }
-            (InfraState::Provisioned, Listing::Listed(desired)) => {
+            (InfraState::Provisioned | InfraState::Noticed { .. }, Listing::Listed(desired)) => {
                 let access = Access::Converge {
                     provider: &claimed.provider,
                     infra: &claimed.infra,

@@ -76,7 +76,7 @@ impl Reconciliation<'_> {
         let (infra_state, mut infra_status) = self.serving(provisioned);
         self.refused = self.refusals(claimed.provider.name());
         self.provider = claimed.provider.name().to_string();
-        let infra_ready = infra_state == InfraState::Provisioned;
+        let infra_ready = infra_state.is_provisioned();
         let access = if infra_ready {
             Access::Converge {
                 provider: &claimed.provider,
@@ -159,7 +159,7 @@ impl Reconciliation<'_> {
     /// realised Service's ingress) and set the conditions: Ready, InfrastructureReady, `targets`,
     /// EndpointPublished and the cluster endpoint's.
     async fn publish(&mut self, infra_state: &InfraState, targets: DesiredCondition) -> Result<()> {
-        let infra_ready = *infra_state == InfraState::Provisioned;
+        let infra_ready = infra_state.is_provisioned();
         let infra_condition = infrastructure_condition(infra_state);
         // An address the policy refuses is published nowhere: not in `-ext`, not in DNS, not as a
         // Service's ingress, not as a Cluster's endpoint. The load balancer and its members stay.
@@ -452,8 +452,11 @@ impl Reconciliation<'_> {
             let quiet = first || (d.type_ == c::PAUSED && !d.status && before.is_none());
             if changed && !quiet && (d.status || unpaused || d.type_ == c::READY || d.is_warning())
             {
+                // A provider's problem while its load balancer still serves (a kube-dc EIp
+                // deleted and held) is worth a Warning too.
+                let noticed = d.type_ == c::INFRASTRUCTURE_READY && d.reason.is_problem();
                 self.notes.push(Note {
-                    warning: d.is_warning(),
+                    warning: d.is_warning() || noticed,
                     reason: d.reason.name,
                     message: format!("{}: {}", d.type_, d.message),
                 });

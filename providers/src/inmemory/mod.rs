@@ -295,6 +295,7 @@ impl Provider for InMemoryProvider {
                 if let Some(since) = lb.deleting_since {
                     let done = after(since, lb.delay);
                     return Ok(EnsureOutcome {
+                        notice: None,
                         progress: pending(
                             format!("load balancer {} is still being deleted", lb.id),
                             until(now, done),
@@ -374,6 +375,7 @@ impl Provider for InMemoryProvider {
             None => return Err(ProviderError::transient("load balancer vanished")),
         };
         Ok(EnsureOutcome {
+            notice: None,
             progress,
             addresses: lb.map(|lb| lb.addresses.clone()).unwrap_or_default(),
             serving: false,

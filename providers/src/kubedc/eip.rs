@@ -7,18 +7,30 @@ use std::time::Duration;
 
 use capi_lb_api::kubedc::{EIp, EIpSpec};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::Value;
 
 use super::KubeDcProvider;
-use super::infra::{Infra, meta, ours};
+use super::infra::{Infra, Slot, meta, ours};
 use super::reason;
 use super::step::{POLL, SLOW_POLL, Step, api_error, conflict, is_not_found, not_installed};
 use crate::clock::human;
-use crate::error::{INVALID_CONFIGURATION, ProviderError};
+use crate::error::ProviderError;
 use crate::provider::{LoadBalancerIdentity, Progress};
+
+/// The EIp a Service is to be bound to ([`KubeDcProvider::ensure_eip`]).
+pub(super) struct Target {
+    /// The EIp.
+    pub(super) eip: EIp,
+    /// Its slot (the first for a bring-your-own EIp).
+    pub(super) slot: Slot,
+    /// Created by this call.
+    pub(super) created: bool,
+    /// The provider's EIp, deleted by someone while its Service is bound: kube-dc holds it.
+    pub(super) held: bool,
+}
 
 /// After this long a not-ready EIp is reported as stuck.
 pub const STUCK_AFTER: Duration = Duration::from_secs(300);
@@ -63,64 +75,69 @@ impl KubeDcProvider {
         }
     }
 
-    /// Find or create the EIp: the EIp and whether it was created just now, or
+    /// Find or create the EIp the Service is to be bound to: the one named in `spec.eipName`, or
+    /// the provider's on the wanted network ([`Infra::slots`]: the first free or current slot), or
     /// [`Step::Wait`] when the caller must stop and report.
     pub(super) async fn ensure_eip(
         &self,
         infra: &Infra,
         identity: &LoadBalancerIdentity,
         changes: &mut Vec<String>,
-    ) -> Result<Step<(EIp, bool)>, ProviderError> {
-        let (name, owned) = infra.eip();
+    ) -> Result<Step<Target>, ProviderError> {
         let api = eips(infra);
-        let found = match api.get_opt(&name).await {
-            Ok(found) => found,
-            Err(e) if is_not_found(&e) => return Ok(Step::Wait(not_installed())),
-            Err(e) => return Err(api_error(&format!("get EIp {name}"), e)),
-        };
-        if found.is_none() && !self.kube_dc_installed(&api).await? {
-            return Ok(Step::Wait(not_installed()));
-        }
-        if found.is_none()
-            && let Step::Wait(progress) = self.project(infra).await?
-        {
-            return Ok(Step::Wait(progress));
-        }
-        match (found, owned) {
-            (Some(eip), false) => Ok(Step::Ready((eip, false))),
-            (None, false) => Ok(Step::Wait(Progress::pending_because(
-                reason::EIP_NOT_FOUND,
-                format!(
-                    "EIp {}/{name} named in spec.eipName does not exist; create it or fix spec.eipName",
-                    infra.namespace
-                ),
-                SLOW_POLL,
-            ))),
-            (Some(eip), true) if !ours(&eip.metadata, identity, infra) => {
-                Ok(Step::Wait(conflict("EIp", &name, identity)))
-            }
-            (Some(eip), true) => {
-                let wanted = infra.spec.external_network_type.as_str();
-                match eip.spec.external_network_type.as_deref() {
-                    // kube-dc's webhook refuses to change an allocated EIp's network: the
-                    // provider never patches it, and says what to do.
-                    Some(network) if network != wanted => Err(ProviderError::permanent(
-                        INVALID_CONFIGURATION,
+        if let Some(name) = &infra.spec.eip_name {
+            let Some(found) = self.get_eip(infra, name).await? else {
+                return self.before_creating(infra).await.map(|step| match step {
+                    Step::Wait(progress) => Step::Wait(progress),
+                    Step::Ready(()) => Step::Wait(Progress::pending_because(
+                        reason::EIP_NOT_FOUND,
                         format!(
-                            "EIp {}/{name} is on the {network} network but the KubeDCLoadBalancer asks for {wanted}; kube-dc cannot change an allocated EIp's network. Create another KubeDCLoadBalancer with externalNetworkType {wanted} and point the LoadBalancer's infrastructureRef at it (a make-before-break migration)",
+                            "EIp {}/{name} named in spec.eipName does not exist; create it or fix spec.eipName",
                             infra.namespace
                         ),
+                        SLOW_POLL,
                     )),
-                    _ => Ok(Step::Ready((eip, false))),
-                }
+                });
+            };
+            return Ok(Step::Ready(Target {
+                eip: found,
+                slot: Slot::First,
+                created: false,
+                held: false,
+            }));
+        }
+        let wanted = infra.spec.external_network_type.as_str();
+        let mut found = Vec::new();
+        for slot in infra.slots() {
+            let name = infra.eip_name(slot);
+            let eip = self.get_eip(infra, &name).await?;
+            found.push((slot, name, eip));
+        }
+        // The EIp on the wanted network, in whichever slot it is.
+        for (slot, _, eip) in &found {
+            if let Some(eip) = eip
+                && ours(&eip.metadata, identity, infra)
+                && let Some(held) = self.current(infra, identity, eip, *slot).await?
+            {
+                return Ok(Step::Ready(Target {
+                    eip: eip.clone(),
+                    slot: *slot,
+                    created: false,
+                    held,
+                }));
             }
-            (None, true) => {
+        }
+        // None: made in the first free slot.
+        let mut taken = Vec::new();
+        for (slot, name, eip) in found {
+            let Some(eip) = eip else {
+                if let Step::Wait(progress) = self.before_creating(infra).await? {
+                    return Ok(Step::Wait(progress));
+                }
                 let eip = EIp {
                     metadata: meta(&name, infra, identity),
                     spec: EIpSpec {
-                        external_network_type: Some(
-                            infra.spec.external_network_type.as_str().to_string(),
-                        ),
+                        external_network_type: Some(wanted.to_string()),
                         rest: BTreeMap::new(),
                     },
                     status: None,
@@ -130,13 +147,85 @@ impl KubeDcProvider {
                     Err(e) if is_not_found(&e) => return Ok(Step::Wait(not_installed())),
                     Err(e) => return Err(api_error(&format!("create EIp {name}"), e)),
                 };
-                changes.push(format!(
-                    "created EIp {name} ({})",
-                    infra.spec.external_network_type.as_str()
-                ));
-                Ok(Step::Ready((created, true)))
+                changes.push(format!("created EIp {name} ({wanted})"));
+                return Ok(Step::Ready(Target {
+                    eip: created,
+                    slot,
+                    created: true,
+                    held: false,
+                }));
+            };
+            if !ours(&eip.metadata, identity, infra) {
+                return Ok(Step::Wait(conflict("EIp", &name, identity)));
             }
+            taken.push(match eip.spec.external_network_type.as_deref() {
+                Some(network) if network != wanted => format!("{name} ({network} network)"),
+                _ => format!("{name} (being deleted)"),
+            });
         }
+        Ok(Step::Wait(Progress::pending_because(
+            reason::EXTERNAL_NETWORK_CHANGING,
+            format!(
+                "moving to the {wanted} network: the names of a new EIp are taken by EIps {}; waiting for kube-dc to finish deleting them",
+                taken.join(", ")
+            ),
+            POLL,
+        )))
+    }
+
+    /// Whether the provider's `eip` in `slot` is the wanted one: on the wanted network (kube-dc
+    /// cannot change an allocated EIp's network: one on another network is an old realisation),
+    /// and not deleted, or deleted but held by kube-dc because its Service is bound to it (then it
+    /// still serves). `Some(held)` when it is.
+    async fn current(
+        &self,
+        infra: &Infra,
+        identity: &LoadBalancerIdentity,
+        eip: &EIp,
+        slot: Slot,
+    ) -> Result<Option<bool>, ProviderError> {
+        let wanted = infra.spec.external_network_type.as_str();
+        if eip
+            .spec
+            .external_network_type
+            .as_deref()
+            .is_some_and(|n| n != wanted)
+        {
+            return Ok(None);
+        }
+        if eip.metadata.deletion_timestamp.is_none() {
+            return Ok(Some(false));
+        }
+        let services: Api<Service> = Api::namespaced(infra.client.clone(), &infra.namespace);
+        let service_name = infra.service_name(slot);
+        let bound = services
+            .get_opt(&service_name)
+            .await
+            .map_err(|e| api_error(&format!("get Service {service_name}"), e))?
+            .is_some_and(|s| {
+                s.metadata.deletion_timestamp.is_none() && ours(&s.metadata, identity, infra)
+            });
+        Ok(bound.then_some(true))
+    }
+
+    /// EIp `name` of `infra`'s namespace, if it exists.
+    async fn get_eip(&self, infra: &Infra, name: &str) -> Result<Option<EIp>, ProviderError> {
+        match eips(infra).get_opt(name).await {
+            Ok(found) => Ok(found),
+            // Before kube-dc is installed, a get of its kind is a 404 too: checked again when the
+            // EIp is missing.
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(api_error(&format!("get EIp {name}"), e)),
+        }
+    }
+
+    /// Before an EIp is created (or reported missing): [`Step::Wait`] while kube-dc is not
+    /// installed or the namespace is not a kube-dc Project's.
+    async fn before_creating(&self, infra: &Infra) -> Result<Step<()>, ProviderError> {
+        if !self.kube_dc_installed(&eips(infra)).await? {
+            return Ok(Step::Wait(not_installed()));
+        }
+        self.project(infra).await
     }
 
     /// How long `eip` has been waiting, and what kube-dc says about it.

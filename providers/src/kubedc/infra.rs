@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use capi_lb_api::KubeDCLoadBalancer;
+use capi_lb_api::kubedc::ExternalNetworkType;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::core::DynamicObject;
 use kube::{Resource, ResourceExt};
@@ -66,23 +67,56 @@ impl Infra {
         }))
     }
 
-    /// The LoadBalancer Service's name: `<infra>-lb`.
-    pub(super) fn service_name(&self) -> String {
-        derived_name(&self.name, "-lb")
-    }
-
-    /// The name of the EIp the provider creates: `<infra>-eip`.
-    fn created_eip_name(&self) -> String {
-        derived_name(&self.name, "-eip")
-    }
-
-    /// The EIp in use and whether the provider owns it.
-    pub(super) fn eip(&self) -> (String, bool) {
-        match &self.spec.eip_name {
-            Some(name) => (name.clone(), false),
-            None => (self.created_eip_name(), true),
+    /// The name of the LoadBalancer Service of `slot`: `<infra>-lb`, or `<infra>-lb-<network>`.
+    pub(super) fn service_name(&self, slot: Slot) -> String {
+        match slot {
+            Slot::First => derived_name(&self.name, "-lb"),
+            Slot::Network(network) => {
+                derived_name(&self.name, &format!("-lb-{}", network.as_str()))
+            }
         }
     }
+
+    /// The name of the EIp the provider creates in `slot`: `<infra>-eip`, or
+    /// `<infra>-eip-<network>`.
+    pub(super) fn eip_name(&self, slot: Slot) -> String {
+        match slot {
+            Slot::First => derived_name(&self.name, "-eip"),
+            Slot::Network(network) => {
+                derived_name(&self.name, &format!("-eip-{}", network.as_str()))
+            }
+        }
+    }
+
+    /// The slot whose Service is named `service`, if any.
+    pub(super) fn slot_of_service(&self, service: &str) -> Option<Slot> {
+        [
+            Slot::First,
+            Slot::Network(ExternalNetworkType::Cloud),
+            Slot::Network(ExternalNetworkType::Public),
+        ]
+        .into_iter()
+        .find(|slot| self.service_name(*slot) == service)
+    }
+
+    /// The slots an EIp on the wanted network may take, in the order they are tried.
+    pub(super) fn slots(&self) -> [Slot; 2] {
+        [Slot::First, Slot::Network(self.spec.external_network_type)]
+    }
+}
+
+/// Where a realisation of the load balancer (an EIp the provider creates and the Service bound to
+/// it) is named. The first one takes `<infra>-eip` and `<infra>-lb`; when `externalNetworkType`
+/// changes while those names are taken by the old realisation, the new one takes
+/// `<infra>-eip-<network>` and `<infra>-lb-<network>`. A slot's names end differently from any
+/// other slot's, of this KubeDCLoadBalancer or another, so they never collide. A bring-your-own EIp
+/// (`spec.eipName`) has only the first Service name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Slot {
+    /// `<infra>-eip`, `<infra>-lb`.
+    First,
+    /// `<infra>-eip-<network>`, `<infra>-lb-<network>`.
+    Network(ExternalNetworkType),
 }
 
 /// Labels on everything the provider creates.
@@ -107,4 +141,79 @@ pub(super) fn meta(name: &str, infra: &Infra, identity: &LoadBalancerIdentity) -
 /// Whether an object is the provider's for this LoadBalancer (and this infrastructure object).
 pub(super) fn ours(meta: &ObjectMeta, identity: &LoadBalancerIdentity, infra: &Infra) -> bool {
     lbservice::owned(meta, identity, infra.uid.as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use capi_lb_api::KubeDCLoadBalancerSpec;
+
+    use super::*;
+
+    fn infra(name: &str, network: ExternalNetworkType) -> Infra {
+        Infra {
+            name: name.into(),
+            uid: None,
+            namespace: "ns".into(),
+            spec: KubeDCLoadBalancerSpec {
+                external_network_type: network,
+                eip_name: None,
+                cluster: None,
+            },
+            owner: None,
+            client: kube::Client::new(
+                tower::service_fn(|_: http::Request<kube::client::Body>| async {
+                    Err::<http::Response<kube::client::Body>, std::io::Error>(
+                        std::io::Error::other("no API in this test"),
+                    )
+                }),
+                "default",
+            ),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_slot_has_names_of_its_own_even_when_cut() {
+        let long = "a".repeat(80);
+        for name in ["cp", "cp-lb", "cp-eip-cloud", long.as_str()] {
+            let infra = infra(name, ExternalNetworkType::Public);
+            assert_eq!(
+                infra.slots(),
+                [Slot::First, Slot::Network(ExternalNetworkType::Public)]
+            );
+            let slots = [
+                Slot::First,
+                Slot::Network(ExternalNetworkType::Cloud),
+                Slot::Network(ExternalNetworkType::Public),
+            ];
+            let mut names: Vec<String> = slots
+                .iter()
+                .flat_map(|s| [infra.eip_name(*s), infra.service_name(*s)])
+                .collect();
+            assert!(names.iter().all(|n| n.len() <= 63), "{names:?}");
+            names.sort();
+            names.dedup();
+            assert_eq!(names.len(), 6, "{name}: {names:?}");
+        }
+        let cp = infra("cp", ExternalNetworkType::Cloud);
+        assert_eq!(
+            cp.slot_of_service("cp-lb-public"),
+            Some(Slot::Network(ExternalNetworkType::Public))
+        );
+        assert_eq!(cp.slot_of_service("cp-lb"), Some(Slot::First));
+        assert_eq!(cp.slot_of_service("cp-eip"), None);
+        assert_eq!(
+            (
+                cp.eip_name(Slot::First),
+                cp.service_name(Slot::Network(ExternalNetworkType::Public))
+            ),
+            ("cp-eip".to_string(), "cp-lb-public".to_string())
+        );
+        // No slot of one KubeDCLoadBalancer has a name of another's: `cp`'s second names are not
+        // the first names of a KubeDCLoadBalancer named `cp-lb` or `cp-eip`.
+        let other = infra("cp-eip", ExternalNetworkType::Cloud);
+        assert_ne!(
+            other.eip_name(Slot::First),
+            cp.eip_name(Slot::Network(ExternalNetworkType::Cloud))
+        );
+    }
 }

@@ -4,7 +4,10 @@
 //! For a LoadBalancer whose `infrastructureRef` names a `KubeDCLoadBalancer` `<infra>`:
 //! - an `EIp` (`kube-dc.com/v1`) `<infra>-eip` with the spec's `externalNetworkType`, unless
 //!   `spec.eipName` names an existing EIp (the project's `default-gw`, or a pre-allocated one), which
-//!   is never modified or deleted; the address is `EIp.status.ipAddress` once `status.ready`;
+//!   is never modified or deleted; the address is `EIp.status.ipAddress` once `status.ready`. A
+//!   changed `externalNetworkType` is made before break: a new EIp and Service
+//!   (`<infra>-eip-<network>`, `<infra>-lb-<network>`) while the old ones serve, then the old ones
+//!   deleted;
 //! - a selectorless Service of `type: LoadBalancer` `<infra>-lb` bound to that EIp
 //!   (`service.nlb.kube-dc.com/bind-on-eip`, or `bind-on-default-gw-eip` for `default-gw`) with the
 //!   LoadBalancer's ports; kube-dc's controller programs OVN for it and fills its
@@ -26,32 +29,34 @@
 //! - `remote`: the cluster kube-dc is in (this one, or one reached through a kubeconfig Secret);
 //! - `infra`: what the `KubeDCLoadBalancer` says, derived names, labels and ownership;
 //! - `eip` (the EIp, and what to say while it is not ready) and `service` (the LoadBalancer Service);
-//! - `members` (the Service's endpoints, for `converge_members`), then `delete`.
+//! - `realise` (the wanted EIp and Service, and how far kube-dc is with them) and `network` (the
+//!   other realisations: the old one serving during a change of `externalNetworkType`, deleted
+//!   once the new one serves);
+//! - `members` (the Services' endpoints, for `converge_members`), then `delete`.
 
 mod delete;
 mod eip;
 mod infra;
 mod members;
+mod network;
+mod realise;
 pub mod reason;
 mod remote;
 mod service;
 mod step;
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use capi_lb_api::KubeDCLoadBalancer;
 use capi_lb_api::constants::INFRASTRUCTURE_GROUP;
 use capi_lb_api::loadbalancer::LoadBalancerAddress;
-use kube::ResourceExt;
 use kube::core::ApiResource;
 use serde_json::{Map, json};
 
 use crate::clock::SharedClock;
 use crate::entry::{Entry, OwnedKind};
 use crate::error::ProviderError;
-use crate::lbservice::Ingress;
 use crate::provider::{
     DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MembersOutcome, MembersRequest,
     Progress, Provider,
@@ -59,9 +64,10 @@ use crate::provider::{
 pub use eip::STUCK_AFTER;
 use infra::Infra;
 pub use infra::derived_name;
+use network::Report;
 use remote::Remotes;
 pub use service::{BIND_ON_DEFAULT_GW, BIND_ON_EIP, DEFAULT_GW};
-use step::{POLL, Step};
+use step::Step;
 
 /// The kube-dc provider's catalog entry.
 pub const ENTRY: Entry = Entry {
@@ -176,6 +182,7 @@ impl Provider for KubeDcProvider {
             progress,
             addresses,
             serving: false,
+            notice: None,
             created,
             changes,
             status,
@@ -192,67 +199,76 @@ impl Provider for KubeDcProvider {
                 return Ok(outcome(progress, Vec::new(), false, changes, status));
             }
         };
-        let (eip, created) = match self.ensure_eip(&infra, identity, &mut changes).await? {
-            Step::Ready(found) => found,
-            Step::Wait(progress) => {
-                if let Progress::Pending { message, .. } = &progress {
-                    status.insert("ready".into(), json!(false));
-                    status.insert("waitingFor".into(), json!(message));
-                }
-                return Ok(outcome(progress, Vec::new(), false, changes, status));
-            }
-        };
-        let eip_name = eip.name_any();
-        let (_, eip_owned) = infra.eip();
-        status.insert("eipName".into(), json!(eip_name));
-        status.insert("eipCreated".into(), json!(eip_owned));
-        let service = match self
-            .ensure_service(&infra, identity, &eip_name, request.listeners, &mut changes)
-            .await?
-        {
-            Step::Ready(service) => service,
-            Step::Wait(progress) => {
-                if let Progress::Pending { message, .. } = &progress {
-                    status.insert("ready".into(), json!(false));
-                    status.insert("waitingFor".into(), json!(message));
-                }
-                return Ok(outcome(progress, Vec::new(), created, changes, status));
-            }
-        };
-        status.insert("serviceName".into(), json!(service.name_any()));
-        let address = eip
-            .status
+        let wanted = self
+            .ensure_wanted(&infra, identity, request.listeners, &mut changes)
+            .await?;
+        // The wanted realisation once it exists; the others are kept while they serve and it does
+        // not yet, and deleted otherwise.
+        let names = wanted
+            .names
             .as_ref()
-            .filter(|s| s.ready)
-            .and_then(|s| s.ip_address.clone())
-            .filter(|ip| ip.parse::<IpAddr>().is_ok());
-        status.insert("address".into(), json!(address));
+            .map(|(eip, service)| (eip.as_str(), service.as_str()));
+        let ready = wanted.progress.is_done();
+        let others = self
+            .others(&infra, identity, names, !ready, &mut changes)
+            .await?;
+        // An old Service that still serves follows the LoadBalancer's ports too.
+        for old in &others.serving {
+            if let Some(slot) = infra.slot_of_service(&old.service) {
+                self.ensure_service(
+                    &infra,
+                    identity,
+                    (slot, &old.eip),
+                    request.listeners,
+                    &mut changes,
+                )
+                .await?;
+            }
+        }
+        let Report {
+            progress,
+            serving_at,
+            notice,
+        } = network::report(infra.spec.external_network_type.as_str(), &wanted, &others);
+        let (eip_name, service_name, address) = match &serving_at {
+            Some(old) => (
+                Some(old.eip.clone()),
+                Some(old.service.clone()),
+                Some(old.address.clone()),
+            ),
+            None => (
+                wanted.names.as_ref().map(|(eip, _)| eip.clone()),
+                wanted.names.as_ref().map(|(_, service)| service.clone()),
+                wanted.address.clone(),
+            ),
+        };
+        if let Some(eip_name) = &eip_name {
+            status.insert("eipName".into(), json!(eip_name));
+            status.insert("eipCreated".into(), json!(infra.spec.eip_name.is_none()));
+        }
+        if let Some(service_name) = &service_name {
+            status.insert("serviceName".into(), json!(service_name));
+        }
+        if wanted.names.is_some() || serving_at.is_some() {
+            status.insert("address".into(), json!(address));
+        }
         let addresses: Vec<LoadBalancerAddress> = address
             .iter()
             .map(|a| LoadBalancerAddress::ip(a.clone()))
             .collect();
-        let progress = match &address {
-            None => match self.project(&infra).await? {
-                Step::Wait(progress) => progress,
-                Step::Ready(()) => self.eip_waiting(&eip, self.clock.now()),
-            },
-            Some(ip) if !Ingress::of(&service).ips.contains(ip) => Progress::pending_because(
-                reason::SERVICE_WITHOUT_INGRESS,
-                format!(
-                    "EIp {eip_name} has {ip}; waiting for kube-dc to put it on Service {} (status.loadBalancer.ingress)",
-                    service.name_any()
-                ),
-                POLL,
-            ),
-            Some(_) => Progress::Done,
-        };
+        let serves = serving_at.is_some() || ready;
         let waiting = match &progress {
             Progress::Pending { message, .. } => Some(message.clone()),
             Progress::Done => None,
         };
-        status.insert("ready".into(), json!(progress.is_done()));
+        status.insert("ready".into(), json!(serves));
         status.insert("waitingFor".into(), json!(waiting));
-        Ok(outcome(progress, addresses, created, changes, status))
+        // A new realisation made while the old one serves is no loss of the load balancer.
+        let created = wanted.created && others.serving.is_empty();
+        let mut answer = outcome(progress, addresses, created, changes, status);
+        answer.serving = serves && !answer.progress.is_done();
+        answer.notice = notice;
+        Ok(answer)
     }
 
     async fn converge_members(

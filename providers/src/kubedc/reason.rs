@@ -11,6 +11,12 @@ pub const EIP_STUCK: Reason = Reason::problem("EIpStuck");
 pub const EIP_NOT_FOUND: Reason = Reason::problem("EIpNotFound");
 /// kube-dc has not put the EIp's address on the Service yet.
 pub const SERVICE_WITHOUT_INGRESS: Reason = Reason::normal("ServiceWithoutIngress");
+/// `spec.externalNetworkType` changed: a new EIp and Service are being made on the new network
+/// while the old ones serve, or the old ones are being deleted after the switch.
+pub const EXTERNAL_NETWORK_CHANGING: Reason = Reason::normal("ExternalNetworkChanging");
+/// The provider's EIp was deleted while its Service is bound: kube-dc holds it (finalizer and
+/// owners) and it still serves, until the Service goes.
+pub const EIP_DELETING: Reason = Reason::problem("EIpDeleting");
 /// The namespace is not a kube-dc Project's: kube-dc never acts there.
 pub const NOT_A_KUBEDC_PROJECT: Reason = Reason::problem("NotAKubeDCProject");
 /// kube-dc's CRDs are not installed in this cluster.
@@ -28,6 +34,8 @@ pub const ALL: &[Reason] = &[
     EIP_STUCK,
     EIP_NOT_FOUND,
     SERVICE_WITHOUT_INGRESS,
+    EXTERNAL_NETWORK_CHANGING,
+    EIP_DELETING,
     NOT_A_KUBEDC_PROJECT,
     KUBEDC_NOT_INSTALLED,
     KUBECONFIG_NOT_FOUND,

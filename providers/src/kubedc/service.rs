@@ -1,12 +1,13 @@
-//! The selectorless LoadBalancer Service `<infra>-lb` bound to the EIp, with the LoadBalancer's
-//! ports; kube-dc fills its `status.loadBalancer.ingress` once OVN is programmed.
+//! The selectorless LoadBalancer Service `<infra>-lb` (`<infra>-lb-<network>` after a change of
+//! network, [`super::infra::Slot`]) bound to the EIp, with the LoadBalancer's ports; kube-dc fills
+//! its `status.loadBalancer.ingress` once OVN is programmed.
 
 use capi_lb_api::constants::{ANNOTATION_EXTERNAL_ENDPOINT, FIELD_MANAGER};
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use kube::api::{Api, Patch, PatchParams};
 
 use super::KubeDcProvider;
-use super::infra::{Infra, annotations, meta, ours};
+use super::infra::{Infra, Slot, annotations, meta, ours};
 use super::step::{Step, api_error, conflict};
 use crate::error::ProviderError;
 use crate::lbservice::{service_matches, service_ports};
@@ -20,16 +21,17 @@ pub const BIND_ON_DEFAULT_GW: &str = "service.nlb.kube-dc.com/bind-on-default-gw
 pub const DEFAULT_GW: &str = "default-gw";
 
 impl KubeDcProvider {
-    /// Create or update the LoadBalancer Service bound to `eip`; [`Step::Wait`] on a conflict.
+    /// Create or update the LoadBalancer Service of `slot` bound to `eip`; [`Step::Wait`] on a
+    /// conflict.
     pub(super) async fn ensure_service(
         &self,
         infra: &Infra,
         identity: &LoadBalancerIdentity,
-        eip: &str,
+        (slot, eip): (Slot, &str),
         listeners: &[Listener],
         changes: &mut Vec<String>,
     ) -> Result<Step<Service>, ProviderError> {
-        let name = infra.service_name();
+        let name = infra.service_name(slot);
         let api: Api<Service> = Api::namespaced(infra.client.clone(), &infra.namespace);
         let mut metadata = meta(&name, infra, identity);
         let mut wanted_annotations = annotations(identity);

@@ -225,6 +225,7 @@ impl Provider for OctaviaProvider {
         }
 
         Ok(EnsureOutcome {
+            notice: None,
             serving: !progress.is_done() && !problem && call.status.ready,
             progress,
             addresses: call.addresses(),

@@ -159,6 +159,7 @@ impl Provider for ServiceProvider {
                     status.insert("waitingFor".into(), json!(message));
                 }
                 return Ok(EnsureOutcome {
+                    notice: None,
                     progress,
                     addresses: Vec::new(),
                     serving: false,
@@ -192,6 +193,7 @@ impl Provider for ServiceProvider {
             .chain(ingress.hostnames.iter().map(LoadBalancerAddress::hostname))
             .collect();
         Ok(EnsureOutcome {
+            notice: None,
             progress,
             addresses,
             serving: false,

@@ -980,14 +980,6 @@ fn cel_cases() -> Vec<CelCase> {
             .spec(json!({"eipName": "a"})),
         case(
             "KubeDCLoadBalancer",
-            "spec.externalNetworkType",
-            "externalNetworkType is immutable",
-            "spec.externalNetworkType",
-        )
-        .old(json!({"externalNetworkType": "cloud"}))
-        .spec(json!({"externalNetworkType": "public"})),
-        case(
-            "KubeDCLoadBalancer",
             "spec",
             "cluster cannot be added or removed",
             "spec",

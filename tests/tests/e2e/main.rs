@@ -22,6 +22,7 @@ mod helm;
 mod image;
 mod install;
 mod isolation;
+mod kubedc_network;
 mod loadbalancer;
 mod metrics;
 mod monitoring;

@@ -27,7 +27,7 @@ fn default_gw(ip: &str) -> Value {
 
 /// A world with kube-dc's EIp kind registered (kube-dc installed), holding `objects`, whose
 /// namespaces (the tests' and the examples') are kube-dc Projects'.
-async fn world_with_eips(mut objects: Vec<Value>) -> World {
+pub(crate) async fn world_with_eips(mut objects: Vec<Value>) -> World {
     objects.push(project_namespace(NS));
     objects.push(project_namespace("shalb-demo"));
     world_outside_projects(objects).await
@@ -41,7 +41,7 @@ async fn world_outside_projects(objects: Vec<Value>) -> World {
 }
 
 /// kube-dc's controller and capi-lb's reconciler taking turns, `rounds` times, `step` apart.
-async fn drive(world: &World, sim: &mut KubeDcSim, rounds: usize, step: Duration) {
+pub(crate) async fn drive(world: &World, sim: &mut KubeDcSim, rounds: usize, step: Duration) {
     for _ in 0..rounds {
         sim.step(world).await;
         world.reconcile(NS, "cp").await.unwrap();
@@ -50,7 +50,7 @@ async fn drive(world: &World, sim: &mut KubeDcSim, rounds: usize, step: Duration
     sim.step(world).await;
 }
 
-fn basic() -> Vec<Value> {
+pub(crate) fn basic() -> Vec<Value> {
     vec![
         kubedc_lb("cp").build(),
         kubedc_infra("cp", json!({"externalNetworkType": "public"})),
@@ -59,7 +59,7 @@ fn basic() -> Vec<Value> {
     ]
 }
 
-async fn eips(world: &World) -> Vec<EIp> {
+pub(crate) async fn eips(world: &World) -> Vec<EIp> {
     Api::<EIp>::namespaced(world.client(), NS)
         .list(&ListParams::default())
         .await
@@ -67,7 +67,7 @@ async fn eips(world: &World) -> Vec<EIp> {
         .items
 }
 
-async fn kdc_status(world: &World) -> capi_lb_api::KubeDCLoadBalancerStatus {
+pub(crate) async fn kdc_status(world: &World) -> capi_lb_api::KubeDCLoadBalancerStatus {
     Api::<KubeDCLoadBalancer>::namespaced(world.client(), NS)
         .get("cp")
         .await
@@ -465,10 +465,42 @@ async fn a_bound_eip_is_owned_by_the_service_and_held_until_the_service_goes() {
     let held = eips(&world).await;
     assert_eq!(held.len(), 1, "no second EIp");
     assert!(held[0].metadata.deletion_timestamp.is_some());
-    let status = get_lb(&world, "cp").await.status.unwrap();
+    let lb = get_lb(&world, "cp").await;
+    let status = lb.status.clone().unwrap();
     assert!(status.ready);
     assert_eq!(status.addresses[0].address, address);
     assert!(sim.released.is_empty());
+    // It is said: still serving (True), with a reason of its own and a Warning Event, once.
+    let c = condition(&lb, "InfrastructureReady");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "EIpDeleting"),
+        "{}",
+        c.message
+    );
+    assert!(
+        c.message.contains("EIp default/cp-eip was deleted")
+            && c.message.contains("Service cp-lb")
+            && c.message.contains(&address),
+        "{}",
+        c.message
+    );
+    assert!(warned(&world, "EIpDeleting"));
+    let told = |world: &World| {
+        event_reasons(world)
+            .iter()
+            .filter(|r| *r == "EIpDeleting")
+            .count()
+    };
+    assert_eq!(told(&world), 1);
+    let writes = world.api.stats.writes_excluding_events();
+    drive(&world, &mut sim, 3, Duration::from_secs(60)).await;
+    assert_eq!(told(&world), 1, "told once");
+    assert_eq!(
+        world.api.stats.writes_excluding_events(),
+        writes,
+        "no writes while held"
+    );
 
     // Deleting the LoadBalancer deletes the Service, so kube-dc releases the EIp.
     Api::<LoadBalancer>::namespaced(world.client(), NS)
@@ -543,46 +575,6 @@ async fn an_unreadable_project_claims_nothing() {
     let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
     assert_eq!(c.reason, "EIpNotReady", "{}", c.message);
     assert_eq!(eips(&world).await.len(), 1);
-}
-
-/// kube-dc's webhook refuses changing an allocated EIp's network, so the provider never patches
-/// it: a KubeDCLoadBalancer whose network no longer matches its EIp's (admission bypassed) is a
-/// `ProviderFailed` saying how to migrate, and the EIp is left as it is.
-#[tokio::test]
-async fn a_changed_network_is_refused_with_what_to_do() {
-    let world = world_with_eips(basic()).await;
-    let mut sim = KubeDcSim::new();
-    drive(&world, &mut sim, 6, Duration::from_secs(5)).await;
-    let before = Api::<EIp>::namespaced(world.client(), NS)
-        .get("cp-eip")
-        .await
-        .unwrap();
-    merge_patch::<KubeDCLoadBalancer>(
-        &world,
-        "cp",
-        json!({"spec": {"externalNetworkType": "cloud"}}),
-    )
-    .await;
-    drive(&world, &mut sim, 2, Duration::from_secs(5)).await;
-    let c = condition(&get_lb(&world, "cp").await, "InfrastructureReady");
-    assert_eq!(c.reason, "ProviderFailed", "{}", c.message);
-    assert!(
-        c.message
-            .contains("is on the public network but the KubeDCLoadBalancer asks for cloud"),
-        "{}",
-        c.message
-    );
-    assert!(
-        c.message.contains("Create another KubeDCLoadBalancer"),
-        "{}",
-        c.message
-    );
-    let after = Api::<EIp>::namespaced(world.client(), NS)
-        .get("cp-eip")
-        .await
-        .unwrap();
-    assert_eq!(after.spec, before.spec);
-    assert_eq!(after.uid(), before.uid());
 }
 
 /// `status.ovnEIpRef` has kube-dc's documented forms, and nothing capi-lb writes depends on it.

@@ -11,6 +11,7 @@ mod dns;
 mod docs;
 mod external_endpoints;
 mod kubedc;
+mod kubedc_network;
 mod lifecycle;
 mod lifecycle_props;
 mod migration;
