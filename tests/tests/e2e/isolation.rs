@@ -20,11 +20,13 @@
 //! capi-lb to an "Octavia" that answers with 2 GiB. The bystander is Ready within 5 s, the hanging
 //! one reports `ProviderTimeout`, the huge ones `AnswerTooLarge` (at most 4 MiB is read).
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use capi_lb_api::LoadBalancer;
 use capi_lb_tests::k8s::{
-    TestNs, condition, dynamic_api, eventually, in_memory, load_balancer, merge, wait_for,
+    TestNs, condition, dynamic_api, eventually, in_memory, load_balancer, merge, unique_name,
+    wait_for,
 };
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
@@ -34,10 +36,11 @@ use tokio::net::TcpListener;
 
 /// The watch filter of this test's controller: it reconciles only these LoadBalancers, whatever
 /// else the cluster holds.
-const FILTER: &str = "isolation-test";
+/// Unique per run: a LoadBalancer an earlier, interrupted run left behind is not this run's.
+static FILTER: LazyLock<String> = LazyLock::new(|| unique_name("isolation-test"));
 /// The watch filter of the clouds' test (the two tests run at the same time, each with its own
 /// controller).
-const CLOUD_FILTER: &str = "isolation-test-clouds";
+static CLOUD_FILTER: LazyLock<String> = LazyLock::new(|| unique_name("isolation-clouds"));
 
 /// A server that accepts connections and never answers (nor closes them). Its address.
 async fn hanging_server() -> std::net::SocketAddr {
@@ -143,7 +146,7 @@ async fn tenant_cloud(t: &TestNs, keystone: std::net::SocketAddr) {
     )
     .await;
     let mut lb = load_balancer("lb", "lb", json!({}));
-    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": CLOUD_FILTER});
+    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": CLOUD_FILTER.as_str()});
     lb["spec"]["infrastructureRef"]["kind"] = json!("OctaviaLoadBalancer");
     t.create(lb).await;
 }
@@ -202,7 +205,7 @@ async fn remote_kube_dc(t: &TestNs, server: &str) {
                     "spec": {"cluster": {"kubeconfigSecretName": "kube-dc", "namespace": "project"}}}))
         .await;
     let mut lb = load_balancer("lb", "lb", json!({}));
-    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": FILTER});
+    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": FILTER.as_str()});
     lb["spec"]["infrastructureRef"]["kind"] = json!("KubeDCLoadBalancer");
     t.create(lb).await;
 }
@@ -232,7 +235,7 @@ async fn hanging_and_huge_remote_clusters_do_not_stall_other_tenants() {
     // One controller for every namespace, four reconciles at a time, as shipped.
     let mut options = bystander.options(&["kubedc", "inmemory"]);
     options.namespace = None;
-    options.watch_filter = Some(FILTER.into());
+    options.watch_filter = Some(FILTER.clone());
     options.concurrency = 4;
     options.external.enabled = false;
     let memory_before = peak_rss();
@@ -247,7 +250,7 @@ async fn hanging_and_huge_remote_clusters_do_not_stall_other_tenants() {
         ))
         .await;
     let mut lb = load_balancer("web", "web", json!({}));
-    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": FILTER});
+    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": FILTER.as_str()});
     let created = Instant::now();
     bystander.create(lb).await;
     let lbs: Api<LoadBalancer> = bystander.api();
@@ -346,7 +349,7 @@ async fn hanging_and_huge_clouds_do_not_stall_other_tenants() {
 
     let mut options = bystander.options(&["octavia", "inmemory"]);
     options.namespace = None;
-    options.watch_filter = Some(CLOUD_FILTER.into());
+    options.watch_filter = Some(CLOUD_FILTER.clone());
     options.concurrency = 4;
     options.external.enabled = false;
     let memory_before = peak_rss();
@@ -360,7 +363,7 @@ async fn hanging_and_huge_clouds_do_not_stall_other_tenants() {
         ))
         .await;
     let mut lb = load_balancer("web", "web", json!({}));
-    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": CLOUD_FILTER});
+    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": CLOUD_FILTER.as_str()});
     let created = Instant::now();
     bystander.create(lb).await;
     let lbs: Api<LoadBalancer> = bystander.api();

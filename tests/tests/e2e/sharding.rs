@@ -67,7 +67,10 @@ async fn two_replicas_on_disjoint_watch_filters_each_converge_their_own_and_neve
         };
         t.spawn(options)
     };
-    let (lease_a, lease_b) = (unique_name("capi-lb-shard-a"), unique_name("capi-lb-shard-b"));
+    let (lease_a, lease_b) = (
+        unique_name("capi-lb-shard-a"),
+        unique_name("capi-lb-shard-b"),
+    );
     let (shard_a, shard_b) = (unique_name("shard-a"), unique_name("shard-b"));
 
     // Only shard A's replica runs: its LoadBalancers converge, shard B's are not touched.
@@ -119,9 +122,11 @@ async fn two_replicas_on_disjoint_watch_filters_each_converge_their_own_and_neve
 
     // A comes back and catches up.
     let a = replica(&shard_a, &lease_a);
-    wait_for(&services, "a1-moved", "A acts on its change", |s| s.is_some())
-        .await
-        .unwrap();
+    wait_for(&services, "a1-moved", "A acts on its change", |s| {
+        s.is_some()
+    })
+    .await
+    .unwrap();
 
     for name in ["a1", "a2", "b1", "b2"] {
         let _ = t
