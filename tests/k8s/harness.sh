@@ -103,7 +103,9 @@
 # and its env prints CAPI_LB_E2E_LEGACY_* keys only.
 #
 # The fresh instance (`fresh ACTION`) is a management cluster as `clusterctl init` of Cluster API alone
-# leaves it, for the tests that install capi-lb with the real clusterctl (tests/tests/e2e/clusterctl.rs:
+# leaves it (its kube-apiserver runs the default lease endpoint reconciler, advertising 192.0.2.80; the
+# workload-endpoints test uses it as a workload cluster whose API servers do), for the tests that
+# install capi-lb with the real clusterctl (tests/tests/e2e/clusterctl.rs:
 # `clusterctl init --infrastructure capi-lb`, `upgrade plan`, `delete`): etcd, kube-apiserver,
 # kube-controller-manager and the Cluster API manager with its webhooks as on the target, the clusterctl
 # inventory holding only the core provider cluster-api, and cert-manager's API (the CRDs of
@@ -724,15 +726,24 @@ start_etcd() {
 }
 
 start_apiserver() {
+  # The fresh instance runs the API servers' own endpoint reconciler, as a management cluster does
+  # (tests/tests/e2e/workload_endpoints.rs: capi-lb must see it and not fight it). It refuses a
+  # loopback advertise address, so that instance advertises 192.0.2.80, a documentation address
+  # nothing connects to (it only appears in its default/kubernetes endpoints). The others run
+  # without one, as capi-lb's workload endpoints want it.
+  local advertise=(--advertise-address=127.0.0.1 --endpoint-reconciler-type=none)
+  if [ "$INSTANCE" = fresh ]; then
+    advertise=(--advertise-address=192.0.2.80 --endpoint-reconciler-type=lease)
+  fi
   launch kube-apiserver "$K8S_BIN/kube-apiserver" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+    --bind-address=127.0.0.1 "${advertise[@]}" --secure-port="$APISERVER_PORT" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
     --client-ca-file="$PKI/ca.crt" --authorization-mode=RBAC \
     --service-cluster-ip-range=10.96.0.0/12 \
     --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local --api-audiences=https://kubernetes.default.svc.cluster.local \
-    --endpoint-reconciler-type=none --cert-dir="$STATE/apiserver-certs" --profiling=false
+    --cert-dir="$STATE/apiserver-certs" --profiling=false
   wait_until kube-apiserver 60 ready "$SERVER/readyz"
 }
 

@@ -7,11 +7,14 @@
 //!
 //! - The endpoints follow the in-memory load balancer's address through a change of its pool and
 //!   back, and nothing is written while nothing changes (the resourceVersions stay).
-//! - The API servers' own reconciler: no harness instance runs it (every one runs with
-//!   `--endpoint-reconciler-type=none`, and the reconciler would refuse their loopback advertise
-//!   address anyway), so the test plays it: a task writes the API server's address back with the
-//!   field manager `kube-apiserver` every 2 s, as its lease reconciler would every 10 s. capi-lb
-//!   must stop writing and say `APIServerReconcilerActive`, naming the flag.
+//! - The API servers' own reconciler, played on the target (which runs without it): a task writes
+//!   the API server's address back with the field manager `kube-apiserver` every 2 s, as its lease
+//!   reconciler would every 10 s. capi-lb must stop writing and say `APIServerReconcilerActive`,
+//!   naming the flag.
+//! - The real reconciler: the harness's `fresh` instance runs kube-apiserver with
+//!   `--endpoint-reconciler-type=lease` (advertising 192.0.2.80, a documentation address: the
+//!   reconciler refuses loopback). capi-lb writes once, sees `kube-apiserver` write its address
+//!   back, says `APIServerReconcilerActive` and writes nothing more.
 //! - A kubeconfig to a closed port: `WorkloadClusterUnreachable`, and the LoadBalancer stays Ready.
 //! - A hostname-only load balancer (the in-memory provider with only `hostname`) resolved through
 //!   the harness's BIND (`--dns-resolver`), whose records the test writes with nsupdate and a TTL
@@ -50,7 +53,12 @@ fn base64(bytes: Vec<u8>) -> String {
 
 /// The target's admin kubeconfig with its files inline (capi-lb refuses files), for `server`.
 fn inline_kubeconfig(server: Option<&str>) -> String {
-    let config = Kubeconfig::read_from(&target().kubeconfig).unwrap();
+    inline_kubeconfig_of(&target().kubeconfig, server)
+}
+
+/// The admin kubeconfig at `path` with its files inline, for `server` (default: its own).
+fn inline_kubeconfig_of(path: &std::path::Path, server: Option<&str>) -> String {
+    let config = Kubeconfig::read_from(path).unwrap();
     let cluster = config.clusters[0].cluster.clone().unwrap();
     let user = config.auth_infos[0].auth_info.clone().unwrap();
     let read = |p: &Option<String>| base64(std::fs::read(p.as_ref().unwrap()).unwrap());
@@ -296,6 +304,52 @@ async fn kubernetes_default_follows_the_load_balancer_and_yields_to_the_api_serv
         "capi-lb wrote while the API servers' reconciler was active"
     );
     assert_eq!(ea, ["192.0.2.77"]);
+    t.finish().await;
+}
+
+/// The real thing: a workload cluster whose kube-apiserver runs its own lease endpoint reconciler
+/// (the harness's `fresh` instance). capi-lb's one write is undone by it within its 10 s period;
+/// capi-lb says so and then leaves `default/kubernetes` alone.
+#[tokio::test]
+async fn the_real_api_servers_reconciler_is_seen_and_not_fought() {
+    let fresh = capi_lb_tests::fresh::fresh();
+    let wl = capi_lb_tests::fresh::fresh_admin_client().await;
+    let (_, _, ea, _, _) = endpoints_now(&wl).await;
+    assert_eq!(
+        ea,
+        ["192.0.2.80"],
+        "the fresh instance advertises 192.0.2.80"
+    );
+    let mut t = TestNs::new("wl-real").await;
+    kubeconfig_secret(&t, "real", inline_kubeconfig_of(&fresh.kubeconfig, None)).await;
+    t.start(t.options(&["inmemory"]));
+    t.create(in_memory(
+        "cp",
+        json!({"addressPools": ["203.0.113.32/28"]}),
+    ))
+    .await;
+    t.create(control_plane_lb("cp", "real", 7443)).await;
+    let started = Instant::now();
+    let (status, message) = workload_condition(&t, "cp", "APIServerReconcilerActive").await;
+    println!(
+        "the real reconciler detected within {:?}",
+        started.elapsed()
+    );
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("--endpoint-reconciler-type=none") && message.contains("kube-apiserver"),
+        "{message}"
+    );
+    warning_event(&t, "APIServerReconcilerActive").await;
+    // Not fought: the API server's own address stays, and nothing is written any more.
+    let (_, _, _, _, held) = endpoints_now(&wl).await;
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let (_, _, ea, _, later) = endpoints_now(&wl).await;
+    assert_eq!(ea, ["192.0.2.80"]);
+    assert_eq!(
+        held, later,
+        "capi-lb wrote while the real reconciler was active"
+    );
     t.finish().await;
 }
 
