@@ -15,6 +15,8 @@
 //!   `--endpoint-reconciler-type=lease` (advertising 192.0.2.80, a documentation address: the
 //!   reconciler refuses loopback). capi-lb writes once, sees `kube-apiserver` write its address
 //!   back, says `APIServerReconcilerActive` and writes nothing more.
+//! - The workload cluster's user with exactly the rules docs/capi.md lists (a ServiceAccount and
+//!   two Roles on the target, its token in the kubeconfig) is enough.
 //! - A kubeconfig to a closed port: `WorkloadClusterUnreachable`, and the LoadBalancer stays Ready.
 //! - A hostname-only load balancer (the in-memory provider with only `hostname`) resolved through
 //!   the harness's BIND (`--dns-resolver`), whose records the test writes with nsupdate and a TTL
@@ -72,6 +74,7 @@ fn inline_kubeconfig_of(path: &std::path::Path, server: Option<&str>) -> String 
 }
 
 async fn target_client() -> Client {
+    capi_lb::install_crypto_provider();
     let config = Kubeconfig::read_from(&target().kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default())
         .await
@@ -305,6 +308,101 @@ async fn kubernetes_default_follows_the_load_balancer_and_yields_to_the_api_serv
     );
     assert_eq!(ea, ["192.0.2.77"]);
     t.finish().await;
+}
+
+/// The workload cluster's user needs only what docs/capi.md lists: a ServiceAccount of the target
+/// bound to exactly those rules (Roles in `default` and `kube-system`), its token in the kubeconfig.
+/// capi-lb syncs, follows a change, and every request it makes there is allowed (a refused one would
+/// leave the condition on `WorkloadClusterUnreachable` or an error).
+#[tokio::test]
+async fn the_workload_clusters_user_needs_only_the_documented_rules() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+
+    let _target = lock_target_default_kubernetes().await;
+    let wl = target_client().await;
+    let account = capi_lb_tests::k8s::unique_name("capi-lb-workload");
+    let accounts: Api<ServiceAccount> = Api::namespaced(wl.clone(), "default");
+    accounts
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": account}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let rules = [
+        (
+            "default",
+            json!([
+                {"apiGroups": [""], "resources": ["endpoints"],
+                 "verbs": ["get", "list", "create", "patch"]},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                 "verbs": ["get", "list", "create", "patch", "delete"]},
+            ]),
+        ),
+        (
+            "kube-system",
+            json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"]}]),
+        ),
+    ];
+    for (ns, rules) in &rules {
+        let role: Role =
+            serde_json::from_value(json!({"metadata": {"name": account}, "rules": rules})).unwrap();
+        Api::<Role>::namespaced(wl.clone(), ns)
+            .create(&Default::default(), &role)
+            .await
+            .unwrap();
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": account},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": "default"}],
+        }))
+        .unwrap();
+        Api::<RoleBinding>::namespaced(wl.clone(), ns)
+            .create(&Default::default(), &binding)
+            .await
+            .unwrap();
+    }
+    let token = capi_lb_tests::k8s::service_account_token(&wl, "default", &account).await;
+    let admin = inline_kubeconfig(None);
+    let (head, _) = admin.split_once("users:").unwrap();
+    let kubeconfig = format!(
+        "{head}users:\n- name: admin\n  user:\n    token: {token}\ncontexts:\n- name: wl\n  context: {{cluster: wl, user: admin}}\ncurrent-context: wl\n"
+    );
+
+    let mut t = TestNs::new("wl-rbac").await;
+    kubeconfig_secret(&t, "least", kubeconfig).await;
+    t.start(t.options(&["inmemory"]));
+    t.create(in_memory(
+        "cp",
+        json!({"addressPools": ["203.0.113.48/28"]}),
+    ))
+    .await;
+    t.create(control_plane_lb("cp", "least", 7443)).await;
+    let first = lb_address(&t, "cp", "203.0.113.").await;
+    wait_endpoints(&wl, &first, 7443).await;
+    let (status, message) = workload_condition(&t, "cp", "WorkloadEndpointsSynced").await;
+    assert_eq!(status, "True", "{message}");
+    merge(
+        &t.api::<capi_lb_api::InMemoryLoadBalancer>(),
+        "cp",
+        json!({"spec": {"addressPools": ["198.51.100.208/29"]}}),
+    )
+    .await;
+    let moved = lb_address(&t, "cp", "198.51.100.").await;
+    wait_endpoints(&wl, &moved, 7443).await;
+    let (status, message) = workload_condition(&t, "cp", "WorkloadEndpointsSynced").await;
+    assert_eq!(status, "True", "{message}");
+    t.finish().await;
+    for (ns, _) in &rules {
+        let _ = Api::<RoleBinding>::namespaced(wl.clone(), ns)
+            .delete(&account, &Default::default())
+            .await;
+        let _ = Api::<Role>::namespaced(wl.clone(), ns)
+            .delete(&account, &Default::default())
+            .await;
+    }
+    let _ = accounts.delete(&account, &Default::default()).await;
 }
 
 /// The real thing: a workload cluster whose kube-apiserver runs its own lease endpoint reconciler
