@@ -15,6 +15,8 @@
 //!   `--endpoint-reconciler-type=lease` (advertising 192.0.2.80, a documentation address: the
 //!   reconciler refuses loopback). capi-lb writes once, sees `kube-apiserver` write its address
 //!   back, says `APIServerReconcilerActive` and writes nothing more.
+//! - Through a provider swap (in-memory to the real Octavia API) and a drift repair (the Octavia
+//!   load balancer and its floating IP deleted behind capi-lb's back) the endpoints follow.
 //! - The workload cluster's user with exactly the rules docs/capi.md lists (a ServiceAccount and
 //!   two Roles on the target, its token in the kubeconfig) is enough.
 //! - A kubeconfig to a closed port: `WorkloadClusterUnreachable`, and the LoadBalancer stays Ready.
@@ -307,6 +309,91 @@ async fn kubernetes_default_follows_the_load_balancer_and_yields_to_the_api_serv
         "capi-lb wrote while the API servers' reconciler was active"
     );
     assert_eq!(ea, ["192.0.2.77"]);
+    t.finish().await;
+}
+
+/// The LoadBalancer `cp`'s first address once it is Ready with one that is not in `not`.
+async fn new_address(t: &TestNs, what: &str, not: &[&str]) -> String {
+    let lb = wait_for(&t.api::<LoadBalancer>(), "cp", what, |l| {
+        l.and_then(|l| l.status.as_ref()).is_some_and(|s| {
+            s.ready
+                && s.addresses
+                    .first()
+                    .is_some_and(|a| !not.contains(&a.address.as_str()))
+        })
+    })
+    .await
+    .unwrap();
+    lb.status.unwrap().addresses[0].address.clone()
+}
+
+/// The endpoints follow the load balancer through a provider swap (in-memory to the real Octavia
+/// API, made before break) and a drift repair (the Octavia load balancer and its floating IP
+/// deleted behind capi-lb's back, as a cloud clean-up script would: recreated at a new floating IP).
+#[tokio::test]
+async fn kubernetes_default_follows_a_provider_swap_and_a_drift_repair() {
+    use capi_lb_tests::octavia::{self, Harness};
+
+    let _target = lock_target_default_kubernetes().await;
+    let h = octavia::harness();
+    let wl = target_client().await;
+    let mut t = TestNs::new("wl-swap").await;
+    let in_ns = |mut doc: serde_json::Value| {
+        doc["metadata"]["namespace"] = json!(t.ns);
+        doc
+    };
+    kubeconfig_secret(&t, "swap", inline_kubeconfig(None)).await;
+    t.create(in_ns(Harness::secret("openstack", &h.clouds_yaml)))
+        .await;
+    let floating = json!({"floatingIP": {"networkID": h.var("FIP_NETWORK_ID")}});
+    t.create(in_ns(octavia::olb("cp-os", &h, floating))).await;
+    t.create(in_memory(
+        "cp",
+        json!({"addressPools": ["203.0.113.80/28"]}),
+    ))
+    .await;
+    t.create(control_plane_lb("cp", "swap", 7443)).await;
+    let mut options = t.options(&["inmemory", "octavia"]);
+    options.drift_check = Duration::from_secs(10);
+    t.start(options);
+    let first = lb_address(&t, "cp", "203.0.113.").await;
+    wait_endpoints(&wl, &first, 7443).await;
+
+    // The provider swap: the LoadBalancer moves to the OctaviaLoadBalancer.
+    merge(
+        &t.api::<LoadBalancer>(),
+        "cp",
+        json!({"spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                              "kind": "OctaviaLoadBalancer", "name": "cp-os"}}}),
+    )
+    .await;
+    let swapped = new_address(&t, "Ready on Octavia", &[&first]).await;
+    let took = wait_endpoints(&wl, &swapped, 7443).await;
+    println!("swapped from {first} to {swapped}: in the workload cluster within {took:?}");
+
+    // The drift repair: the Octavia load balancer and its floating IP are deleted in the cloud.
+    let status = t
+        .api::<capi_lb_api::OctaviaLoadBalancer>()
+        .get("cp-os")
+        .await
+        .unwrap()
+        .status
+        .unwrap();
+    let (id, fip) = (
+        status.load_balancer_id.unwrap(),
+        status.floating_ip_id.unwrap(),
+    );
+    let (code, body) = h.octavia(
+        "DELETE",
+        &format!("lbaas/loadbalancers/{id}?cascade=true"),
+        None,
+    );
+    assert_eq!(code, 204, "{body}");
+    let (code, body) = h.neutron("DELETE", &format!("floatingips/{fip}"), None);
+    assert_eq!(code, 204, "{body}");
+    let repaired = new_address(&t, "Ready at a new floating IP", &[&first, &swapped]).await;
+    let took = wait_endpoints(&wl, &repaired, 7443).await;
+    println!("repaired at {repaired} (was {swapped}): in the workload cluster within {took:?}");
     t.finish().await;
 }
 
