@@ -263,10 +263,12 @@ impl Report {
     /// units of one write on the same apiserver in the same run (the absolute figures are the
     /// machine's).
     pub fn ratio(&self) -> f64 {
-        crate::capi::ratio(
-            percentile(&self.latencies, 50.0),
-            percentile(&self.writes, 50.0),
-        )
+        let write = percentile(&self.writes, 50.0).as_secs_f64();
+        if write > 0.0 {
+            percentile(&self.latencies, 50.0).as_secs_f64() / write
+        } else {
+            f64::INFINITY
+        }
     }
 }
 
