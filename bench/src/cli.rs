@@ -39,6 +39,37 @@ pub enum Scenario {
     /// cluster (default: the harness), seen through a watch, with `capi-lb run` as a child
     /// process: latency percentiles, reconciles and API requests per change, peak memory.
     ExtPropagation(Box<PropagationArgs>),
+    /// What capi-lb adds to a management cluster with Cluster API's own manager: N Clusters with M
+    /// control-plane Machines on the benchmark's infrastructure kinds (a fake provider in the
+    /// benchmark provisions them), settled first by Cluster API alone, then again with capi-lb and
+    /// one LoadBalancer per Cluster: both times to settled, their ratio, the control plane's CPU in
+    /// each, capi-lb's requests per LoadBalancer. Fresh namespaces, deleted after.
+    Capi(Box<CapiArgs>),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CapiArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Clusters (comma-separated list: both phases for each).
+    #[arg(long, value_delimiter = ',', default_value = "100")]
+    pub clusters: Vec<usize>,
+    /// Control-plane Machines per Cluster.
+    #[arg(long, default_value_t = 3)]
+    pub machines: usize,
+    /// Requests in flight while creating (and the fake provider's writes in flight).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..))]
+    pub parallel: u16,
+    /// No change to any Cluster, Machine or LoadBalancer for this many seconds ends a phase.
+    #[arg(long, default_value_t = 10)]
+    pub quiet_seconds: u64,
+    /// Give up on a phase after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    pub timeout_seconds: u64,
+    /// Exit with status 3 when capi-lb adds more than this many percent to the time Cluster API
+    /// alone needs.
+    #[arg(long)]
+    pub max_added_percent: Option<f64>,
 }
 
 #[derive(clap::Args, Debug)]

@@ -7,10 +7,13 @@
 //!   controller's reconciles, API requests, idle writes and memory;
 //! - [`propagation`]: the same IP change on a real cluster, through a watch, with the controller
 //!   as a child process;
+//! - [`capi`]: what capi-lb adds to the time Cluster API's own manager needs to settle N Clusters,
+//!   with a fake infrastructure provider, each size once without capi-lb and once with it;
 //! - [`launch`]: what the real-cluster benchmarks share (credentials, install, the controller as
 //!   a child process);
 //! - [`scrape`]: reading a running controller's `/metrics`.
 
+pub mod capi;
 pub mod cli;
 pub mod converge;
 pub mod external;

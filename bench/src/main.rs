@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use capi_lb_bench::cli::{Cli, ClusterArgs, ConvergeArgs, PropagationArgs, Scenario};
+use capi_lb_bench::cli::{CapiArgs, Cli, ClusterArgs, ConvergeArgs, PropagationArgs, Scenario};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
@@ -25,6 +25,7 @@ async fn run(scenario: Option<Scenario>) -> ExitCode {
         }
         Scenario::Converge(args) => bench_converge(*args).await,
         Scenario::ExtPropagation(args) => bench_propagation(*args).await,
+        Scenario::Capi(args) => bench_capi(*args).await,
     }
 }
 
@@ -63,6 +64,42 @@ fn launch(args: &ClusterArgs) -> Option<capi_lb_bench::launch::Launch> {
         crds: args.crds.clone(),
         keep: args.keep,
     })
+}
+
+async fn bench_capi(args: CapiArgs) -> ExitCode {
+    let Some(launch) = launch(&args.cluster) else {
+        return ExitCode::FAILURE;
+    };
+    let mut status = ExitCode::SUCCESS;
+    print!("{}", capi_lb_bench::capi::HEADER);
+    for n in args.clusters {
+        let options = capi_lb_bench::capi::Options {
+            launch: launch.clone(),
+            clusters: n,
+            machines: args.machines,
+            parallel: usize::from(args.parallel),
+            quiet: std::time::Duration::from_secs(args.quiet_seconds),
+            timeout: std::time::Duration::from_secs(args.timeout_seconds),
+        };
+        let report = match capi_lb_bench::capi::run(&options).await {
+            Ok(report) => report,
+            Err(e) => {
+                eprintln!("capi-lb-bench capi: {n} Clusters: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        print!("{}", capi_lb_bench::capi::render(&report));
+        let added = (report.ratio() - 1.0) * 100.0;
+        if let Some(max) = args.max_added_percent
+            && added > max
+        {
+            eprintln!(
+                "capi-lb-bench capi: capi-lb added {added:.0} % to Cluster API's time, more than {max} %"
+            );
+            status = ExitCode::from(3);
+        }
+    }
+    status
 }
 
 async fn bench_propagation(args: PropagationArgs) -> ExitCode {

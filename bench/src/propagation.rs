@@ -55,6 +55,9 @@ pub struct Report {
     pub latencies: Vec<Duration>,
     /// The same, from the status write's answer.
     pub after_write: Vec<Duration>,
+    /// The benchmark's own status writes, sorted: from just before each was sent to its answer
+    /// (what one write costs on this apiserver in this run: the unit of [`Report::ratio`]).
+    pub writes: Vec<Duration>,
     /// What the controller did during the changes.
     pub counts: Counts,
     /// Peak resident memory of the controller.
@@ -206,6 +209,7 @@ async fn changes(
 
     let mut latencies = Vec::with_capacity(options.changes);
     let mut after_write = Vec::with_capacity(options.changes);
+    let mut writes = Vec::with_capacity(options.changes);
     for change in 0..options.changes {
         let i = (change * 7919) % options.services.max(1);
         let new_ip = ip(i, change + 1);
@@ -222,16 +226,19 @@ async fn changes(
         };
         latencies.push(at.saturating_duration_since(sent));
         after_write.push(at.saturating_duration_since(written));
+        writes.push(written.saturating_duration_since(sent));
     }
     let after = settle(controller).await?;
     latencies.sort();
     after_write.sort();
+    writes.sort();
     Ok(Report {
         services: options.services,
         changes: options.changes,
         initial,
         latencies,
         after_write,
+        writes,
         counts: Counts::of(&after).since(&Counts::of(&before)),
         peak_rss_bytes: after.sum("capi_lb_process_peak_resident_memory_bytes", &[]) as u64,
     })
@@ -251,13 +258,27 @@ async fn settle(controller: &Controller) -> Result<Scrape, BenchError> {
     }
 }
 
+impl Report {
+    /// The median change over the median of the benchmark's own status writes: the propagation in
+    /// units of one write on the same apiserver in the same run (the absolute figures are the
+    /// machine's).
+    pub fn ratio(&self) -> f64 {
+        let write = percentile(&self.writes, 50.0).as_secs_f64();
+        if write > 0.0 {
+            percentile(&self.latencies, 50.0).as_secs_f64() / write
+        } else {
+            f64::INFINITY
+        }
+    }
+}
+
 /// The report as a row of the table in `docs/benchmarks.md`, and the requests per change.
 pub fn render(r: &Report) -> String {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let n = r.changes.max(1) as f64;
     let max = r.latencies.last().copied().unwrap_or_default();
     let mut out = format!(
-        "| {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.2} | {:.2} | {:.1} s | {:.1} MiB |\n",
+        "| {} | {} | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} ms | {:.1} | {:.2} | {:.2} | {:.1} s | {:.1} MiB |\n",
         r.services,
         r.changes,
         ms(percentile(&r.latencies, 50.0)),
@@ -265,6 +286,8 @@ pub fn render(r: &Report) -> String {
         ms(max),
         ms(percentile(&r.after_write, 50.0)),
         ms(percentile(&r.after_write, 99.0)),
+        ms(percentile(&r.writes, 50.0)),
+        r.ratio(),
         r.counts.service_reconciles / n,
         r.counts.writes() / n,
         r.initial.as_secs_f64(),
@@ -279,7 +302,7 @@ pub fn render(r: &Report) -> String {
 }
 
 /// The header of [`render`]'s table.
-pub const HEADER: &str = "| Services | changes | p50 | p99 | max | p50 after the write | p99 after the write | reconciles/change | writes/change | initial publish | peak RSS |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+pub const HEADER: &str = "| Services | changes | p50 | p99 | max | p50 after the write | p99 after the write | the benchmark's status write, p50 | p50 in status writes | reconciles/change | writes/change | initial publish | peak RSS |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
 
 #[cfg(test)]
 mod tests {

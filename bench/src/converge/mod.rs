@@ -389,7 +389,7 @@ async fn measure(
 }
 
 /// Scrape until no reconcile is in flight and the reconcile count stood still for half a second.
-async fn settle(controller: &Controller) -> Result<Scrape, BenchError> {
+pub(crate) async fn settle(controller: &Controller) -> Result<Scrape, BenchError> {
     let mut last = None;
     loop {
         let s = controller.scrape().await?;

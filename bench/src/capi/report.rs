@@ -1,0 +1,167 @@
+//! What `capi-lb-bench capi` reports: per size, the baseline (Cluster API alone) and the run with
+//! capi-lb, their ratio, the control plane's CPU in each and capi-lb's requests per LoadBalancer.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::converge::Counts;
+
+/// One phase of a size: the same Clusters and Machines, with or without capi-lb.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Phase {
+    /// From the first write to the last object created.
+    pub created: Duration,
+    /// From the first write to every object in its settled state (the first moment).
+    pub reached: Duration,
+    /// From the first write to the last change of any of the phase's Clusters, Machines and
+    /// LoadBalancers before the quiet window: the time to settled.
+    pub settled: Duration,
+    /// CPU seconds of the control plane's processes from the first write to the end of the quiet
+    /// window, by component.
+    pub cpu: BTreeMap<String, f64>,
+    /// With capi-lb: its counts from its start to the end of the quiet window.
+    pub controller: Option<Counts>,
+    /// With capi-lb: its CPU seconds.
+    pub controller_cpu: Option<f64>,
+}
+
+/// Both phases of one size.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// Clusters (each with its Machines, and with capi-lb one LoadBalancer).
+    pub clusters: usize,
+    /// Machines per Cluster.
+    pub machines: usize,
+    /// The quiet window that ends a phase.
+    pub quiet: Duration,
+    /// Cluster API alone.
+    pub baseline: Phase,
+    /// The same with capi-lb and one LoadBalancer per Cluster.
+    pub with_capi_lb: Phase,
+}
+
+impl Report {
+    /// Time to settled with capi-lb over the baseline's.
+    pub fn ratio(&self) -> f64 {
+        ratio(self.with_capi_lb.settled, self.baseline.settled)
+    }
+}
+
+/// `a / b` (infinite when `b` is zero).
+pub fn ratio(a: Duration, b: Duration) -> f64 {
+    if b.is_zero() {
+        f64::INFINITY
+    } else {
+        a.as_secs_f64() / b.as_secs_f64()
+    }
+}
+
+/// The table header of [`render`]'s first line.
+pub const HEADER: &str = "| Clusters | settled, Cluster API alone | settled, with capi-lb | ratio | kube-apiserver CPU (alone / with) | etcd CPU (alone / with) | Cluster API manager CPU (alone / with) | capi-lb CPU | capi-lb requests / LB (writes) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+
+/// The report: a table row (see [`HEADER`]), then the details.
+pub fn render(r: &Report) -> String {
+    let n = r.clusters.max(1) as f64;
+    let cpu = |name: &str| {
+        let get = |p: &Phase| {
+            p.cpu
+                .get(name)
+                .map_or("n/a".to_string(), |v| format!("{v:.1} s"))
+        };
+        format!("{} / {}", get(&r.baseline), get(&r.with_capi_lb))
+    };
+    let counts = r.with_capi_lb.controller.clone().unwrap_or_default();
+    let mut out = format!(
+        "| {} | {:.1} s | {:.1} s | {:.2} | {} | {} | {} | {} | {:.1} ({:.1}) |\n",
+        r.clusters,
+        r.baseline.settled.as_secs_f64(),
+        r.with_capi_lb.settled.as_secs_f64(),
+        r.ratio(),
+        cpu("kube-apiserver"),
+        cpu("etcd"),
+        cpu("cluster-api-manager"),
+        r.with_capi_lb
+            .controller_cpu
+            .map_or("n/a".to_string(), |v| format!("{v:.1} s")),
+        counts.total_requests() / n,
+        counts.writes() / n,
+    );
+    for (what, p) in [
+        ("Cluster API alone", &r.baseline),
+        ("with capi-lb", &r.with_capi_lb),
+    ] {
+        out.push_str(&format!(
+            "{} Clusters x {} Machines, {what}: created in {:.1} s, all in their settled state at {:.1} s, last change at {:.1} s (then {:.0} s quiet)\n",
+            r.clusters,
+            r.machines,
+            p.created.as_secs_f64(),
+            p.reached.as_secs_f64(),
+            p.settled.as_secs_f64(),
+            r.quiet.as_secs_f64()
+        ));
+        for (k, v) in &p.cpu {
+            out.push_str(&format!("  CPU {k:<38} {v:>8.1} s\n"));
+        }
+    }
+    if r.with_capi_lb.controller.is_some() {
+        out.push_str(&format!(
+            "capi-lb: {:.2} reconciles/LoadBalancer, {:.1} API requests/LoadBalancer ({:.1} writes)\n",
+            counts.reconciles / n,
+            counts.total_requests() / n,
+            counts.writes() / n
+        ));
+        for (k, v) in &counts.requests {
+            out.push_str(&format!("  {k:<40} {v:>9.0}  {:>6.2}/LB\n", v / n));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn phase(settled: u64, apiserver: f64) -> Phase {
+        Phase {
+            created: Duration::from_secs(5),
+            reached: Duration::from_secs(settled - 1),
+            settled: Duration::from_secs(settled),
+            cpu: BTreeMap::from([("kube-apiserver".to_string(), apiserver)]),
+            controller: None,
+            controller_cpu: None,
+        }
+    }
+
+    #[test]
+    fn the_ratio_is_with_capi_lb_over_cluster_api_alone() {
+        let mut with = phase(50, 30.0);
+        with.controller = Some(Counts {
+            reconciles: 200.0,
+            service_reconciles: 0.0,
+            requests: BTreeMap::from([
+                ("patch machines".to_string(), 600.0),
+                ("get services".to_string(), 100.0),
+            ]),
+        });
+        with.controller_cpu = Some(2.5);
+        let report = Report {
+            clusters: 100,
+            machines: 3,
+            quiet: Duration::from_secs(10),
+            baseline: phase(40, 20.0),
+            with_capi_lb: with,
+        };
+        assert!((report.ratio() - 1.25).abs() < 1e-9);
+        let text = render(&report);
+        assert!(
+            text.starts_with(
+                "| 100 | 40.0 s | 50.0 s | 1.25 | 20.0 s / 30.0 s | n/a / n/a | n/a / n/a | 2.5 s | 7.0 (6.0) |"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("patch machines"), "{text}");
+        assert!(text.contains("6.00/LB"), "{text}");
+        assert_eq!(ratio(Duration::from_secs(1), Duration::ZERO), f64::INFINITY);
+    }
+}
