@@ -45,6 +45,10 @@ pub enum Scenario {
     /// one LoadBalancer per Cluster: both times to settled, their ratio, the control plane's CPU in
     /// each, capi-lb's requests per LoadBalancer. Fresh namespaces, deleted after.
     Capi(Box<CapiArgs>),
+    /// What one write costs kube-apiserver and etcd (CPU from /proc, through the harness's pid
+    /// files beside --kubeconfig): the same change to N LoadBalancers K times with a JSON merge
+    /// patch, then with server-side apply, on the metadata (an annotation) and on the status.
+    WriteCost(Box<WriteCostArgs>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -70,6 +74,21 @@ pub struct CapiArgs {
     /// alone needs.
     #[arg(long)]
     pub max_added_percent: Option<f64>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct WriteCostArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// LoadBalancers written to.
+    #[arg(long, default_value_t = 100)]
+    pub objects: usize,
+    /// Writes per LoadBalancer, method and target.
+    #[arg(long, default_value_t = 10)]
+    pub writes: usize,
+    /// Writes in flight.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    pub parallel: u16,
 }
 
 #[derive(clap::Args, Debug)]

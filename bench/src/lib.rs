@@ -9,6 +9,8 @@
 //!   as a child process;
 //! - [`capi`]: what capi-lb adds to the time Cluster API's own manager needs to settle N Clusters,
 //!   with a fake infrastructure provider, each size once without capi-lb and once with it;
+//! - [`writecost`]: what one write costs kube-apiserver and etcd, merge patch against
+//!   server-side apply, on metadata and on status;
 //! - [`launch`]: what the real-cluster benchmarks share (credentials, install, the controller as
 //!   a child process);
 //! - [`scrape`]: reading a running controller's `/metrics`.
@@ -20,3 +22,4 @@ pub mod external;
 pub mod launch;
 pub mod propagation;
 pub mod scrape;
+pub mod writecost;

@@ -26,6 +26,7 @@ async fn run(scenario: Option<Scenario>) -> ExitCode {
         Scenario::Converge(args) => bench_converge(*args).await,
         Scenario::ExtPropagation(args) => bench_propagation(*args).await,
         Scenario::Capi(args) => bench_capi(*args).await,
+        Scenario::WriteCost(args) => bench_write_cost(*args).await,
     }
 }
 
@@ -64,6 +65,28 @@ fn launch(args: &ClusterArgs) -> Option<capi_lb_bench::launch::Launch> {
         crds: args.crds.clone(),
         keep: args.keep,
     })
+}
+
+async fn bench_write_cost(args: capi_lb_bench::cli::WriteCostArgs) -> ExitCode {
+    let Some(launch) = launch(&args.cluster) else {
+        return ExitCode::FAILURE;
+    };
+    let options = capi_lb_bench::writecost::Options {
+        launch,
+        objects: args.objects,
+        writes: args.writes,
+        parallel: usize::from(args.parallel),
+    };
+    match capi_lb_bench::writecost::run(&options).await {
+        Ok(costs) => {
+            print!("{}", capi_lb_bench::writecost::render(&costs));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("capi-lb-bench write-cost: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 async fn bench_capi(args: CapiArgs) -> ExitCode {
