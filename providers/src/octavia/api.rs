@@ -339,31 +339,23 @@ async fn connect(
         token: Mutex::new(token),
         interface,
         region,
-        octavia: keystone::with_slash(root.clone()),
+        octavia: keystone::service_base(&Value::Null, &root, "v2"),
         network: tokio::sync::OnceCell::new(),
         cloud,
         version: ApiVersion(2, 0),
     };
     // Octavia's version document is at the root of its service: it gives the v2 base and the
-    // highest v2.N. A catalog entry that already names v2 is used as it is.
-    let document_at = if keystone::names_version(&root, "v2") {
-        root.join("../").unwrap_or_else(|_| root.clone())
-    } else {
-        root.clone()
-    };
+    // highest v2.N.
     let reply = session
         .exchange(
             observer,
             "version.get",
             Method::GET,
-            document_at.clone(),
+            keystone::document_url(&root, "v2"),
             None,
         )
         .await?;
-    if !keystone::names_version(&root, "v2") {
-        session.octavia = keystone::version_base(&reply.body, &document_at, "v2")
-            .unwrap_or_else(|| keystone::with_slash(keystone_segment(&root, "v2")));
-    }
+    session.octavia = keystone::service_base(&reply.body, &root, "v2");
     session.version = ApiVersion::from_document(&reply.body).ok_or_else(|| {
         Stop::Error(ProviderError::transient(format!(
             "cloud {}: the Octavia version document lists no v2 version (HTTP {})",
@@ -371,14 +363,6 @@ async fn connect(
         )))
     })?;
     Ok(session)
-}
-
-/// `url` with `segment` appended to its path.
-fn keystone_segment(url: &Url, segment: &str) -> Url {
-    let mut url = url.clone();
-    let path = format!("{}/{segment}", url.path().trim_end_matches('/'));
-    url.set_path(&path);
-    url
 }
 
 /// Which service a request is for.
@@ -507,14 +491,15 @@ impl Session {
                         ),
                     ));
                 };
-                if keystone::names_version(&root, "v2.0") {
-                    return Ok(keystone::with_slash(root));
-                }
-                let reply = self
-                    .exchange(None, "network.version.get", Method::GET, root.clone(), None)
-                    .await?;
-                Ok(keystone::version_base(&reply.body, &root, "v2.0")
-                    .unwrap_or_else(|| keystone::with_slash(keystone_segment(&root, "v2.0"))))
+                // A catalog URL that names v2.0 is the base: no version document is needed.
+                let document = if keystone::names_version(&root, "v2.0") {
+                    Value::Null
+                } else {
+                    self.exchange(None, "network.version.get", Method::GET, root.clone(), None)
+                        .await?
+                        .body
+                };
+                Ok(keystone::service_base(&document, &root, "v2.0"))
             })
             .await
     }

@@ -220,9 +220,36 @@ pub fn names_version(url: &Url, major: &str) -> bool {
         .is_some_and(|last| last == major || last.starts_with(&format!("{major}.")))
 }
 
-/// The base URL of version `major` (`v2`, `v2.0`) of a service from its version document (at
-/// `root`): the `self` link of the highest listed version of that major, or `root/<id>`.
-pub fn version_base(document: &Value, root: &Url, major: &str) -> Option<Url> {
+/// Where the version document of a service whose catalog URL is `catalog` is: the catalog URL, or,
+/// when it already names version `major`, one segment up (the service's root).
+pub fn document_url(catalog: &Url, major: &str) -> Url {
+    if !names_version(catalog, major) {
+        return catalog.clone();
+    }
+    let mut url = catalog.clone();
+    let path = url.path().trim_end_matches('/');
+    let parent = path
+        .rsplit_once('/')
+        .map_or("", |(parent, _)| parent)
+        .to_string();
+    url.set_path(&format!("{parent}/"));
+    url
+}
+
+/// The base URL of version `major` (`v2`, `v2.0`) of a service whose catalog URL is `catalog`:
+/// the catalog URL itself when it names that version; else the `self` link of the highest listed
+/// version of that major in its version `document`, or `catalog/<id>`, or `catalog/<major>`.
+pub fn service_base(document: &Value, catalog: &Url, major: &str) -> Url {
+    if names_version(catalog, major) {
+        return with_slash(catalog.clone());
+    }
+    version_base(document, catalog, major)
+        .unwrap_or_else(|| with_slash(with_segment(catalog, major)))
+}
+
+/// The base URL of version `major` from a version document (at `root`): the `self` link of the
+/// highest listed version of that major, or `root/<id>`.
+fn version_base(document: &Value, root: &Url, major: &str) -> Option<Url> {
     let versions = document.get("versions")?;
     let versions = versions
         .as_array()
@@ -271,7 +298,7 @@ fn with_segment(url: &Url, segment: &str) -> Url {
 }
 
 /// `url` with a trailing slash, so that relative paths join under it.
-pub fn with_slash(mut url: Url) -> Url {
+fn with_slash(mut url: Url) -> Url {
     if !url.path().ends_with('/') {
         let path = format!("{}/", url.path());
         url.set_path(&path);
@@ -376,5 +403,24 @@ mod tests {
             "v2.0"
         ));
         assert!(!names_version(&root, "v2"));
+    }
+
+    #[test]
+    fn a_catalog_url_naming_the_version_is_the_base_and_its_document_is_one_up() {
+        let named = Url::parse("http://o/load-balancer/v2").expect("url");
+        assert_eq!(
+            document_url(&named, "v2").as_str(),
+            "http://o/load-balancer/"
+        );
+        assert_eq!(
+            service_base(&Value::Null, &named, "v2").as_str(),
+            "http://o/load-balancer/v2/"
+        );
+        let root = Url::parse("http://o:9696").expect("url");
+        assert_eq!(document_url(&root, "v2.0"), root);
+        assert_eq!(
+            service_base(&Value::Null, &root, "v2.0").as_str(),
+            "http://o:9696/v2.0/"
+        );
     }
 }
