@@ -109,6 +109,18 @@ async fn wait_reported(t: &TestNs, addresses: &[String], reason: &str) {
     .await;
 }
 
+/// Every EIp of `t` as (name, UID).
+async fn eips(t: &TestNs) -> Vec<(String, Option<String>)> {
+    t.api::<EIp>()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|e| (e.name_any(), e.uid()))
+        .collect()
+}
+
 async fn clean_up(t: TestNs, sim: RunningSim) {
     let lbs = t.api::<LoadBalancer>();
     lbs.delete("cp", &DeleteParams::default()).await.unwrap();
@@ -157,15 +169,7 @@ async fn a_changed_network_on_kube_dc_is_made_before_break_across_a_restart() {
     })
     .await;
     first.abort();
-    let eips_before: Vec<_> = t
-        .api::<EIp>()
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|e| (e.name_any(), e.uid()))
-        .collect();
+    let eips_before = eips(&t).await;
     t.start(t.options(&["kubedc"]));
 
     let new = eventually("the new EIp's address", || async {
@@ -178,15 +182,7 @@ async fn a_changed_network_on_kube_dc_is_made_before_break_across_a_restart() {
     drop(stop_sampling);
 
     // Adopted, not duplicated: the restarted controller made no third EIp.
-    let eips_after: Vec<_> = t
-        .api::<EIp>()
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|e| (e.name_any(), e.uid()))
-        .collect();
+    let eips_after = eips(&t).await;
     assert!(
         eips_after.iter().all(|e| eips_before.contains(e)),
         "{eips_before:?} -> {eips_after:?}"
