@@ -21,6 +21,7 @@ use serde_json::Value;
 
 pub use super::credentials::CredentialsRef;
 use super::credentials::cloud_config;
+pub use super::http::Reply;
 use super::http::{NoAnswer, Transport};
 use super::keystone;
 use super::reason;
@@ -100,43 +101,6 @@ struct Token {
 
 /// How long before its expiry a token is replaced.
 const RENEW_BEFORE: Duration = Duration::from_secs(300);
-
-/// An HTTP answer.
-#[derive(Clone, Debug)]
-pub struct Reply {
-    /// HTTP status.
-    pub status: u16,
-    /// Parsed JSON body (`Null` when empty or not JSON).
-    pub body: Value,
-}
-
-impl Reply {
-    /// 2xx.
-    pub fn ok(&self) -> bool {
-        (200..300).contains(&self.status)
-    }
-
-    /// The error text (Octavia's `faultstring`, Neutron's `NeutronError.message`, ...).
-    pub fn fault(&self) -> String {
-        ["faultstring", "description", "message"]
-            .iter()
-            .find_map(|k| self.body.get(k).and_then(Value::as_str))
-            .or_else(|| {
-                self.body
-                    .pointer("/NeutronError/message")
-                    .and_then(Value::as_str)
-            })
-            .map(str::to_string)
-            .unwrap_or_else(|| format!("HTTP {}", self.status))
-    }
-
-    /// Neutron's error type (`IpAddressGenerationFailure`, `ExternalNetworkNotFound`, ...).
-    pub fn neutron_error(&self) -> Option<&str> {
-        self.body
-            .pointer("/NeutronError/type")
-            .and_then(Value::as_str)
-    }
-}
 
 /// The sessions the provider holds, one per set of credentials.
 #[derive(Default)]
@@ -652,6 +616,44 @@ impl Session {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A session (never connected) whose token expires `expires` seconds from now.
+    fn session_expiring_in(expires: Option<i64>) -> Session {
+        let url = Url::parse("http://keystone.invalid/v3/auth/tokens").expect("url");
+        Session {
+            transport: Transport::new(None, true).expect("transport"),
+            token_request: keystone::TokenRequest {
+                url: url.clone(),
+                body: Value::Null,
+            },
+            token: Mutex::new(Token {
+                value: "t".into(),
+                expires: expires.map(|s| {
+                    jiff::Timestamp::now()
+                        .checked_add(jiff::SignedDuration::from_secs(s))
+                        .expect("time")
+                }),
+                document: Arc::new(Value::Null),
+            }),
+            interface: None,
+            region: None,
+            octavia: url,
+            network: tokio::sync::OnceCell::new(),
+            cloud: "c".into(),
+            version: ApiVersion(2, 0),
+        }
+    }
+
+    #[test]
+    fn a_session_is_replaced_five_minutes_before_its_token_expires() {
+        assert!(session_expiring_in(Some(60)).expiring());
+        assert!(session_expiring_in(Some(-1)).expiring());
+        assert!(!session_expiring_in(Some(3600)).expiring());
+        assert!(
+            !session_expiring_in(None).expiring(),
+            "no expiry said: kept"
+        );
+    }
 
     #[test]
     fn version_document_gives_the_highest_v2() {

@@ -40,6 +40,43 @@ impl Answer {
     }
 }
 
+/// An answer as the provider reads it: its status and its JSON body.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Parsed JSON body (`Null` when empty or not JSON).
+    pub body: Value,
+}
+
+impl Reply {
+    /// 2xx.
+    pub fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The error text (Octavia's `faultstring`, Neutron's `NeutronError.message`, ...).
+    pub fn fault(&self) -> String {
+        ["faultstring", "description", "message"]
+            .iter()
+            .find_map(|k| self.body.get(k).and_then(Value::as_str))
+            .or_else(|| {
+                self.body
+                    .pointer("/NeutronError/message")
+                    .and_then(Value::as_str)
+            })
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("HTTP {}", self.status))
+    }
+
+    /// Neutron's error type (`IpAddressGenerationFailure`, `ExternalNetworkNotFound`, ...).
+    pub fn neutron_error(&self) -> Option<&str> {
+        self.body
+            .pointer("/NeutronError/type")
+            .and_then(Value::as_str)
+    }
+}
+
 /// Why a request has no answer.
 #[derive(Debug)]
 pub enum NoAnswer {
