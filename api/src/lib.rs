@@ -6,6 +6,7 @@ pub mod capi;
 pub mod conditions;
 pub mod constants;
 pub mod control_plane;
+pub mod dnslb;
 pub mod externaldns;
 pub mod inmemory;
 pub mod kubedc;
@@ -16,6 +17,7 @@ pub mod servicelb;
 pub mod target;
 pub mod validation;
 
+pub use dnslb::{DNSLoadBalancer, DNSLoadBalancerSpec, DNSLoadBalancerStatus};
 pub use inmemory::{InMemoryLoadBalancer, InMemoryLoadBalancerSpec, InMemoryLoadBalancerStatus};
 pub use kubedc::{
     KubeDCLoadBalancer, KubeDCLoadBalancerSpec, KubeDCLoadBalancerStatus, KubeDcCluster,
@@ -35,5 +37,6 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         KubeDCLoadBalancer::crd(),
         OctaviaLoadBalancer::crd(),
         ServiceLoadBalancer::crd(),
+        DNSLoadBalancer::crd(),
     ]
 }

@@ -141,8 +141,12 @@ mod tests {
     #[test]
     fn run_without_flags_has_the_documented_defaults() {
         let options = run(&[]).unwrap();
-        let mut expected =
-            RunOptions::new(vec!["kubedc".into(), "octavia".into(), "service".into()]);
+        let mut expected = RunOptions::new(vec![
+            "kubedc".into(),
+            "octavia".into(),
+            "service".into(),
+            "dns".into(),
+        ]);
         expected.metrics_address = Some("127.0.0.1:8080".parse().unwrap());
         assert_eq!(format!("{options:?}"), format!("{expected:?}"));
     }
@@ -278,6 +282,7 @@ mod tests {
         assert_eq!(
             longs,
             [
+                "address-allow-loopback",
                 "dns-wildcards",
                 "external-endpoints",
                 "adopt-kube-dc",

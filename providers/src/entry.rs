@@ -5,9 +5,10 @@
 //! names no provider, so providers depend on it and the catalog on them, never the other way.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::core::ApiResource;
+use kube::core::{ApiResource, DynamicObject};
 
 use crate::clock::SharedClock;
 use crate::observe::ApiObserver;
@@ -138,6 +139,28 @@ pub struct Entry {
     pub calls: &'static [Rule],
     /// Every condition reason the provider reports, with its severity.
     pub reasons: &'static [Reason],
+    /// For a load balancer made of DNS records whose addresses are its members' (the DNS
+    /// provider): the name and TTL of the infrastructure object's records, which the reconciler
+    /// publishes through its `DNSEndpoint`, waits on in every drain, and changes only on targets
+    /// probed since (see `docs/providers/dns.md`). `None` for every other provider.
+    pub records: fn(&DynamicObject) -> Option<RecordSet>,
+}
+
+/// The records of a load balancer made of DNS ([`Entry::records`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordSet {
+    /// The name the records are published under.
+    pub hostname: String,
+    /// Their TTL.
+    pub ttl: Duration,
+    /// How long a record taken out may still be in resolvers' caches: the larger of the TTL asked
+    /// for and the TTL the published records were written with.
+    pub cached_for: Duration,
+}
+
+/// [`Entry::records`] of a provider whose load balancer is not made of DNS records.
+pub fn no_records(_: &DynamicObject) -> Option<RecordSet> {
+    None
 }
 
 impl std::fmt::Debug for Entry {

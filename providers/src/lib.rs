@@ -2,11 +2,12 @@
 //! errors, a provider's catalog [`entry`] (what the rest of capi-lb knows about it), the
 //! [`catalog`] that lists every provider's entry, the registry that maps an `infrastructureRef` to
 //! an enabled provider, the clock providers use, and the providers: in-memory (no cloud needed:
-//! tests, demos and `capi-lb simulate`), kube-dc, Octavia and Services of type LoadBalancer
-//! (MetalLB, kube-vip, cloud controllers).
+//! tests, demos and `capi-lb simulate`), kube-dc, Octavia, Services of type LoadBalancer
+//! (MetalLB, kube-vip, cloud controllers) and DNS records (a name whose records are the targets).
 
 pub mod catalog;
 pub mod clock;
+pub mod dnslb;
 pub mod endpoints;
 pub mod entry;
 pub mod error;

@@ -385,6 +385,10 @@ pub struct MembersOutcome {
     pub changes: Vec<String>,
     /// Fields to write to the infrastructure object's status.
     pub status: Map<String, Value>,
+    /// For a load balancer whose addresses are its members' (the DNS provider, whose records are
+    /// the targets' addresses): its addresses after this convergence, which the reconciler
+    /// publishes in the same pass. `None` for every other provider (the addresses are `ensure`'s).
+    pub addresses: Option<Vec<LoadBalancerAddress>>,
 }
 
 /// Everything the reconciler needs to delete a load balancer.

@@ -265,6 +265,24 @@ pub fn service_infra(name: &str, spec: Value) -> Value {
     })
 }
 
+/// A LoadBalancer named `name` realised by the DNSLoadBalancer of the same name.
+pub fn dns_lb(name: &str) -> LbFixture {
+    lb(name).spec(
+        "infrastructureRef",
+        json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DNSLoadBalancer", "name": name}),
+    )
+}
+
+/// A DNSLoadBalancer named `name` whose records are published under `hostname`.
+pub fn dns_infra(name: &str, hostname: &str, ttl_seconds: i64) -> Value {
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "DNSLoadBalancer",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"hostname": hostname, "ttlSeconds": ttl_seconds},
+    })
+}
+
 /// A CAPI Machine fixture.
 #[derive(Clone, Debug)]
 pub struct MachineFixture(Value);

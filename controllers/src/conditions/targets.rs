@@ -56,6 +56,14 @@ pub fn targets_condition(
         );
     }
     if !targets.iter().any(|t| t.wants_in) {
+        // What the provider says about it comes first (the DNS provider keeping the last records).
+        if let MembersState::Problem { reason, message } = members {
+            return DesiredCondition::false_(
+                c::TARGETS_READY,
+                *reason,
+                with_notes(vec![message.clone()]),
+            );
+        }
         return DesiredCondition::false_(
             c::TARGETS_READY,
             r::NO_TARGETS,

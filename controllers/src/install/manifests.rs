@@ -608,7 +608,7 @@ mod tests {
                     let values = &selector["matchExpressions"][0]["values"];
                     assert_eq!(
                         values,
-                        &json!(["controller", "kubedc", "octavia", "service"]),
+                        &json!(["controller", "kubedc", "octavia", "service", "dns"]),
                         "{file}"
                     );
                 }
@@ -621,7 +621,7 @@ mod tests {
                         container["args"]
                             .as_array()
                             .unwrap()
-                            .contains(&json!("--providers=kubedc,octavia,service")),
+                            .contains(&json!("--providers=kubedc,octavia,service,dns")),
                         "{file}"
                     );
                 }

@@ -1,9 +1,12 @@
 //! Target health (`spec.targetHealth`) in a pass: which targets the prober probes, and which of them
-//! are taken out for failing their probes (never every one that should serve).
+//! are taken out for failing their probes (never every one that should serve). A load balancer made
+//! of DNS records is probed with the defaults when `spec.targetHealth` is unset, and a target whose
+//! health is not known yet is kept as it is: its record stays if it has one, none is made.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use capi_lb_api::loadbalancer::TargetHealth;
 use kube::ResourceExt;
 
 use super::targets::{Pass, TargetObject};
@@ -26,8 +29,12 @@ impl Pass<'_> {
             .providers
             .get(&infra.api_group, &infra.kind)
             .is_some_and(|p| p.entry.checks_members);
-        let asked = match &self.lb.spec.target_health {
-            Some(asked) if !own_checks => asked,
+        // A load balancer made of DNS records is probed by default: nothing else takes a dead
+        // address out of the name.
+        let default = TargetHealth::default();
+        let asked = match (&self.lb.spec.target_health, self.records) {
+            (Some(asked), _) if !own_checks => asked,
+            (None, true) if !own_checks => &default,
             _ => {
                 prober.forget_targets(&uid, &[]);
                 return failing;
@@ -37,6 +44,7 @@ impl Pass<'_> {
         let seconds = |s: i32| Duration::from_secs(u64::try_from(s).unwrap_or(1));
         let threshold = |n: i32| u32::try_from(n).unwrap_or(1);
         let mut probed = Vec::new();
+        let mut unproven = Vec::new();
         for target in targets.iter() {
             let observed = &target.observed;
             let Some(address) = observed.address.clone().filter(|_| observed.would_serve()) else {
@@ -60,22 +68,33 @@ impl Pass<'_> {
                 },
             );
             probed.push(observed.name.clone());
-            if let Some((false, finding)) = prober.target_health(&uid, &observed.name) {
-                failing.insert(
-                    observed.name.clone(),
-                    finding.map(|f| f.message).unwrap_or_default(),
-                );
+            match prober.target_health(&uid, &observed.name) {
+                Some((false, finding)) => {
+                    failing.insert(
+                        observed.name.clone(),
+                        finding.map(|f| f.message).unwrap_or_default(),
+                    );
+                }
+                // Records change only on what was probed: a target not probed yet (after a
+                // restart too), or failing below its threshold, stays as it is.
+                Some((true, Some(finding))) if finding.reachable => {}
+                _ if self.records => unproven.push(observed.name.clone()),
+                _ => {}
             }
         }
         let keep: Vec<&str> = probed.iter().map(String::as_str).collect();
         prober.forget_targets(&uid, &keep);
         // Never every serving target at once: if all fail, all stay (and TargetsReady says so).
-        if failing.len() < probed.len() {
-            for target in targets.iter_mut() {
-                if failing.contains_key(&target.observed.name) {
-                    target.observed.unhealthy = true;
-                }
+        // Records of DNS are never rolled back to targets taken out before: those that are
+        // records stay, the others stay out.
+        let all_fail = failing.len() >= probed.len();
+        for target in targets.iter_mut() {
+            let name = &target.observed.name;
+            if failing.contains_key(name) && !all_fail {
+                target.observed.unhealthy = true;
             }
+            target.observed.unproven =
+                unproven.contains(name) || (self.records && all_fail && failing.contains_key(name));
         }
         failing
     }

@@ -47,6 +47,10 @@ pub struct Observed {
     /// It failed its health probes (`spec.targetHealth`) and is to be taken out. Decided by the
     /// caller over all targets: never for every target that would serve.
     pub unhealthy: bool,
+    /// Its health is not known yet, and the load balancer is made of DNS records (whose set
+    /// changes only on what was probed): it is kept as it is, a member if it is one, never made
+    /// one. Decided by the caller.
+    pub unproven: bool,
     /// Its preferred usable address.
     pub address: Option<String>,
     /// Readiness gates that are not `True` on it (empty: admitted).
@@ -79,6 +83,7 @@ impl Observed {
             deleting,
             disabled: annotations.contains_key(ANNOTATION_TARGET_DISABLED),
             unhealthy: false,
+            unproven: false,
             address,
             gates_pending,
             recorded: annotations
@@ -133,10 +138,11 @@ pub struct Settings {
 pub fn intent(target: &Observed, now: Timestamp, settings: &Settings) -> Option<MemberIntent> {
     if target.wants_in() {
         return Some(match &target.address {
-            Some(address) if target.gates_pending.is_empty() => {
+            Some(address) if target.gates_pending.is_empty() && !target.unproven => {
                 MemberIntent::Serve(address.clone())
             }
-            // No address right now, or not admitted yet: never create, never drop a serving member.
+            // No address right now, not admitted yet, or not probed yet where that decides:
+            // never create, never drop a serving member.
             _ => MemberIntent::Keep,
         });
     }
@@ -214,6 +220,10 @@ pub fn settle(
             match (target.wants_in(), member) {
                 (true, Some(m)) if m.state == MemberState::Active => TargetState::Active,
                 (true, _) => TargetState::Adding,
+                // Leaving, but the provider still sends it new connections (a weight not written
+                // yet, a DNS record ExternalDNS has not taken out): it is still active, and its
+                // drain starts once the provider stopped that.
+                (false, Some(m)) if m.state == MemberState::Active => TargetState::Active,
                 (false, Some(_)) => leaving.0,
                 (false, None) => leaving.1,
             }
@@ -242,7 +252,9 @@ pub fn settle(
             Some(until(now, deadline))
         }
         // Left out but still there (a provider that removes asynchronously): look again soon.
-        None if state.is_draining() => Some(Duration::from_secs(1)),
+        None if state.is_draining() || (state == TargetState::Active && !target.wants_in()) => {
+            Some(Duration::from_secs(1))
+        }
         _ => None,
     };
     Settled {
@@ -373,6 +385,7 @@ mod tests {
             deleting: false,
             disabled: false,
             unhealthy: false,
+            unproven: false,
             address: Some("10.0.0.1".into()),
             gates_pending: Vec::new(),
             recorded: None,
@@ -853,9 +866,11 @@ mod tests {
             t.wants_in() || member.is_some(),
             "{ctx} => {out:?}"
         );
+        // Active exactly while the provider says the member takes new connections: one that
+        // leaves stays active until the provider stopped that.
         assert_eq!(
             out.state == TargetState::Active,
-            t.wants_in() && member == Some(MemberState::Active),
+            member == Some(MemberState::Active),
             "{ctx} => {out:?}"
         );
         // Hooks are held exactly while a member may exist, unless released.
@@ -864,8 +879,8 @@ mod tests {
             !s.release_hooks && out.state.may_be_member(),
             "{ctx} => {out:?}"
         );
-        // Disabled, unhealthy or removed follows the reason.
-        if !t.wants_in() {
+        // Disabled, unhealthy or removed follows the reason (once no longer active).
+        if !t.wants_in() && out.state != TargetState::Active {
             let by_user = t.selected && !t.deleting && t.disabled;
             let by_health = t.selected && !t.deleting && !t.disabled && t.unhealthy;
             assert_eq!(
@@ -879,9 +894,12 @@ mod tests {
                 "{ctx} => {out:?}"
             );
         }
-        // A drain deadline is asked for only while draining.
+        // A drain deadline is asked for only while draining (or leaving and still active).
         if out.requeue_after.is_some() {
-            assert!(out.state.is_draining(), "{ctx} => {out:?}");
+            assert!(
+                out.state.is_draining() || (out.state == TargetState::Active && !t.wants_in()),
+                "{ctx} => {out:?}"
+            );
         }
         // Time only moves forward and an unchanged state keeps its time.
         assert!(out.since <= now);

@@ -110,6 +110,10 @@ impl Reconciliation<'_> {
                 match result {
                     Ok(out) => {
                         self.note(false, event::MEMBERS_CHANGED, out.changes);
+                        // A load balancer whose addresses are its members (DNS records).
+                        if let Some(addresses) = out.addresses {
+                            self.status.addresses = addresses;
+                        }
                         if let Some(retry) = out.progress.retry_after() {
                             self.outcome = self.outcome.min(Some(retry));
                         }
@@ -262,10 +266,17 @@ impl Reconciliation<'_> {
             keys: TargetKeys::new(&self.namespace, &self.identity.name),
             selector,
             settings: Settings {
-                drain: Duration::from_secs(u64::try_from(self.lb.spec.drain_seconds).unwrap_or(0)),
+                // A load balancer made of DNS records: resolvers may hand out a record taken out
+                // for as long as they cache it, so every drain waits that long too.
+                drain: Duration::from_secs(u64::try_from(self.lb.spec.drain_seconds).unwrap_or(0))
+                    + self
+                        .records
+                        .as_ref()
+                        .map_or(Duration::ZERO, |r| r.cached_for),
                 hooks: kind.api_group == CAPI_GROUP && kind.kind == MACHINE_KIND,
                 release_hooks: self.cluster_deleting,
             },
+            records: self.records.is_some(),
         }
     }
 

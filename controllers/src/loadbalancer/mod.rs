@@ -34,6 +34,7 @@ use capi_lb_api::constants::{
     ANNOTATION_DELETE_FOR_MOVE, ANNOTATION_OWNERSHIP, LOADBALANCER_FINALIZER, event,
 };
 use capi_lb_api::loadbalancer::{LoadBalancerAddress, LoadBalancerStatus};
+use capi_lb_providers::entry::RecordSet;
 use capi_lb_providers::provider::{ownership_uid, ownership_value};
 use capi_lb_providers::{Enabled, Listener, LoadBalancerIdentity};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -340,6 +341,8 @@ struct Reconciliation<'a> {
     refused: Vec<Refusal>,
     /// The name of the provider serving this pass (empty before it is known).
     provider: String,
+    /// The serving load balancer is made of DNS records (the DNS provider): their name and TTL.
+    records: Option<RecordSet>,
 }
 
 /// How the members can be reached in this pass.
@@ -375,6 +378,7 @@ impl<'a> Reconciliation<'a> {
             binding: None,
             refused: Vec::new(),
             provider: String::new(),
+            records: None,
         })
     }
 

@@ -67,6 +67,7 @@ impl Reconciliation<'_> {
             Claim::Refused(reason, message) => return self.infra_problem(reason, message).await,
         };
         self.status.infrastructure_ref = Some(spec_ref.clone());
+        self.records = (claimed.provider.entry.records)(&claimed.infra);
 
         // The targets first (their deletion hooks in place, the members to ask for decided), so
         // that a load balancer created now can start with its members, then the load balancer
@@ -74,7 +75,6 @@ impl Reconciliation<'_> {
         let staged = self.prepare_targets().await?;
         let provisioned = self.provision(&claimed, staged.desired()).await;
         let (infra_state, mut infra_status) = self.serving(provisioned);
-        self.refused = self.refusals(claimed.provider.name());
         self.provider = claimed.provider.name().to_string();
         let infra_ready = infra_state.is_provisioned();
         let access = if infra_ready {
@@ -90,6 +90,8 @@ impl Reconciliation<'_> {
             .complete_targets(staged, access, &mut infra_status)
             .await?;
         self.record_targets(&selector, &targets);
+        // After the members: a load balancer made of DNS records has their addresses.
+        self.refused = self.refusals(claimed.provider.name());
 
         // The provider's view, on the infrastructure object.
         if !infra_status.is_empty() {
@@ -369,15 +371,28 @@ impl Reconciliation<'_> {
             .as_ref()
             .and_then(|s| s.conditions.iter().find(|c| c.type_ == c::DNS_PUBLISHED));
         let had = reported.is_some();
+        // A load balancer made of DNS records has its name published with the others.
+        let records = self.records.clone();
+        let asks = self.lb.spec.dns.is_some() || records.is_some();
         // Never had DNS names, or their DNSEndpoint was deleted when they were removed: no call.
-        if self.lb.spec.dns.is_none() && reported.is_none_or(|c| c.reason == r::DNS_DISABLED.name) {
+        if !asks && reported.is_none_or(|c| c.reason == r::DNS_DISABLED.name) {
             return Ok(());
         }
         let Some(owner) = crate::publication::dns::Owner::of(self.lb) else {
             return Ok(());
         };
-        let wanted = self.lb.spec.dns.as_ref().map(|_| {
-            let asked = crate::publication::dns::hostnames(self.lb);
+        let wanted = asks.then(|| {
+            let spec_names = crate::publication::dns::hostnames(self.lb);
+            let asked = crate::publication::dns::unique(
+                records
+                    .iter()
+                    .map(|r| r.hostname.as_str())
+                    .chain(spec_names.iter().map(String::as_str)),
+            );
+            let mut options = crate::publication::dns::RecordOptions::of(self.lb);
+            if let Some(records) = &records {
+                options.ttl = i64::try_from(records.ttl.as_secs()).ok();
+            }
             let refused =
                 self.ctx
                     .facts
@@ -387,7 +402,7 @@ impl Reconciliation<'_> {
                     .into_iter()
                     .filter(|n| !refused.iter().any(|(r, _)| r == n))
                     .collect(),
-                options: crate::publication::dns::RecordOptions::of(self.lb),
+                options,
                 refused,
             }
         });

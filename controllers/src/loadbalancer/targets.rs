@@ -241,6 +241,9 @@ pub struct Pass<'a> {
     pub selector: &'a Selector,
     /// State machine settings.
     pub settings: Settings,
+    /// The load balancer is made of DNS records: targets are probed even without
+    /// `spec.targetHealth`, and only what was probed changes the records.
+    pub records: bool,
 }
 
 /// The targets after the first half of a pass: hooks in place, intents decided.

@@ -29,6 +29,9 @@ pub struct AddressPolicy {
     /// Per provider name, the ranges its addresses must be in (a provider without an entry may
     /// publish any address no other rule refuses).
     pub allow: BTreeMap<String, Vec<IpNet>>,
+    /// Loopback addresses are not refused (`--address-allow-loopback`): for a single-host lab or
+    /// a test whose API servers listen on 127.0.0.x, never for a shared management cluster.
+    pub loopback: bool,
 }
 
 /// An address refused, and the rule that refused it.
@@ -121,7 +124,7 @@ impl AddressPolicy {
         let ip: IpAddr = address
             .parse()
             .map_err(|_| "not an IP address".to_string())?;
-        if let Some(why) = builtin(ip) {
+        if let Some(why) = builtin(ip).filter(|_| !(self.loopback && ip.is_loopback())) {
             return Err(why.to_string());
         }
         if (context.is_cluster_ip)(ip) {
@@ -206,6 +209,14 @@ mod tests {
             assert!(refused.contains(rule), "{address}: {refused}");
         }
         assert_eq!(policy.check("203.0.113.7", c), Ok(()));
+        // A lab's admin lets loopback through, and nothing else.
+        let lab = AddressPolicy {
+            loopback: true,
+            ..policy
+        };
+        assert_eq!(lab.check("127.0.0.2", c), Ok(()));
+        assert_eq!(lab.check("::1", c), Ok(()));
+        assert!(lab.check("169.254.169.254", c).is_err());
     }
 
     #[test]
@@ -213,6 +224,7 @@ mod tests {
         let policy = AddressPolicy {
             deny: nets(&["10.96.0.0/12"]),
             allow: [("octavia".to_string(), nets(&["198.51.100.0/24"]))].into(),
+            loopback: false,
         };
         let cluster_ip = |ip: IpAddr| ip == "10.0.0.1".parse::<IpAddr>().unwrap();
         let octavia = context(Some("octavia"), None, &cluster_ip);

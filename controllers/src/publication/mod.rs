@@ -283,7 +283,11 @@ pub async fn publish_lb(
             "uid",
         ));
     };
-    publish(ctx, &publisher, lb_desired(lb, addresses, ready).as_ref()).await
+    let desired = lb_desired(lb, addresses, ready).map(|d| Desired {
+        loopback: ctx.config.addresses.loopback,
+        ..d
+    });
+    publish(ctx, &publisher, desired.as_ref()).await
 }
 
 /// Remove everything LoadBalancer `lb` published.

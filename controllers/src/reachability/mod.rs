@@ -295,8 +295,14 @@ impl Prober {
                 }
                 entry.finding.as_ref() != Some(&finding)
             }
-            // A target: only a change of its health, after its thresholds.
+            // A target: a change of its health, after its thresholds; and its first finding and
+            // a change between answering and not (a load balancer made of DNS records changes
+            // its records only on what was probed).
             Some((failures, successes)) => {
+                let news = entry
+                    .finding
+                    .as_ref()
+                    .is_none_or(|f| f.reachable != finding.reachable);
                 if finding.reachable {
                     (entry.passes, entry.fails) = (entry.passes.saturating_add(1), 0);
                 } else {
@@ -308,7 +314,7 @@ impl Prober {
                 } else if !was && entry.passes >= successes {
                     entry.healthy = true;
                 }
-                was != entry.healthy
+                was != entry.healthy || news
             }
         };
         entry.finding = Some(finding);

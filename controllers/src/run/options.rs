@@ -70,6 +70,20 @@ pub struct RunOptions {
     /// refused.
     #[arg(long, value_name = "PROVIDER=CIDR", value_delimiter = ',', env = "CAPI_LB_ADDRESS_ALLOW", value_parser = provider_range)]
     pub address_allow: Vec<(String, IpNet)>,
+    /// Publish loopback addresses (127.0.0.0/8, ::1) like any other, for a single-host lab or a
+    /// test whose API servers listen on 127.0.0.x. Never on a management cluster tenants share:
+    /// a loopback address in `-ext` or DNS sends their clients to their own host.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set,
+        env = "CAPI_LB_ADDRESS_ALLOW_LOOPBACK"
+    )]
+    pub address_allow_loopback: bool,
     /// The DNS domains every namespace may publish names in (comma-separated), `{namespace}`
     /// standing for its name (e.g. `{namespace}.tenants.example.com`); a Namespace's
     /// `loadbalancer.cluster.x-k8s.io/dns-domains` annotation replaces them. Unset, and without the
@@ -366,6 +380,7 @@ impl RunOptions {
             provider_timeout: capi_lb_providers::registry::DEFAULT_DEADLINE,
             address_deny: Vec::new(),
             address_allow: Vec::new(),
+            address_allow_loopback: false,
             dns_domains: Vec::new(),
             dns_wildcards: false,
             credentials_secret_label: None,
@@ -391,6 +406,7 @@ impl RunOptions {
         AddressPolicy {
             deny: self.address_deny.clone(),
             allow,
+            loopback: self.address_allow_loopback,
         }
     }
 

@@ -147,6 +147,7 @@ pub fn decide(service: &Service, config: &ExternalEndpoints) -> Decision {
         ports,
         addresses,
         ready: true,
+        loopback: false,
     })
 }
 

@@ -20,7 +20,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::{
-    InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer,
+    DNSLoadBalancer, InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer,
     ServiceLoadBalancer,
 };
 use capi_lb_providers::clock::SharedClock;
@@ -172,6 +172,7 @@ impl InMemoryApiBuilder {
             .with_resource::<KubeDCLoadBalancer>()
             .with_resource::<ServiceLoadBalancer>()
             .with_resource::<OctaviaLoadBalancer>()
+            .with_resource::<DNSLoadBalancer>()
             .with_resource::<Machine>()
             .with_resource::<Cluster>();
         Self {

@@ -245,15 +245,19 @@ pub fn load(sources: &[Source]) -> Result<Loaded, SimulateError> {
 pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulation, SimulateError> {
     let sources = render_sources(sources, &options.variables)?;
     let loaded = load(&sources)?;
-    let stand_ins = stand_ins(&loaded.objects);
-    // A cluster with ExternalDNS's CRD installed (ExternalDNS itself does not run: DNSEndpoints
-    // stay not observed).
+    let mut stand_ins = stand_ins(&loaded.objects);
+    // A cluster with ExternalDNS's CRD installed and ExternalDNS played: every DNSEndpoint is
+    // taken as written (no DNS server is contacted).
     let world = World::with_builder(loaded.objects.clone(), |b| b.with_resource::<DNSEndpoint>())
         .await
         .map_err(Box::new)?
-        .standing_in();
+        .standing_in()
+        .playing_external_dns();
     let run = settle(&world).await?;
     let mut output = String::new();
+    if world.dns_endpoints_taken() > 0 {
+        stand_ins.push("ExternalDNS: played (each DNSEndpoint is taken as written, its status.observedGeneration set; no DNS server is contacted)".into());
+    }
     write_header(&mut output, &sources, &stand_ins, &loaded.context);
     write_timeline(&mut output, &world, &run);
     let client = world.client();
@@ -441,9 +445,8 @@ async fn write_load_balancer(
     for service in &services {
         emit_service(output, client, &namespace, service).await?;
     }
-    if lb.spec.dns.is_some() {
-        emit_dns_endpoint(output, client, &namespace, &name).await?;
-    }
+    // Its DNSEndpoint (spec.dns, or a load balancer made of DNS records), when it has one.
+    emit_dns_endpoint(output, client, &namespace, &name).await?;
     let infra_ref = &lb.spec.infrastructure_ref;
     if let Some(entry) = catalog::for_kind(&infra_ref.kind)
         && let Some(infra) = Api::<DynamicObject>::namespaced_with(

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capi_lb_api::LoadBalancer;
+use capi_lb_api::externaldns::DNSEndpoint;
 use capi_lb_providers::catalog;
 use capi_lb_providers::clock::{ManualClock, SharedClock, until};
 use capi_lb_providers::entry::Dependencies;
@@ -19,8 +20,8 @@ use capi_lb_providers::observe::{ApiCall, ApiObserver};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
-use serde_json::Value;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
 
 use crate::context::Outcome;
 use crate::context::{Config, Context};
@@ -79,6 +80,10 @@ pub struct World {
     pub openstack: Arc<OpenStackCalls>,
     /// Whether the in-memory provider stands in for the other providers ([`World::standing_in`]).
     stand_in: bool,
+    /// Whether ExternalDNS is played ([`World::playing_external_dns`]).
+    external_dns: bool,
+    /// How many `DNSEndpoint` generations the played ExternalDNS took.
+    dns_taken: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Records the Octavia provider's OpenStack requests (operation and HTTP status).
@@ -149,6 +154,8 @@ impl World {
             reported: Arc::default(),
             openstack,
             stand_in: false,
+            external_dns: false,
+            dns_taken: Arc::default(),
         })
     }
 
@@ -170,6 +177,49 @@ impl World {
             stand_in: true,
             ..self.clone()
         }
+    }
+
+    /// This world with ExternalDNS played: after every round of reconciles, each `DNSEndpoint`
+    /// is taken as it is (its `status.observedGeneration` set to its generation), as ExternalDNS
+    /// does on its next sync. Its API must serve the `DNSEndpoint` kind.
+    pub fn playing_external_dns(self) -> Self {
+        Self {
+            external_dns: true,
+            ..self
+        }
+    }
+
+    /// ExternalDNS's sync, played once: every `DNSEndpoint` not observed yet is.
+    pub async fn take_dns_endpoints(&self) -> Result<(), WorldError> {
+        let all: Api<DNSEndpoint> = Api::all(self.client());
+        let listed = all
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| Box::new(kube_err("list", "DNSEndpoints")(e)))?;
+        for endpoint in listed.items {
+            let generation = endpoint.metadata.generation;
+            let observed = endpoint.status.as_ref().and_then(|s| s.observed_generation);
+            if generation.is_none() || observed >= generation {
+                continue;
+            }
+            let namespace = endpoint.namespace().unwrap_or_default();
+            Api::<DNSEndpoint>::namespaced(self.client(), &namespace)
+                .patch_status(
+                    &endpoint.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"observedGeneration": generation}})),
+                )
+                .await
+                .map_err(|e| Box::new(kube_err("write the status of", "a DNSEndpoint")(e)))?;
+            self.dns_taken
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// How many `DNSEndpoint` generations the played ExternalDNS took so far.
+    pub fn dns_endpoints_taken(&self) -> usize {
+        self.dns_taken.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn context(
@@ -386,6 +436,9 @@ impl World {
                         due.remove(&key);
                     }
                 }
+            }
+            if self.external_dns {
+                self.take_dns_endpoints().await?;
             }
             if self.api.stats.writes_excluding_events() > writes_before {
                 // Something changed: a watch would trigger every affected LoadBalancer.

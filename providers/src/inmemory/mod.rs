@@ -68,6 +68,7 @@ pub const ENTRY: Entry = Entry {
         ),
     ],
     reasons: &[],
+    records: crate::entry::no_records,
 };
 
 /// Reason of an injected permanent failure.
@@ -487,6 +488,7 @@ impl Provider for InMemoryProvider {
             members,
             changes,
             status,
+            addresses: None,
         })
     }
 

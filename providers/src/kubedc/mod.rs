@@ -121,6 +121,7 @@ pub const ENTRY: Entry = Entry {
         ),
     ],
     reasons: reason::ALL,
+    records: crate::entry::no_records,
 };
 
 /// The kube-dc provider.

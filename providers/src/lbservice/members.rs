@@ -317,6 +317,7 @@ impl MemberPublication<'_> {
             members: statuses,
             changes: converged.changes,
             status,
+            addresses: None,
         })
     }
 }

@@ -120,6 +120,7 @@ pub const ENTRY: Entry = Entry {
         ("", "secrets", &["get"]),
     ],
     reasons: reason::ALL,
+    records: crate::entry::no_records,
 };
 
 /// The Octavia provider.
@@ -262,6 +263,7 @@ impl Provider for OctaviaProvider {
             members,
             changes: call.changes,
             status,
+            addresses: None,
         })
     }
 

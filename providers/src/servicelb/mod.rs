@@ -87,6 +87,7 @@ pub const ENTRY: Entry = Entry {
         ("", "events", &["list"]),
     ],
     reasons: reason::ALL,
+    records: crate::entry::no_records,
 };
 
 /// How often to look again while the Service has no address (the watch on Services usually brings

@@ -8,6 +8,7 @@ mod architecture;
 mod capi;
 mod class;
 mod dns;
+mod dnslb;
 mod docs;
 mod external_endpoints;
 mod kubedc;

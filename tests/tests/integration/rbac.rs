@@ -321,6 +321,36 @@ async fn loadbalancer_dns_scenario() -> BTreeSet<Permission> {
     used
 }
 
+/// The DNS provider (ExternalDNS's DNSEndpoint kind served and played): records of two Machines,
+/// one deleted (it leaves the records, drains, its hooks are released), then the LoadBalancer
+/// deleted.
+async fn dns_loadbalancer_scenario() -> BTreeSet<Permission> {
+    let mut m2 = machine("dns-m2", "dns", "10.0.0.12").build();
+    m2["metadata"]["finalizers"] = json!(["machine.cluster.x-k8s.io"]);
+    let world = World::with_builder(
+        vec![
+            dns_lb("dns").spec("drainSeconds", json!(1)).build(),
+            dns_infra("dns", "api.example.com", 5),
+            machine("dns-m1", "dns", "10.0.0.11").build(),
+            m2,
+        ],
+        |b| b.with_resource::<DNSEndpoint>(),
+    )
+    .await
+    .unwrap()
+    .playing_external_dns();
+    world.run_until_stable(20).await.unwrap();
+    delete::<Machine>(&world, "dns-m2").await;
+    world.run_until_stable(40).await.unwrap();
+    delete::<LoadBalancer>(&world, "dns").await;
+    world.run_until_stable(40).await.unwrap();
+    assert!(
+        dns_endpoint(&world, "dns").await.is_none(),
+        "the DNSEndpoint went with the LoadBalancer"
+    );
+    observed(&world)
+}
+
 /// The `-ext` publisher publishing a Service's hostnames annotation (ExternalDNS's DNSEndpoint
 /// kind served): created, changed (another ingress), then the annotation removed so that it is
 /// deleted.
@@ -503,6 +533,7 @@ async fn the_generated_cluster_role_allows_exactly_what_the_controllers_do() {
     used.extend(class_scenario().await);
     used.extend(external_scenario().await);
     used.extend(loadbalancer_dns_scenario().await);
+    used.extend(dns_loadbalancer_scenario().await);
     used.extend(external_dns_scenario().await);
     used.extend(kubedc_scenario().await);
     used.extend(service_scenario().await);

@@ -17,6 +17,7 @@ fn options(providers: &[&str]) -> RunOptions {
         provider_timeout: Duration::from_secs(30),
         address_deny: Vec::new(),
         address_allow: Vec::new(),
+        address_allow_loopback: false,
         dns_domains: Vec::new(),
         dns_wildcards: false,
         credentials_secret_label: None,
@@ -73,7 +74,7 @@ async fn unknown_providers_are_refused_with_the_available_ones() {
     let err = providers(&["azure".to_string()], &client, clock(), None).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "unknown provider \"azure\"; available: inmemory, kubedc, octavia, service"
+        "unknown provider \"azure\"; available: inmemory, kubedc, octavia, service, dns"
     );
     let registry = providers(
         &[

@@ -373,6 +373,25 @@ async fn every_example_simulates_and_shows_what_it_says() {
                     sim.output
                 );
             }
+            "dns/dns-loadbalancer.yaml" => {
+                assert!(sim.not_ready.is_empty(), "{}", sim.output);
+                let endpoint = docs
+                    .iter()
+                    .find(|d| d["kind"] == "DNSEndpoint")
+                    .unwrap_or_else(|| panic!("no DNSEndpoint: {}", sim.output));
+                let records = &endpoint["spec"]["endpoints"][0];
+                assert_eq!(records["dnsName"], "api.demo.example.com");
+                assert_eq!(records["targets"], json!(["10.0.0.11", "10.0.0.12"]));
+                assert_eq!(records["recordTTL"], 30);
+                for line in [
+                    "#   target Machine/cp-a: active, deletion hooks held",
+                    "#   target Machine/cp-b: active, deletion hooks held",
+                    "#   target Machine/cp-c: disabled",
+                    "# ExternalDNS: played",
+                ] {
+                    assert!(sim.output.contains(line), "{line}: {}", sim.output);
+                }
+            }
             "dns/externaldns.yaml" => {
                 assert!(
                     docs.iter().any(|d| d["kind"] == "DNSEndpoint"),
@@ -471,7 +490,7 @@ async fn every_example_simulates_and_shows_what_it_says() {
         }
         seen.push(name);
     }
-    assert_eq!(seen.len(), 13, "{seen:?}");
+    assert_eq!(seen.len(), 14, "{seen:?}");
 }
 
 /// Every `.yaml` under examples/, in its folders too, sorted.

@@ -437,7 +437,10 @@ mod tests {
         }
         // config/'s hardening is the default.
         assert_eq!(values["securityContext"]["readOnlyRootFilesystem"], true);
-        assert_eq!(values["providers"], json!(["kubedc", "octavia", "service"]));
+        assert_eq!(
+            values["providers"],
+            json!(["kubedc", "octavia", "service", "dns"])
+        );
     }
 
     #[test]
