@@ -81,7 +81,7 @@ pub struct DNSLoadBalancerStatus {
     pub record_count: i32,
     /// Targets taken out of the records and still draining: reported as members until ExternalDNS
     /// took the records without them, then for the TTL and `drainSeconds`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub draining: Vec<DNSRecord>,
     /// The addresses of the name as ExternalDNS last took them (the `DNSEndpoint` generation it
     /// observed): a record counts as in DNS, and a target taken out as out of it, by this list.

@@ -74,32 +74,43 @@ pub fn targets_condition(
     }
     let (mut problems, mut reason) = problems(targets, members, address_types);
     // Targets failing their health probes: taken out, or all kept when every one fails.
-    let failing: Vec<String> = targets
+    let failing: Vec<(String, bool)> = targets
         .iter()
         .filter_map(|t| {
             t.failing_probes
                 .as_ref()
-                .map(|why| format!("{} ({why})", t.name))
+                .map(|why| (format!("{} ({why})", t.name), t.wants_in))
         })
         .collect();
     if !failing.is_empty() {
-        let refs: Vec<&str> = failing.iter().map(String::as_str).collect();
-        let kept = targets
-            .iter()
-            .filter(|t| t.failing_probes.is_some())
-            .all(|t| t.wants_in);
-        problems.push(if kept {
+        let pick = |kept: bool| -> Vec<&str> {
+            failing
+                .iter()
+                .filter(|(_, wants_in)| *wants_in == kept)
+                .map(|(f, _)| f.as_str())
+                .collect()
+        };
+        let (kept, out) = (pick(true), pick(false));
+        problems.push(if out.is_empty() {
             format!(
                 "every target fails its health probes, so none is taken out: {}",
-                list(&refs)
+                list(&kept)
             )
+        } else if kept.is_empty() {
+            format!("taken out after failing their health probes: {}", list(&out))
         } else {
+            // DNS records: every target fails, the last ones in stay.
             format!(
-                "taken out after failing their health probes: {}",
-                list(&refs)
+                "every target fails its health probes: taken out before: {}; kept, as the last ones in: {}",
+                list(&out),
+                list(&kept)
             )
         });
-        reason = reason.or(Some(r::TARGETS_UNHEALTHY));
+        // Failing beats "being added": a target kept out is not on its way in.
+        reason = match reason {
+            Some(r) if r == r::TARGETS_PROGRESSING => Some(r::TARGETS_UNHEALTHY),
+            other => other.or(Some(r::TARGETS_UNHEALTHY)),
+        };
     }
     let active = names(targets, |t| t.wants_in && t.state == TargetState::Active);
     match reason {

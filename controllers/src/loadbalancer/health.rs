@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use capi_lb_api::loadbalancer::TargetHealth;
+use capi_lb_api::target::TargetState;
 use kube::ResourceExt;
 
 use super::targets::{Pass, TargetObject};
@@ -89,12 +90,17 @@ impl Pass<'_> {
         // records stay, the others stay out.
         let all_fail = failing.len() >= probed.len();
         for target in targets.iter_mut() {
-            let name = &target.observed.name;
-            if failing.contains_key(name) && !all_fail {
-                target.observed.unhealthy = true;
-            }
-            target.observed.unproven =
-                unproven.contains(name) || (self.records && all_fail && failing.contains_key(name));
+            let observed = &mut target.observed;
+            let fails = failing.contains_key(&observed.name);
+            let member = matches!(
+                observed.recorded,
+                Some(TargetState::Active | TargetState::Adding)
+            );
+            // Every one fails: a load balancer keeps them all; DNS records keep the last ones
+            // that were in (the others stay out).
+            observed.unhealthy = fails && (!all_fail || (self.records && !member));
+            observed.unproven =
+                unproven.contains(&observed.name) || (self.records && all_fail && fails && member);
         }
         failing
     }

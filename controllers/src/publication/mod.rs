@@ -283,11 +283,7 @@ pub async fn publish_lb(
             "uid",
         ));
     };
-    let desired = lb_desired(lb, addresses, ready).map(|d| Desired {
-        loopback: ctx.config.addresses.loopback,
-        ..d
-    });
-    publish(ctx, &publisher, desired.as_ref()).await
+    publish(ctx, &publisher, lb_desired(lb, addresses, ready).as_ref()).await
 }
 
 /// Remove everything LoadBalancer `lb` published.

@@ -36,7 +36,7 @@ pub struct Classified {
 }
 
 /// Sort provider addresses into IPv4, IPv6, hostnames and unpublishable ones.
-pub fn classify(addresses: &[LoadBalancerAddress], loopback: bool) -> Classified {
+pub fn classify(addresses: &[LoadBalancerAddress]) -> Classified {
     let mut out = Classified::default();
     for a in addresses {
         match a.type_ {
@@ -50,9 +50,7 @@ pub fn classify(addresses: &[LoadBalancerAddress], loopback: bool) -> Classified
                     .skipped
                     .push(format!("{} (not an IP address)", a.address)),
                 Ok(ip) => {
-                    if let Some(reason) =
-                        crate::policy::builtin(ip).filter(|_| !(loopback && ip.is_loopback()))
-                    {
+                    if let Some(reason) = crate::policy::builtin(ip) {
                         out.skipped.push(format!("{ip} ({reason})"));
                         continue;
                     }
@@ -125,9 +123,6 @@ pub struct Desired {
     pub addresses: Vec<LoadBalancerAddress>,
     /// Endpoints are marked ready (resolvable) only when true.
     pub ready: bool,
-    /// Loopback addresses are published like any other (`--address-allow-loopback`: single-host
-    /// labs and tests only).
-    pub loopback: bool,
 }
 
 /// What publication should look like.
@@ -197,14 +192,13 @@ pub fn lb_desired(
             .collect(),
         addresses: addresses.to_vec(),
         ready,
-        loopback: false,
     })
 }
 
 /// The publication plan of `desired` by `publisher`.
 pub fn plan(publisher: &Publisher, desired: &Desired) -> Plan {
     let service_name = &desired.service_name;
-    let classified = classify(&desired.addresses, desired.loopback);
+    let classified = classify(&desired.addresses);
     let ports: Vec<ServicePort> = desired
         .ports
         .iter()
@@ -470,16 +464,11 @@ mod tests {
             LoadBalancerAddress::ip("0.0.0.0"),
             LoadBalancerAddress::hostname("lb.example.com"),
         ];
-        let c = classify(&addresses, false);
+        let c = classify(&addresses);
         assert_eq!(c.ipv4, vec!["203.0.113.1"]);
         assert_eq!(c.ipv6, vec!["2001:db8::1"]);
         assert_eq!(c.hostnames, vec!["lb.example.com"]);
         assert_eq!(c.skipped.len(), 5, "{:?}", c.skipped);
-        // `--address-allow-loopback`: loopback is published, the rest is still refused.
-        let lab = classify(&addresses, true);
-        assert_eq!(lab.ipv4, vec!["203.0.113.1", "127.0.0.1"]);
-        assert_eq!(lab.ipv6, vec!["2001:db8::1", "::1"]);
-        assert_eq!(lab.skipped.len(), 3, "{:?}", lab.skipped);
     }
 
     #[test]

@@ -70,9 +70,11 @@ pub struct RunOptions {
     /// refused.
     #[arg(long, value_name = "PROVIDER=CIDR", value_delimiter = ',', env = "CAPI_LB_ADDRESS_ALLOW", value_parser = provider_range)]
     pub address_allow: Vec<(String, IpNet)>,
-    /// Publish loopback addresses (127.0.0.0/8, ::1) like any other, for a single-host lab or a
-    /// test whose API servers listen on 127.0.0.x. Never on a management cluster tenants share:
-    /// a loopback address in `-ext` or DNS sends their clients to their own host.
+    /// Let the address policy pass loopback addresses (127.0.0.0/8, ::1), for a single-host lab
+    /// or a test whose API servers listen on 127.0.0.x: they are published in DNS and as a
+    /// Cluster's endpoint (never in `-ext`: kube-apiserver refuses loopback in EndpointSlices).
+    /// Never on a management cluster tenants share: a loopback address sends their clients to
+    /// their own host.
     #[arg(
         long,
         value_name = "BOOL",

@@ -147,7 +147,6 @@ pub fn decide(service: &Service, config: &ExternalEndpoints) -> Decision {
         ports,
         addresses,
         ready: true,
-        loopback: false,
     })
 }
 

@@ -291,7 +291,7 @@ impl Provider for DnsProvider {
         };
         // Fields the status had and the new one leaves out are cleared.
         let mut status = status;
-        for key in ["draining", "publishedTtlSeconds", "waitingFor"] {
+        for key in ["publishedTtlSeconds", "waitingFor"] {
             status.entry(key).or_insert(json!(null));
         }
         Ok(MembersOutcome {

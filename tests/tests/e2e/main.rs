@@ -14,6 +14,7 @@ mod capi;
 mod clusterctl;
 mod clusterctl_move;
 mod dns;
+mod dnslb;
 mod drift;
 mod events;
 mod externaldns;
