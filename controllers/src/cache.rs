@@ -180,23 +180,42 @@ impl ObjectCache {
         lookup: &Lookup,
         keep: impl Fn(&DynamicObject) -> bool,
     ) -> Option<Vec<DynamicObject>> {
+        self.list_in(Some(namespace), lookup, keep)
+    }
+
+    /// [`Self::list`] over every namespace (no index is used).
+    pub fn list_everywhere(
+        &self,
+        keep: impl Fn(&DynamicObject) -> bool,
+    ) -> Option<Vec<DynamicObject>> {
+        self.list_in(None, &Lookup::everything(), keep)
+    }
+
+    fn list_in(
+        &self,
+        namespace: Option<&str>,
+        lookup: &Lookup,
+        keep: impl Fn(&DynamicObject) -> bool,
+    ) -> Option<Vec<DynamicObject>> {
         if !self.is_synced() {
             return None;
         }
-        let candidates: Vec<Arc<Kept>> =
-            match self.with_index(|index| index.candidates(namespace, lookup)) {
-                Some(named) => named
-                    .iter()
-                    .filter_map(|n| self.store.get(&self.key(n)))
-                    .collect(),
-                None => self.store.state(),
-            };
+        let indexed =
+            namespace.and_then(|ns| self.with_index(|index| index.candidates(ns, lookup)));
+        let candidates: Vec<Arc<Kept>> = match indexed {
+            Some(named) => named
+                .iter()
+                .filter_map(|n| self.store.get(&self.key(n)))
+                .collect(),
+            None => self.store.state(),
+        };
+        let in_scope = |ns: Option<&str>| namespace.is_none_or(|wanted| ns == Some(wanted));
         let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
         let deleted = self.deleted.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = Vec::new();
         let mut in_store = HashSet::new();
         for cached in candidates {
-            if cached.meta().namespace.as_deref() != Some(namespace) {
+            if !in_scope(cached.meta().namespace.as_deref()) {
                 continue;
             }
             if let Some(uid) = cached.uid() {
@@ -228,7 +247,7 @@ impl ObjectCache {
         // What capi-lb wrote that the watch has not delivered yet: created, or (with an index)
         // changed so that the lookup matches it now and not the version in the store.
         for (uid, ours) in written.iter() {
-            if ours.metadata.namespace.as_deref() == Some(namespace)
+            if in_scope(ours.metadata.namespace.as_deref())
                 && !in_store.contains(uid)
                 && !deleted.contains_key(uid)
                 && keep(ours)
@@ -363,6 +382,23 @@ impl ObjectCache {
         let listed = self.list(namespace, lookup, keep)?;
         Some(
             listed
+                .into_iter()
+                .filter_map(|o| {
+                    serde_json::to_value(o)
+                        .and_then(serde_json::from_value)
+                        .ok()
+                })
+                .collect(),
+        )
+    }
+
+    /// [`Self::list_everywhere`] as objects of type `K`; an object that does not parse is left out.
+    pub fn list_everywhere_as<K: serde::de::DeserializeOwned>(
+        &self,
+        keep: impl Fn(&DynamicObject) -> bool,
+    ) -> Option<Vec<K>> {
+        Some(
+            self.list_everywhere(keep)?
                 .into_iter()
                 .filter_map(|o| {
                     serde_json::to_value(o)
@@ -693,6 +729,12 @@ mod tests {
                 .len(),
             2
         );
+        // Every namespace, filtered, with what capi-lb wrote in another one.
+        cache.wrote(&machine("m4", "c", "13", "cp"));
+        let mut everywhere = names(cache.list_everywhere(cp).unwrap());
+        everywhere.sort();
+        assert_eq!(everywhere, ["m1", "m3", "m4"]);
+        cache.gone("uid-m4");
 
         // Our write is read back before the watch delivers it...
         let mut ours = machine("m1", "a", "20", "cp");

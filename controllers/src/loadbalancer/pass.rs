@@ -408,6 +408,7 @@ impl Reconciliation<'_> {
         });
         let published = crate::publication::dns::publish(
             &self.ctx.client,
+            &self.ctx.caches,
             &owner,
             wanted.as_ref(),
             addresses,

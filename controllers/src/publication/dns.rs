@@ -15,14 +15,17 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use capi_lb_api::LoadBalancer;
-use capi_lb_api::constants::{FIELD_MANAGER, LABEL_MANAGED_BY, MANAGED_BY_VALUE};
+use capi_lb_api::constants::FIELD_MANAGER;
 use capi_lb_api::externaldns::{DNSEndpoint, DNSEndpointSpec, Endpoint, ProviderSpecificProperty};
 use capi_lb_api::loadbalancer::{AddressType, LoadBalancerAddress};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::ApiResource;
 use kube::{Resource, ResourceExt};
 
+use super::holders::{self, claimed_elsewhere, owned_by};
 use super::{controller_ref, delete_exact, managed_labels};
+use crate::cache::Caches;
 use crate::error::{Result, kube_err};
 
 /// A DNS name capi-lb publishes: a DNS subdomain of lowercase labels, optionally under `*.`.
@@ -201,54 +204,6 @@ pub fn plan(owner: &Owner, records: Vec<Endpoint>) -> DNSEndpoint {
     }
 }
 
-/// Whether `object` is owned (as controller) by the object with UID `uid`.
-fn owned_by(object: &DNSEndpoint, uid: &str) -> bool {
-    object
-        .owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && o.uid == uid)
-}
-
-/// The hostnames among `names` that another owner's `DNSEndpoint` holds, with that
-/// `DNSEndpoint`'s namespace/name. The one that publishes a name keeps it: a name only elsewhere is
-/// theirs, a name only in `ours` is ours. A name in both (two owners wrote at once) goes to the
-/// earlier `DNSEndpoint` (creation time, then namespace and name), which both sides agree on.
-fn claimed_elsewhere(
-    names: &[String],
-    listed: &[DNSEndpoint],
-    uid: &str,
-    ours: Option<&DNSEndpoint>,
-) -> Vec<(String, String)> {
-    let rank = |o: &DNSEndpoint| {
-        (
-            o.metadata.creation_timestamp.as_ref().map(|t| t.0),
-            o.namespace(),
-            o.name_any(),
-        )
-    };
-    let holds = |o: &DNSEndpoint, name: &str| {
-        o.spec
-            .endpoints
-            .iter()
-            .any(|e| e.dns_name.trim_end_matches('.').eq_ignore_ascii_case(name))
-    };
-    let mut out: Vec<(String, String)> = Vec::new();
-    for other in listed.iter().filter(|o| !owned_by(o, uid)) {
-        for name in names {
-            let theirs = holds(other, name)
-                && ours.is_none_or(|ours| !holds(ours, name) || rank(other) < rank(ours));
-            if theirs && !out.iter().any(|(n, _)| n == name) {
-                let owner = other
-                    .namespace()
-                    .map(|ns| format!("{ns}/{}", other.name_any()))
-                    .unwrap_or_else(|| other.name_any());
-                out.push((name.clone(), owner));
-            }
-        }
-    }
-    out
-}
-
 /// How the names of a [`publish`] stand: the facts the `DNSPublished` condition is decided from
 /// (`crate::conditions::dns_condition`).
 #[derive(Clone, Debug, PartialEq)]
@@ -290,6 +245,7 @@ pub struct Published {
 /// (publication was on before).
 pub async fn publish(
     client: &kube::Client,
+    caches: &Caches,
     owner: &Owner,
     wanted: Option<&Wanted>,
     addresses: &[LoadBalancerAddress],
@@ -305,25 +261,14 @@ pub async fn publish(
         changes: Vec::new(),
         exists: false,
     };
-    // The DNSEndpoints capi-lb made (for hostname conflicts). A list of a kind that is not served
-    // answers 404 (a get of one object cannot tell that from a missing object).
-    let listed = match Api::<DNSEndpoint>::all(client.clone())
-        .list(&ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY_VALUE}")))
-        .await
-    {
-        Ok(list) => list.items,
-        Err(kube::Error::Api(e)) if e.code == 404 => {
-            if wanted.is_some() {
-                out.state = Some(DnsState::CrdMissing);
-            }
-            return Ok(out);
+    let resource = ApiResource::erase::<DNSEndpoint>(&());
+    let cache = caches.of(&resource);
+    let Some((listed, existing)) = holders::read(client, cache, namespace, name).await? else {
+        if wanted.is_some() {
+            out.state = Some(DnsState::CrdMissing);
         }
-        Err(e) => return Err(kube_err("list", "DNSEndpoints".to_string())(e)),
+        return Ok(out);
     };
-    let existing = api
-        .get_opt(name)
-        .await
-        .map_err(kube_err("get", format!("DNSEndpoint {namespace}/{name}")))?;
     if let Some(found) = &existing
         && !owned_by(found, uid)
     {
@@ -338,6 +283,7 @@ pub async fn publish(
     let Some(wanted) = wanted else {
         if let Some(found) = existing {
             delete_exact(&api, &found, &format!("DNSEndpoint {namespace}/{name}")).await?;
+            super::gone(cache, &found);
             out.changes.push(format!("deleted DNSEndpoint {name}"));
         }
         if report_off {
@@ -369,6 +315,9 @@ pub async fn publish(
                 )
                 .await
                 .map_err(kube_err("apply", format!("DNSEndpoint {namespace}/{name}")))?;
+            if let Some(cache) = cache {
+                cache.wrote_as(&applied);
+            }
             out.changes.push(format!(
                 "{} DNSEndpoint {name}: {}",
                 if existing.is_some() {

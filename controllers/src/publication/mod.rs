@@ -23,6 +23,7 @@
 
 mod apply;
 pub mod dns;
+mod holders;
 mod plan;
 
 pub use plan::*;

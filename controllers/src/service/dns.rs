@@ -72,13 +72,21 @@ pub(super) async fn publish(ctx: &Context, service: &Service, reported: &Reporte
     if let Some(old) = marker.as_ref().filter(|m| **m != current.name) {
         // Another suffix: the old one goes.
         changes.extend(
-            dns::publish(&ctx.client, &owner(old.clone()), None, &[], false)
-                .await?
-                .changes,
+            dns::publish(
+                &ctx.client,
+                &ctx.caches,
+                &owner(old.clone()),
+                None,
+                &[],
+                false,
+            )
+            .await?
+            .changes,
         );
     }
     let published = dns::publish(
         &ctx.client,
+        &ctx.caches,
         &current,
         wanted.as_ref(),
         &ingress_addresses(service),

@@ -392,7 +392,7 @@ impl Watches<'_> {
     /// processed, a name released by another LoadBalancer, a foreign DNSEndpoint in the way going
     /// away (see [`Triggers::of_dns_endpoint`]).
     async fn dns_endpoints(
-        &self,
+        &mut self,
         mut controller: Controller<Watched>,
         resync: Duration,
     ) -> Result<Controller<Watched>, RunError> {
@@ -404,13 +404,25 @@ impl Watches<'_> {
         .await
         .map_err(RunError::Connect)?
         {
+            // Cached: the publication reads every LoadBalancer's DNSEndpoints from here (for a
+            // name's owner) instead of listing them on every pass.
             let triggers = self.triggers.clone();
-            controller = controller.watches_stream(
-                watch(
-                    api::<DNSEndpoint>(self.client, self.ns),
-                    watcher::Config::default(),
-                ),
-                move |endpoint: DNSEndpoint| triggers.of_dns_endpoint(&endpoint),
+            let resource = ApiResource::erase::<DNSEndpoint>(&());
+            let stream = self.cached_with(
+                &resource,
+                watcher::Config::default(),
+                None,
+                cache::without_managed_fields,
+                Indexed::No,
+            );
+            controller = controller.watches_stream_with(
+                stream,
+                move |obj: DynamicObject| {
+                    obj.try_parse::<DNSEndpoint>()
+                        .map(|endpoint| triggers.of_dns_endpoint(&endpoint))
+                        .unwrap_or_default()
+                },
+                resource,
             );
         } else {
             tracing::info!(
