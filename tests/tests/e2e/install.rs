@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use capi_lb_api::validation::{FieldErrors, parse, resolve_field_path};
 use capi_lb_api::{
-    InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer,
+    DNSLoadBalancer, InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer,
     ServiceLoadBalancer,
 };
 use capi_lb_tests::k8s::{
@@ -642,6 +642,7 @@ fn client_validate(kind: &str, object: &Value) -> Result<(), FieldErrors> {
         "KubeDCLoadBalancer" => parse::<KubeDCLoadBalancer>(object).map(drop),
         "OctaviaLoadBalancer" => parse::<OctaviaLoadBalancer>(object).map(drop),
         "ServiceLoadBalancer" => parse::<ServiceLoadBalancer>(object).map(drop),
+        "DNSLoadBalancer" => parse::<DNSLoadBalancer>(object).map(drop),
         other => panic!("no client-side validation for {other}"),
     }
 }
@@ -946,6 +947,14 @@ fn cel_cases() -> Vec<CelCase> {
             "spec.loadBalancerSourceRanges",
         )
         .spec(json!({"loadBalancerSourceRanges": ["192.0.2.0/24", "everyone"]})),
+        // DNSLoadBalancer
+        case(
+            "DNSLoadBalancer",
+            "spec.hostname",
+            "every label of the hostname is at most 63 characters",
+            "spec.hostname",
+        )
+        .spec(json!({"hostname": format!("{}.example.com", "a".repeat(64))})),
         // InMemoryLoadBalancer
         case(
             "InMemoryLoadBalancer",
