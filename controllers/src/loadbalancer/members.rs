@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use capi_lb_api::constants::{CAPI_GROUP, MACHINE_KIND, event};
-use capi_lb_api::loadbalancer::TargetKind;
+use capi_lb_api::loadbalancer::{LoadBalancerAddress, TargetKind};
 use capi_lb_api::target::{TargetKeys, TargetState};
 use capi_lb_providers::{DesiredMember, MemberIntent, MemberStatus, MembersRequest, Progress};
 use kube::core::Selector;
@@ -19,6 +19,14 @@ use crate::error::{Result, kube_err};
 use crate::kinds::Unlisted;
 
 use super::{Access, Reconciliation};
+
+/// What [`Reconciliation::converge`] found: the members state, the members (`None`: unknown) and
+/// the addresses where they are the members' (`None` for every provider but DNS records).
+pub(super) type Converged = (
+    MembersState,
+    Option<Vec<MemberStatus>>,
+    Option<Vec<LoadBalancerAddress>>,
+);
 
 /// The targets between the two halves of a pass (see [`Reconciliation::prepare_targets`]).
 pub(super) enum Staged {
@@ -85,14 +93,15 @@ impl Reconciliation<'_> {
         ))
     }
 
-    /// Converge `desired` through `access`: the members state for the condition, and the members
-    /// the provider has (`None`: unknown).
+    /// Converge `desired` through `access`: the members state for the condition, the members the
+    /// provider has (`None`: unknown), and, for a load balancer whose addresses are its members'
+    /// (DNS records), its addresses now.
     pub(super) async fn converge(
         &mut self,
         access: Access<'_>,
         desired: &[DesiredMember],
         infra_status: &mut Map<String, Value>,
-    ) -> (MembersState, Option<Vec<MemberStatus>>) {
+    ) -> Converged {
         match access {
             Access::Converge {
                 provider,
@@ -110,10 +119,6 @@ impl Reconciliation<'_> {
                 match result {
                     Ok(out) => {
                         self.note(false, event::MEMBERS_CHANGED, out.changes);
-                        // A load balancer whose addresses are its members (DNS records).
-                        if let Some(addresses) = out.addresses {
-                            self.status.addresses = addresses;
-                        }
                         if let Some(retry) = out.progress.retry_after() {
                             self.outcome = self.outcome.min(Some(retry));
                         }
@@ -128,23 +133,32 @@ impl Reconciliation<'_> {
                             } if reason.is_problem() => MembersState::Problem { reason, message },
                             _ => MembersState::Converged,
                         };
-                        (state, Some(out.members))
+                        (state, Some(out.members), out.addresses)
                     }
                     Err(error) => {
                         match self.provider_problem(provider.name(), "member update", error) {
                             InfraState::Problem { reason, message } => {
-                                (MembersState::Problem { reason, message }, None)
+                                (MembersState::Problem { reason, message }, None, None)
                             }
-                            _ => (MembersState::NotConverged(String::new()), None),
+                            _ => (MembersState::NotConverged(String::new()), None, None),
                         }
                     }
                 }
             }
-            Access::NotConverged(why) => (MembersState::NotConverged(why), None),
+            Access::NotConverged(why) => (MembersState::NotConverged(why), None, None),
             Access::Gone => (
                 MembersState::NotConverged("the load balancer was deleted".into()),
                 Some(Vec::new()),
+                None,
             ),
+        }
+    }
+
+    /// The serving load balancer's addresses after its members converged, where they are its
+    /// members' (DNS records).
+    fn take_addresses(&mut self, addresses: Option<Vec<LoadBalancerAddress>>) {
+        if let Some(addresses) = addresses {
+            self.status.addresses = addresses;
         }
     }
 
@@ -209,7 +223,9 @@ impl Reconciliation<'_> {
     ) -> Result<TargetsState> {
         let (selector, prepared, desired) = match staged {
             Staged::Endpoints(desired) => {
-                let (members_state, members) = self.converge(access, &desired, infra_status).await;
+                let (members_state, members, addresses) =
+                    self.converge(access, &desired, infra_status).await;
+                self.take_addresses(addresses);
                 return Ok(TargetsState::Listed {
                     targets: crate::conditions::views(&desired, members.as_deref()),
                     members: members_state,
@@ -222,7 +238,9 @@ impl Reconciliation<'_> {
                 desired,
             } => (selector, prepared, desired),
         };
-        let (members_state, members) = self.converge(access, &desired, infra_status).await;
+        let (members_state, members, addresses) =
+            self.converge(access, &desired, infra_status).await;
+        self.take_addresses(addresses);
         let known = members.as_deref().map_or(Members::Unknown, Members::Known);
         let completed = self.pass(&selector).complete(*prepared, known).await?;
         // Hooks put on targets that changed state in the same pass are told in that Event.

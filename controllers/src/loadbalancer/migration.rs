@@ -280,13 +280,16 @@ impl Reconciliation<'_> {
             });
         };
         let mut infra_status = answer.status;
+        // A load balancer made of DNS records has the members' addresses once they converged; it
+        // is published (and its records taken by ExternalDNS) only once it serves.
+        let records = (claimed.provider.entry.records)(&claimed.infra).is_some();
         let result = match (provisioned.state, desired) {
             (InfraState::Provisioning(message) | InfraState::Waiting { message, .. }, _) => {
                 BringUp::Waiting(message)
             }
             (InfraState::Problem { reason, message }, _) => BringUp::Failed(reason, message),
             (InfraState::Provisioned | InfraState::Noticed { .. }, _)
-                if answer.addresses.is_empty() =>
+                if answer.addresses.is_empty() && !records =>
             {
                 BringUp::Waiting("it has no address yet".into())
             }
@@ -301,11 +304,19 @@ impl Reconciliation<'_> {
                 };
                 match self.converge(access, &desired, &mut infra_status).await {
                     // The provider failed; a member it refuses is told in the count below.
-                    (MembersState::Problem { reason, message }, None) => {
+                    (MembersState::Problem { reason, message }, None, _) => {
                         BringUp::Failed(reason, message)
                     }
-                    (_, None) => BringUp::Waiting(String::new()),
-                    (_, Some(members)) => {
+                    (_, None, _) => BringUp::Waiting(String::new()),
+                    // DNS records: ready once a target is one.
+                    (_, Some(_), Some(addresses)) if records => {
+                        if addresses.is_empty() {
+                            BringUp::Waiting("no target is a record of the name yet".into())
+                        } else {
+                            BringUp::Ready
+                        }
+                    }
+                    (_, Some(members), _) => {
                         // Ready when every member to serve is active (kept ones are not waited
                         // for).
                         let serving: Vec<&DesiredMember> = desired

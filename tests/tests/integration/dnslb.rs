@@ -269,3 +269,73 @@ async fn a_refused_loopback_address_is_published_nowhere() {
     assert_eq!(cond(&lb, "EndpointPublished").1, "AddressRefused");
     assert!(a_records(&world, "cp", HOST).await.is_empty());
 }
+
+/// A swap between an in-memory load balancer and a DNSLoadBalancer, both ways, made before break:
+/// the DNS one's records are decided while the old one serves, and published (and taken by
+/// ExternalDNS) once it does; the way back releases the name.
+#[tokio::test]
+async fn a_swap_to_dns_records_and_back_is_made_before_break() {
+    let world = dns_world(vec![
+        lb("cp").spec("drainSeconds", json!(5)).build(),
+        infra("cp").build(),
+        dns_infra("cp-dns", HOST, 30),
+        held_machine("cp-1", "cp", "10.0.0.11"),
+        held_machine("cp-2", "cp", "10.0.0.12"),
+    ])
+    .await
+    .playing_external_dns();
+    world.run_until_stable(20).await.unwrap();
+    let before = get_lb(&world, "cp").await.status.unwrap();
+    assert_eq!(before.addresses[0].address, "203.0.113.1");
+
+    let to = |kind: &str, name: &str| {
+        json!({"spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                              "kind": kind, "name": name}}})
+    };
+    merge_patch::<LoadBalancer>(&world, "cp", to("DNSLoadBalancer", "cp-dns")).await;
+    world.reconcile(NS, "cp").await.unwrap();
+    // Brought up once its records are decided, switched to, and the in-memory one is drained
+    // before it goes (still in the cloud).
+    let lb = get_lb(&world, "cp").await;
+    let status = lb.status.clone().unwrap();
+    assert_eq!(status.infrastructure_ref.as_ref().unwrap().name, "cp-dns");
+    assert_eq!(
+        cond(&lb, "InfrastructureMigration"),
+        ("True".into(), "MigrationDraining".into())
+    );
+    assert_eq!(world.cloud.load_balancers().len(), 1, "the old one drains");
+    let records = dns_infra_of(&world, "cp-dns").await.status.unwrap().records;
+    assert_eq!(records.len(), 2, "{records:?}");
+    world.run_until_stable(40).await.unwrap();
+    let status = get_lb(&world, "cp").await.status.unwrap();
+    assert_eq!(status.infrastructure_ref.unwrap().name, "cp-dns");
+    let mut addresses: Vec<String> = status.addresses.iter().map(|a| a.address.clone()).collect();
+    addresses.sort();
+    assert_eq!(addresses, ["10.0.0.11", "10.0.0.12"]);
+    assert_eq!(
+        a_records(&world, "cp", HOST).await,
+        ["10.0.0.11", "10.0.0.12"]
+    );
+    assert!(
+        world.cloud.load_balancers().is_empty(),
+        "the old one released"
+    );
+    let states = machines(&world, "cp").await;
+    assert!(
+        states.values().all(|(s, h)| s == "active" && *h),
+        "{states:?}"
+    );
+
+    // And back: the name is released once the in-memory load balancer serves.
+    merge_patch::<LoadBalancer>(&world, "cp", to("InMemoryLoadBalancer", "cp")).await;
+    world.run_until_stable(40).await.unwrap();
+    let status = get_lb(&world, "cp").await.status.unwrap();
+    assert_eq!(status.infrastructure_ref.unwrap().name, "cp");
+    assert_eq!(status.addresses.len(), 1);
+    assert!(a_records(&world, "cp", HOST).await.is_empty());
+    let states = machines(&world, "cp").await;
+    assert!(
+        states.values().all(|(s, h)| s == "active" && *h),
+        "{states:?}"
+    );
+}
