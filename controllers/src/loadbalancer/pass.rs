@@ -166,10 +166,18 @@ impl Reconciliation<'_> {
         // An address the policy refuses is published nowhere: not in `-ext`, not in DNS, not as a
         // Service's ingress, not as a Cluster's endpoint. The load balancer and its members stay.
         let refused = self.refused.clone();
-        let publishable = if refused.is_empty() {
-            self.status.addresses.clone()
-        } else {
-            Vec::new()
+        // A load balancer made of DNS records: each address is a target of its own, left out
+        // alone (one Machine's bad address does not take the name from the others).
+        let publishable = match (refused.is_empty(), self.records.is_some()) {
+            (true, _) => self.status.addresses.clone(),
+            (false, true) => self
+                .status
+                .addresses
+                .iter()
+                .filter(|a| !refused.iter().any(|r| r.address == a.address))
+                .cloned()
+                .collect(),
+            (false, false) => Vec::new(),
         };
         let published = if matches!(infra_state, InfraState::Problem { .. }) {
             None

@@ -256,6 +256,32 @@ async fn a_name_has_one_owner() {
 }
 
 #[tokio::test]
+async fn a_refused_target_address_is_left_out_of_the_records_alone() {
+    let world = dns_world(vec![
+        dns_lb("cp").build(),
+        dns_infra("cp", HOST, 30),
+        held_machine("cp-1", "cp", "10.0.0.11"),
+        // A tenant's Machine pointing at the cloud's metadata address.
+        held_machine("cp-2", "cp", "169.254.169.254"),
+    ])
+    .await
+    .playing_external_dns();
+    world.run_until_stable(20).await.unwrap();
+    let lb: LoadBalancer = get_lb(&world, "cp").await;
+    let published = condition(&lb, "EndpointPublished");
+    assert_eq!(published.reason, "AddressRefused");
+    assert!(
+        published.message.contains("169.254.169.254"),
+        "{published:?}"
+    );
+    assert_eq!(a_records(&world, "cp", HOST).await, ["10.0.0.11"]);
+    assert_eq!(
+        slices(&world, "cp-ext").await.get("cp-ext-ipv4").cloned(),
+        Some(vec!["10.0.0.11".to_string()])
+    );
+}
+
+#[tokio::test]
 async fn a_refused_loopback_address_is_published_nowhere() {
     let world = dns_world(vec![
         dns_lb("cp").build(),
