@@ -380,16 +380,7 @@ impl ObjectCache {
         keep: impl Fn(&DynamicObject) -> bool,
     ) -> Option<Vec<K>> {
         let listed = self.list(namespace, lookup, keep)?;
-        Some(
-            listed
-                .into_iter()
-                .filter_map(|o| {
-                    serde_json::to_value(o)
-                        .and_then(serde_json::from_value)
-                        .ok()
-                })
-                .collect(),
-        )
+        Some(listed.into_iter().filter_map(typed).collect())
     }
 
     /// [`Self::list_everywhere`] as objects of type `K`; an object that does not parse is left out.
@@ -400,11 +391,7 @@ impl ObjectCache {
         Some(
             self.list_everywhere(keep)?
                 .into_iter()
-                .filter_map(|o| {
-                    serde_json::to_value(o)
-                        .and_then(serde_json::from_value)
-                        .ok()
-                })
+                .filter_map(typed)
                 .collect(),
         )
     }
@@ -431,6 +418,13 @@ impl ObjectCache {
                 });
         }
     }
+}
+
+/// A cached object as its typed kind; `None` when it does not parse.
+pub fn typed<K: serde::de::DeserializeOwned>(object: DynamicObject) -> Option<K> {
+    serde_json::to_value(object)
+        .and_then(serde_json::from_value)
+        .ok()
 }
 
 /// What a cache keeps of each object of its kind (see [`without_managed_fields`], [`target_view`], [`cluster_view`]):

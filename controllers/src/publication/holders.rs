@@ -43,9 +43,7 @@ pub(super) async fn read(
         .cloned();
     let existing = match (found, cache.and_then(|c| c.get(namespace, name))) {
         (Some(found), _) => Some(found),
-        (None, Some(Some(cached))) => serde_json::to_value(cached)
-            .and_then(serde_json::from_value)
-            .ok(),
+        (None, Some(Some(cached))) => crate::cache::typed(cached),
         (None, _) => Api::<DNSEndpoint>::namespaced(client.clone(), namespace)
             .get_opt(name)
             .await

@@ -9,7 +9,8 @@
 //!   has its address (its drain has not started: clients still get it), then `Draining` while the
 //!   reconciler drains it, and gone once it is no longer listed.
 //! - The set is never empty once it had a record: when every target would leave, the records there
-//!   are stay (and are reported), and their targets with them.
+//!   are stay (and are reported). Their targets are not held for it: one asked to drain is
+//!   reported draining, one no longer listed is gone, so a Machine's deletion never waits on it.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -98,13 +99,21 @@ pub fn decide(
             out_of_dns
         }
     };
+    let kept_state = |name: &str| draining_asked(name).then_some(MemberState::Draining);
     out.members = out
         .records
         .iter()
-        .map(|r| MemberStatus {
-            name: r.target.clone(),
-            address: r.address.clone(),
-            state: state(&r.address, MemberState::Adding),
+        .filter_map(|r| {
+            let state = if out.kept_last.contains(&r.target) {
+                kept_state(&r.target)?
+            } else {
+                state(&r.address, MemberState::Adding)
+            };
+            Some(MemberStatus {
+                name: r.target.clone(),
+                address: r.address.clone(),
+                state,
+            })
         })
         .chain(out.draining.iter().map(|r| MemberStatus {
             name: r.target.clone(),
@@ -213,14 +222,22 @@ mod tests {
     }
 
     #[test]
-    fn the_records_never_go_empty_the_last_ones_stay_and_are_named() {
+    fn the_records_never_go_empty_the_last_ones_stay_and_are_named_but_hold_no_target() {
         let current = [record("a", "192.0.2.1")];
         let took = taken(&["192.0.2.1"]);
-        for desired in [vec![DesiredMember::drain("a")], vec![]] {
+        for (desired, members) in [
+            // Asked to drain: drains (its hooks go after the drain, the record stays).
+            (
+                vec![DesiredMember::drain("a")],
+                vec![("a".to_string(), MemberState::Draining)],
+            ),
+            // Drained, no longer listed: gone as a member, still the record.
+            (vec![], vec![]),
+        ] {
             let d = decide(&current, &[], &desired, &took);
             assert_eq!(d.records, current.to_vec(), "{desired:?}");
             assert_eq!(d.kept_last, vec!["a".to_string()]);
-            assert_eq!(states(&d), vec![("a".into(), MemberState::Active)]);
+            assert_eq!(states(&d), members, "{desired:?}");
         }
         // Nothing published yet: nothing to keep.
         let empty = decide(&[], &[], &[DesiredMember::drain("a")], &taken(&[]));
