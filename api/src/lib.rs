@@ -16,6 +16,7 @@ pub mod octavia;
 pub mod servicelb;
 pub mod target;
 pub mod validation;
+pub mod zoned;
 
 pub use dnslb::{DNSLoadBalancer, DNSLoadBalancerSpec, DNSLoadBalancerStatus};
 pub use inmemory::{InMemoryLoadBalancer, InMemoryLoadBalancerSpec, InMemoryLoadBalancerStatus};
@@ -25,6 +26,7 @@ pub use kubedc::{
 pub use loadbalancer::{LoadBalancer, LoadBalancerSpec, LoadBalancerStatus};
 pub use octavia::{OctaviaLoadBalancer, OctaviaLoadBalancerSpec, OctaviaLoadBalancerStatus};
 pub use servicelb::{ServiceLoadBalancer, ServiceLoadBalancerSpec, ServiceLoadBalancerStatus};
+pub use zoned::{ZonedLoadBalancer, ZonedLoadBalancerSpec, ZonedLoadBalancerStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -38,5 +40,6 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         OctaviaLoadBalancer::crd(),
         ServiceLoadBalancer::crd(),
         DNSLoadBalancer::crd(),
+        ZonedLoadBalancer::crd(),
     ]
 }

@@ -83,6 +83,12 @@ pub struct LoadBalancerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,
 
+    /// Only the targets whose `spec.failureDomain` is one of these (Cluster API Machines; what a
+    /// `ZonedLoadBalancer` gives each zone's LoadBalancer). Empty (the default): any failure domain.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub target_failure_domains: Vec<String>,
+
     /// Which target address to use, in order of preference: the first type a target reports in
     /// `status.addresses` wins. Defaults to `[InternalIP, ExternalIP]`.
     #[serde(default = "default_address_types")]
@@ -643,6 +649,7 @@ impl LoadBalancerSpec {
             ports: default_ports(),
             target_kind: TargetKind::default(),
             selector: None,
+            target_failure_domains: Vec::new(),
             target_address_types: default_address_types(),
             infrastructure_ref,
             publication: Publication::default(),

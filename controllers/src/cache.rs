@@ -439,14 +439,21 @@ pub fn without_managed_fields(object: &mut DynamicObject) {
 
 /// A target (a Cluster API Machine) as reconciles read it: its metadata, `status.addresses`, and
 /// the type and status of its conditions (`status.conditions`, `status.v1beta2.conditions`; the
-/// readiness gates). Its spec and the rest of its status (with Cluster API running, most of a
+/// readiness gates), and `spec.failureDomain`. The rest of its spec and of its status (with Cluster API running, most of a
 /// Machine: phase, node info, condition reasons, messages and times) are not kept.
 pub fn target_view(object: &mut DynamicObject) {
     without_managed_fields(object);
     let Some(data) = object.data.as_object_mut() else {
         return;
     };
-    data.remove("spec");
+    // Of the spec, only the failure domain (`spec.targetFailureDomains`).
+    let failure_domain = data
+        .remove("spec")
+        .and_then(|mut spec| spec.get_mut("failureDomain").map(Value::take))
+        .filter(|fd| !fd.is_null());
+    if let Some(failure_domain) = failure_domain {
+        data.insert("spec".into(), json!({"failureDomain": failure_domain}));
+    }
     let Some(status) = data.get_mut("status").and_then(Value::as_object_mut) else {
         return;
     };

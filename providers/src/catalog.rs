@@ -6,7 +6,7 @@
 
 use crate::entry::{Dependencies, Entry};
 use crate::registry::ProviderRegistry;
-use crate::{dnslb, inmemory, kubedc, octavia, servicelb};
+use crate::{dnslb, inmemory, kubedc, octavia, servicelb, zoned};
 
 /// Every provider capi-lb has, in the order `--providers` lists them.
 pub const CATALOG: &[Entry] = &[
@@ -15,6 +15,7 @@ pub const CATALOG: &[Entry] = &[
     octavia::ENTRY,
     servicelb::ENTRY,
     dnslb::ENTRY,
+    zoned::ENTRY,
 ];
 
 /// The entry named `name`.
@@ -29,7 +30,7 @@ pub fn names() -> Vec<&'static str> {
 
 /// The providers `capi-lb run` enables without `--providers`, and the shipped install: every
 /// entry with `shipped` (checked by a test).
-pub const DEFAULT_PROVIDERS: &str = "kubedc,octavia,service,dns";
+pub const DEFAULT_PROVIDERS: &str = "kubedc,octavia,service,dns,zoned";
 
 /// The names of the providers the shipped install enables.
 pub fn shipped() -> Vec<&'static str> {

@@ -106,7 +106,8 @@ pub fn observe(
     let mut targets: Vec<TargetObject> = objects
         .into_iter()
         .filter_map(|object| {
-            let selected = selector.matches(object.labels());
+            let selected = selector.matches(object.labels())
+                && in_failure_domains(&object, &spec.target_failure_domains);
             let ours = keys
                 .all()
                 .iter()
@@ -129,6 +130,16 @@ pub fn observe(
         .collect();
     targets.sort_by(|a, b| a.observed.name.cmp(&b.observed.name));
     targets
+}
+
+/// True when `object`'s `spec.failureDomain` is one of `domains`, or `domains` is empty.
+fn in_failure_domains(object: &DynamicObject, domains: &[String]) -> bool {
+    domains.is_empty()
+        || object
+            .data
+            .pointer("/spec/failureDomain")
+            .and_then(Value::as_str)
+            .is_some_and(|fd| domains.iter().any(|d| d == fd))
 }
 
 /// The objects of `resource` in `namespace` a LoadBalancer must look at ([`concerns`]): from the

@@ -507,16 +507,15 @@ fn hash_metadata(o: &DynamicObject, h: &mut DefaultHasher) {
     o.metadata.deletion_timestamp.is_some().hash(h);
 }
 
-/// A Machine as targets read it: its metadata (above), its addresses and the type and status of
-/// its conditions (readiness gates). Cluster API's own updates of its phase, finalizers, owner
+/// A Machine as targets read it: its metadata (above), its addresses, its failure domain and the
+/// type and status of its conditions (readiness gates). Cluster API's own updates of its phase, finalizers, owner
 /// references and the times and messages of conditions do not trigger a reconcile.
 fn machine_projection(o: &DynamicObject) -> u64 {
     let mut h = DefaultHasher::new();
     hash_metadata(o, &mut h);
-    o.data
-        .pointer("/status/addresses")
-        .map(ToString::to_string)
-        .hash(&mut h);
+    for path in ["/status/addresses", "/spec/failureDomain"] {
+        o.data.pointer(path).map(ToString::to_string).hash(&mut h);
+    }
     for path in crate::loadbalancer::targets::CONDITION_LISTS {
         for c in o
             .data
