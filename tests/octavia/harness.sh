@@ -9,7 +9,7 @@
 # Octavia runs with its amphora provider and no-op compute/network/amphora drivers, so load balancers
 # go through the real provisioning states (PENDING_CREATE -> ACTIVE, PENDING_UPDATE, 409 while
 # pending) without any cloud. `start` writes $STATE/env (OS_AUTH_URL, application credential,
-# project, a subnet ID) and $STATE/clouds.yaml for the tests. Facts behind the configuration:
+# project, a subnet ID) and $STATE/clouds.yaml for the tests, and makes availability zones az1 and az2. Facts behind the configuration:
 # ../shared/FACTS.md section 7.
 set -euo pipefail
 
@@ -283,6 +283,28 @@ start_neutron_sim() {
     -d "{\"id\": \"$FIP_NETWORK\", \"cidr\": \"$FIP_CIDR\"}" >/dev/null
 }
 
+# Two availability zones, az1 and az2, as an operator makes them (an availability zone profile of
+# the amphora provider each, with its compute zone), once: the zoned provider's tests put one
+# Octavia load balancer in each. Created with the admin token; Octavia checks a load balancer's
+# availability_zone against them.
+availability_zones() {
+  local token zone profile
+  token="$(admin_token)"
+  for zone in az1 az2; do
+    if curl -fsS "http://127.0.0.1:9876/v2/lbaas/availabilityzones/$zone" -H "X-Auth-Token: $token" >/dev/null 2>&1; then
+      continue
+    fi
+    profile="$(curl -fsS -X POST http://127.0.0.1:9876/v2/lbaas/availabilityzoneprofiles -H "X-Auth-Token: $token" \
+      -H 'Content-Type: application/json' -d "{\"availability_zone_profile\": {\"name\": \"$zone\",
+      \"provider_name\": \"amphora\", \"availability_zone_data\": \"{\\\"compute_zone\\\": \\\"$zone\\\"}\"}}" \
+      | json "['availability_zone_profile']['id']")"
+    curl -fsS -X POST http://127.0.0.1:9876/v2/lbaas/availabilityzones -H "X-Auth-Token: $token" \
+      -H 'Content-Type: application/json' \
+      -d "{\"availability_zone\": {\"name\": \"$zone\", \"availability_zone_profile_id\": \"$profile\"}}" >/dev/null
+    log "availability zone $zone created"
+  done
+}
+
 start() {
   mkdir -p "$STATE"
   start_mariadb
@@ -290,6 +312,7 @@ start() {
   if ! curl -fs -o /dev/null http://127.0.0.1:5000/v3; then start_keystone; fi
   bootstrap_identity
   if ! curl -s -o /dev/null http://127.0.0.1:9876/; then start_octavia; fi
+  availability_zones
   start_neutron_sim
   log "ready: $STATE/env"
 }

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::{
     DNSLoadBalancer, InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer,
-    ServiceLoadBalancer,
+    ServiceLoadBalancer, ZonedLoadBalancer,
 };
 use capi_lb_providers::clock::SharedClock;
 use futures::future::BoxFuture;
@@ -173,6 +173,7 @@ impl InMemoryApiBuilder {
             .with_resource::<ServiceLoadBalancer>()
             .with_resource::<OctaviaLoadBalancer>()
             .with_resource::<DNSLoadBalancer>()
+            .with_resource::<ZonedLoadBalancer>()
             .with_resource::<Machine>()
             .with_resource::<Cluster>();
         Self {

@@ -26,3 +26,4 @@ mod simulate;
 mod templates;
 mod workflows;
 mod workload_endpoints;
+mod zoned;

@@ -351,6 +351,48 @@ async fn dns_loadbalancer_scenario() -> BTreeSet<Permission> {
     observed(&world)
 }
 
+/// The zoned provider over two in-memory zones: each zone's LoadBalancer made, a zone removed (its
+/// LoadBalancer deleted), then the parent deleted.
+async fn zoned_scenario() -> BTreeSet<Permission> {
+    let zone = |name: &str, infra: &str| {
+        json!({"name": name, "failureDomains": [name], "infrastructureRef": {
+            "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "InMemoryLoadBalancer", "name": infra}})
+    };
+    let zoned = |zones: Vec<Value>| {
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "ZonedLoadBalancer",
+               "metadata": {"name": "zoned", "namespace": NS}, "spec": {"zones": zones}})
+    };
+    let mut m1 = machine("zoned-m1", "zoned", "10.0.0.11").build();
+    m1["spec"]["failureDomain"] = json!("az1");
+    let world = World::new(vec![
+        lb("zoned")
+            .spec(
+                "infrastructureRef",
+                json!({"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "ZonedLoadBalancer", "name": "zoned"}),
+            )
+            .build(),
+        zoned(vec![zone("az1", "zoned-az1"), zone("az2", "zoned-az2")]),
+        infra("zoned-az1").build(),
+        infra("zoned-az2").build(),
+        m1,
+    ])
+    .await
+    .unwrap();
+    world.run_until_stable(40).await.unwrap();
+    assert!(is_ready(&get_lb(&world, "zoned").await));
+    merge_patch::<capi_lb_api::ZonedLoadBalancer>(
+        &world,
+        "zoned",
+        zoned(vec![zone("az1", "zoned-az1")]),
+    )
+    .await;
+    world.run_until_stable(40).await.unwrap();
+    delete::<LoadBalancer>(&world, "zoned").await;
+    world.run_until_stable(40).await.unwrap();
+    assert!(world.cloud.load_balancers().is_empty());
+    observed(&world)
+}
+
 /// The `-ext` publisher publishing a Service's hostnames annotation (ExternalDNS's DNSEndpoint
 /// kind served): created, changed (another ingress), then the annotation removed so that it is
 /// deleted.
@@ -534,6 +576,7 @@ async fn the_generated_cluster_role_allows_exactly_what_the_controllers_do() {
     used.extend(external_scenario().await);
     used.extend(loadbalancer_dns_scenario().await);
     used.extend(dns_loadbalancer_scenario().await);
+    used.extend(zoned_scenario().await);
     used.extend(external_dns_scenario().await);
     used.extend(kubedc_scenario().await);
     used.extend(service_scenario().await);

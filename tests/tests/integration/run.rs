@@ -74,7 +74,7 @@ async fn unknown_providers_are_refused_with_the_available_ones() {
     let err = providers(&["azure".to_string()], &client, clock(), None).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "unknown provider \"azure\"; available: inmemory, kubedc, octavia, service, dns"
+        "unknown provider \"azure\"; available: inmemory, kubedc, octavia, service, dns, zoned"
     );
     let registry = providers(
         &[
