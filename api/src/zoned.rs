@@ -98,6 +98,10 @@ pub struct ZoneStatus {
     /// True when its LoadBalancer is Ready.
     #[serde(default)]
     pub ready: bool,
+    /// True once its LoadBalancer has been Ready: a zone not Ready after that is down (a
+    /// Warning), before that it is being provisioned.
+    #[serde(default)]
+    pub provisioned: bool,
     /// True when its LoadBalancer is Ready with at least one active target: its addresses are
     /// published.
     #[serde(default)]

@@ -1381,6 +1381,38 @@ pub fn capi_cluster_naming(name: &str, lb: &str) -> Value {
     cluster
 }
 
+/// BIND's A records for `host`, asked with `dig` (sorted; empty for NXDOMAIN or no data).
+pub fn dig(host: &str) -> Vec<String> {
+    let server = external_dns().server;
+    let out = Command::new("dig")
+        .args([
+            &format!("@{}", server.ip()),
+            "-p",
+            &server.port().to_string(),
+            "+short",
+            "+norecurse",
+            "+time=1",
+            "+tries=3",
+            host,
+            "A",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("running dig (Debian's bind9-dnsutils): {e}"));
+    assert!(
+        out.status.success(),
+        "dig failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut answers: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
+    answers.sort();
+    answers
+}
+
 /// A Machine of Cluster `demo` with `labels`, on the test infrastructure kind `TestMachine` of the
 /// same name (which need not exist), with Cluster API's finalizer (which [`release_machine`] or
 /// [`TestNs::finish`] removes where no Cluster API manager would, as it would once its hooks are

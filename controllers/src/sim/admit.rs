@@ -7,23 +7,24 @@ use capi_lb_api::constants::{GROUP as LOADBALANCER_GROUP, INFRASTRUCTURE_GROUP};
 use capi_lb_api::validation::{FieldErrors, parse};
 use capi_lb_api::{
     DNSLoadBalancer, InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer,
-    ServiceLoadBalancer,
+    ServiceLoadBalancer, ZonedLoadBalancer,
 };
 use serde_json::{Value, json};
 
 /// Kinds a manifest may contain to be simulated.
-const SUPPORTED: &str = "LoadBalancer (loadbalancer.cluster.x-k8s.io/v1alpha1); InMemoryLoadBalancer, KubeDCLoadBalancer, OctaviaLoadBalancer, ServiceLoadBalancer and DNSLoadBalancer (infrastructure.cluster.x-k8s.io/v1alpha1); Machine and Cluster (cluster.x-k8s.io/v1beta2); Service (v1); EndpointSlice (discovery.k8s.io/v1); as context, not simulated: Secret, ConfigMap and Namespace (v1) and the kinds of other projects (e.g. OpenStackCluster, KamajiControlPlane, KubeadmControlPlane)";
+const SUPPORTED: &str = "LoadBalancer (loadbalancer.cluster.x-k8s.io/v1alpha1); InMemoryLoadBalancer, KubeDCLoadBalancer, OctaviaLoadBalancer, ServiceLoadBalancer, DNSLoadBalancer and ZonedLoadBalancer (infrastructure.cluster.x-k8s.io/v1alpha1); Machine and Cluster (cluster.x-k8s.io/v1beta2); Service (v1); EndpointSlice (discovery.k8s.io/v1); as context, not simulated: Secret, ConfigMap and Namespace (v1) and the kinds of other projects (e.g. OpenStackCluster, KamajiControlPlane, KubeadmControlPlane)";
 
 /// capi-lb's API groups.
 const GROUPS: [&str; 2] = [LOADBALANCER_GROUP, INFRASTRUCTURE_GROUP];
 /// capi-lb's kinds and the group of each.
-const KINDS: [(&str, &str); 6] = [
+const KINDS: [(&str, &str); 7] = [
     ("LoadBalancer", LOADBALANCER_GROUP),
     ("InMemoryLoadBalancer", INFRASTRUCTURE_GROUP),
     ("KubeDCLoadBalancer", INFRASTRUCTURE_GROUP),
     ("OctaviaLoadBalancer", INFRASTRUCTURE_GROUP),
     ("ServiceLoadBalancer", INFRASTRUCTURE_GROUP),
     ("DNSLoadBalancer", INFRASTRUCTURE_GROUP),
+    ("ZonedLoadBalancer", INFRASTRUCTURE_GROUP),
 ];
 
 pub(super) fn describe(doc: &Value) -> String {
@@ -160,6 +161,9 @@ pub(super) fn admit(mut doc: Value) -> Result<Admitted, Vec<String>> {
         }
         ("infrastructure.cluster.x-k8s.io/v1alpha1", "DNSLoadBalancer") => {
             validated::<DNSLoadBalancer>(&doc)
+        }
+        ("infrastructure.cluster.x-k8s.io/v1alpha1", "ZonedLoadBalancer") => {
+            validated::<ZonedLoadBalancer>(&doc)
         }
         ("cluster.x-k8s.io/v1beta2", "Machine") => {
             let mut problems = Vec::new();

@@ -211,7 +211,8 @@ impl ZonedProvider {
 }
 
 /// What the LoadBalancer's `InfrastructureReady` says about its zones, once it has addresses.
-fn notice(zones: &[ZoneStatus]) -> Option<Notice> {
+/// `refused` names the zones whose LoadBalancer could not be made.
+fn notice(zones: &[ZoneStatus], refused: &BTreeSet<String>) -> Option<Notice> {
     let named = |pick: &dyn Fn(&ZoneStatus) -> bool| {
         zones
             .iter()
@@ -231,11 +232,23 @@ fn notice(zones: &[ZoneStatus]) -> Option<Notice> {
             named(&|_| true),
             "no zone serves: the name keeps the last addresses that did",
         )
-    } else if zones.iter().any(|z| !z.ready) {
+    } else if !refused.is_empty() {
+        (
+            reason::ZONE_REFUSED,
+            named(&|z| refused.contains(&z.name)),
+            "out of the name until that is fixed",
+        )
+    } else if zones.iter().any(|z| !z.ready && z.provisioned) {
         (
             reason::ZONE_DOWN,
-            named(&|z| !z.ready),
+            named(&|z| !z.ready && z.provisioned),
             "out of the name until its load balancer is Ready again",
+        )
+    } else if zones.iter().any(|z| !z.ready) {
+        (
+            reason::ZONES_PROVISIONING,
+            named(&|z| !z.ready),
+            "in the name once its load balancer is Ready",
         )
     } else if zones.iter().any(|z| !z.serving) {
         (
@@ -269,7 +282,7 @@ impl Provider for ZonedProvider {
         let children = self.children(identity).await?;
         let mut changes = Vec::new();
         let mut zones = Vec::new();
-        let mut refused = 0;
+        let mut refused = BTreeSet::new();
         for zone in &infra.spec.zones {
             let name = plan::child_name(&identity.name, &zone.name)
                 .map_err(|e| ProviderError::permanent(INVALID_CONFIGURATION, e))?;
@@ -284,7 +297,9 @@ impl Provider for ZonedProvider {
                     &mut changes,
                 )
                 .await?;
-            refused += usize::from(!made);
+            if !made {
+                refused.insert(zone.name.clone());
+            }
             zones.push(standing);
         }
         let kept: BTreeSet<&str> = zones.iter().map(|z| z.load_balancer.as_str()).collect();
@@ -296,11 +311,19 @@ impl Provider for ZonedProvider {
             &mut changes,
         )
         .await?;
-        let before = infra.status.map(|s| s.addresses).unwrap_or_default();
+        let before = infra.status.unwrap_or_default();
+        for zone in &mut zones {
+            zone.provisioned = zone.ready
+                || before
+                    .zones
+                    .iter()
+                    .any(|z| z.load_balancer == zone.load_balancer && z.provisioned);
+        }
+        let before = before.addresses;
         let addresses = plan::published(&zones, &before);
         let progress = if addresses.is_empty() {
             Progress::pending_because(
-                if refused == zones.len() {
+                if refused.len() == zones.len() {
                     reason::ZONE_REFUSED
                 } else {
                     reason::ZONES_PROVISIONING
@@ -335,7 +358,7 @@ impl Provider for ZonedProvider {
         };
         Ok(EnsureOutcome {
             notice: if progress.is_done() {
-                notice(&zones)
+                notice(&zones, &refused)
             } else {
                 None
             },

@@ -7,14 +7,13 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Machine;
 use capi_lb_api::target::TargetKeys;
 use capi_lb_tests::k8s::{
-    TestNs, condition, external_dns, install_capi_crds, listen, machine, release_machine,
+    TestNs, condition, dig, external_dns, install_capi_crds, listen, machine, release_machine,
     set_machine_ip, wait_for,
 };
 use kube::ResourceExt;
@@ -101,38 +100,6 @@ async fn stop(listener: Option<JoinHandle<()>>) {
         listener.abort();
         let _ = listener.await;
     }
-}
-
-/// BIND's A records for `host`, asked with `dig` (sorted; empty for NXDOMAIN or no data).
-fn dig(host: &str) -> Vec<String> {
-    let server = external_dns().server;
-    let out = Command::new("dig")
-        .args([
-            &format!("@{}", server.ip()),
-            "-p",
-            &server.port().to_string(),
-            "+short",
-            "+norecurse",
-            "+time=1",
-            "+tries=3",
-            host,
-            "A",
-        ])
-        .output()
-        .unwrap_or_else(|e| panic!("running dig (Debian's bind9-dnsutils): {e}"));
-    assert!(
-        out.status.success(),
-        "dig failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut answers: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(String::from)
-        .collect();
-    answers.sort();
-    answers
 }
 
 fn ips(addresses: &[&SocketAddr]) -> Vec<String> {

@@ -40,3 +40,4 @@ mod triggers;
 mod unreadable;
 mod v1beta1;
 mod workload_endpoints;
+mod zoned;

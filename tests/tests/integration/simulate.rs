@@ -486,11 +486,26 @@ async fn every_example_simulates_and_shows_what_it_says() {
                 assert_eq!(families, ["IPv4", "IPv6", "IPv4"]);
                 assert!(docs.iter().any(|d| d["spec"]["type"] == "ExternalName"));
             }
+            "zoned/octavia-per-zone.yaml" => {
+                assert!(sim.not_ready.is_empty(), "{}", sim.output);
+                for line in [
+                    "# LoadBalancer default/demo-az1: Ready\n#   target Machine/cp-a: active, deletion hooks held\n#   target Machine/cp-c: active",
+                    "# LoadBalancer default/demo-az2: Ready\n#   target Machine/cp-b: active",
+                    "DNSEndpoint demo: api.demo.example.com A 203.0.113.1,203.0.113.2",
+                ] {
+                    assert!(sim.output.contains(line), "{line:?} in {}", sim.output);
+                }
+                let lb = docs
+                    .iter()
+                    .find(|d| d["kind"] == "LoadBalancer" && d["metadata"]["name"] == "demo")
+                    .unwrap();
+                assert_eq!(lb["status"]["addresses"].as_array().map(Vec::len), Some(2));
+            }
             other => panic!("examples/{other} has no check here: add one"),
         }
         seen.push(name);
     }
-    assert_eq!(seen.len(), 14, "{seen:?}");
+    assert_eq!(seen.len(), 15, "{seen:?}");
 }
 
 /// Every `.yaml` under examples/, in its folders too, sorted.

@@ -333,7 +333,7 @@ async fn a_zone_name_taken_by_another_load_balancer_is_left_alone_and_reported()
     let parent = get_lb(&world, "cp").await;
     assert_eq!(prefix(&ips(&parent)), ["203.0.113"]);
     let infra_ready = condition(&parent, "InfrastructureReady");
-    assert_eq!(infra_ready.reason, "ZoneDown");
+    assert_eq!(infra_ready.reason, "ZoneRefused");
     assert!(
         infra_ready.message.contains("exists and is not cp's zone"),
         "{infra_ready:?}"
