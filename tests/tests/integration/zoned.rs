@@ -349,3 +349,116 @@ async fn a_zone_name_taken_by_another_load_balancer_is_left_alone_and_reported()
             .is_some()
     );
 }
+
+/// Each LoadBalancer's deletion hooks on a Machine (pre-drain and pre-terminate), and its state.
+async fn held(world: &World, lb: &str, machine: &str) -> (String, bool) {
+    let keys = TargetKeys::new(NS, lb);
+    let m = Api::<Machine>::namespaced(world.client(), NS)
+        .get(machine)
+        .await
+        .unwrap();
+    let a = m.annotations();
+    (
+        a.get(&keys.state).cloned().unwrap_or_default(),
+        a.contains_key(&keys.pre_drain) && a.contains_key(&keys.pre_terminate),
+    )
+}
+
+#[tokio::test]
+async fn a_deleted_machine_drains_from_its_zone_and_is_let_go_by_both_after_drain_seconds() {
+    use capi_lb_providers::clock::Clock;
+    use std::time::Duration;
+
+    let mut parent = zoned_lb();
+    parent["spec"]["drainSeconds"] = json!(10);
+    let machines: Vec<Value> = [
+        ("m1", "az1", "10.0.1.1"),
+        ("m2", "az2", "10.0.2.1"),
+        ("m3", "az1", "10.0.1.2"),
+    ]
+    .iter()
+    .map(|(name, zone, ip)| {
+        let mut m = zone_machine(name, zone, ip);
+        // Cluster API's own finalizer: a deleted Machine stays until the hooks are released.
+        m["metadata"]["finalizers"] = json!(["machine.cluster.x-k8s.io"]);
+        m
+    })
+    .collect();
+    let mut objects = vec![
+        parent,
+        zoned_infra(&[("az1", "cp-az1"), ("az2", "cp-az2")]),
+        pool("cp-az1", "203.0.113.0/24"),
+        pool("cp-az2", "198.51.100.0/24"),
+    ];
+    objects.extend(machines);
+    let world = World::with_builder(objects, |b| b.with_resource::<DNSEndpoint>())
+        .await
+        .unwrap();
+    settle(&world).await;
+    for lb in ["cp", "cp-az1"] {
+        assert_eq!(
+            held(&world, lb, "m3").await,
+            ("active".to_string(), true),
+            "{lb}"
+        );
+    }
+    assert_eq!(
+        held(&world, "cp-az2", "m3").await,
+        (String::new(), false),
+        "not in az2"
+    );
+
+    delete::<Machine>(&world, "m3").await;
+    let round = || async {
+        for lb in ["cp-az1", "cp-az2", "cp"] {
+            world.reconcile(NS, lb).await.unwrap();
+        }
+    };
+    round().await;
+    round().await;
+    let started = world.clock.now();
+    // Draining from az1's load balancer (weight 0 in the cloud), held by both LoadBalancers.
+    for lb in ["cp", "cp-az1"] {
+        assert_eq!(
+            held(&world, lb, "m3").await,
+            ("removing".to_string(), true),
+            "{lb}"
+        );
+    }
+    let m3 = world
+        .cloud
+        .load_balancers()
+        .into_iter()
+        .find_map(|l| l.members.get("m3").cloned())
+        .unwrap();
+    assert_eq!(m3.state, capi_lb_providers::provider::MemberState::Draining);
+
+    world.clock.advance(Duration::from_secs(9));
+    round().await;
+    for lb in ["cp", "cp-az1"] {
+        assert!(
+            held(&world, lb, "m3").await.1,
+            "{lb} let go before drainSeconds"
+        );
+    }
+    world.clock.advance(Duration::from_secs(1));
+    round().await;
+    round().await;
+    for lb in ["cp", "cp-az1"] {
+        assert!(
+            !held(&world, lb, "m3").await.1,
+            "{lb} still holds m3 after drainSeconds"
+        );
+    }
+    assert_eq!(world.clock.now().duration_since(started).as_secs(), 10);
+    // The other targets serve on.
+    assert_eq!(held(&world, "cp", "m1").await, ("active".to_string(), true));
+    assert_eq!(
+        held(&world, "cp-az2", "m2").await,
+        ("active".to_string(), true)
+    );
+    assert_eq!(
+        prefix(&ips(&get_lb(&world, "cp").await)),
+        ["198.51.100", "203.0.113"]
+    );
+}
