@@ -146,6 +146,7 @@ mod tests {
             "octavia".into(),
             "service".into(),
             "dns".into(),
+            "zoned".into(),
         ]);
         expected.metrics_address = Some("127.0.0.1:8080".parse().unwrap());
         assert_eq!(format!("{options:?}"), format!("{expected:?}"));

@@ -17,7 +17,7 @@ fn an_unknown_provider_is_refused_with_the_available_ones_before_connecting() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("invalid value 'azure'"), "{stderr}");
     assert!(
-        stderr.contains("[possible values: inmemory, kubedc, octavia, service, dns]"),
+        stderr.contains("[possible values: inmemory, kubedc, octavia, service, dns, zoned]"),
         "{stderr}"
     );
     assert!(!stderr.contains("Kubernetes"), "{stderr}");

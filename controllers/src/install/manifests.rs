@@ -608,7 +608,7 @@ mod tests {
                     let values = &selector["matchExpressions"][0]["values"];
                     assert_eq!(
                         values,
-                        &json!(["controller", "kubedc", "octavia", "service", "dns"]),
+                        &json!(["controller", "kubedc", "octavia", "service", "dns", "zoned"]),
                         "{file}"
                     );
                 }

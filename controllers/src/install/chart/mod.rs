@@ -439,7 +439,7 @@ mod tests {
         assert_eq!(values["securityContext"]["readOnlyRootFilesystem"], true);
         assert_eq!(
             values["providers"],
-            json!(["kubedc", "octavia", "service", "dns"])
+            json!(["kubedc", "octavia", "service", "dns", "zoned"])
         );
     }
 
