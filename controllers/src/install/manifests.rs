@@ -621,7 +621,7 @@ mod tests {
                         container["args"]
                             .as_array()
                             .unwrap()
-                            .contains(&json!("--providers=kubedc,octavia,service,dns")),
+                            .contains(&json!("--providers=kubedc,octavia,service,dns,zoned")),
                         "{file}"
                     );
                 }

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use capi_lb_api::validation::{FieldErrors, parse, resolve_field_path};
 use capi_lb_api::{
     DNSLoadBalancer, InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer,
-    ServiceLoadBalancer,
+    ServiceLoadBalancer, ZonedLoadBalancer,
 };
 use capi_lb_tests::k8s::{
     TestNs, admin_client, apply_value, clusterctl_generate_yaml, dynamic_api, install_capi_crds,
@@ -643,6 +643,7 @@ fn client_validate(kind: &str, object: &Value) -> Result<(), FieldErrors> {
         "OctaviaLoadBalancer" => parse::<OctaviaLoadBalancer>(object).map(drop),
         "ServiceLoadBalancer" => parse::<ServiceLoadBalancer>(object).map(drop),
         "DNSLoadBalancer" => parse::<DNSLoadBalancer>(object).map(drop),
+        "ZonedLoadBalancer" => parse::<ZonedLoadBalancer>(object).map(drop),
         other => panic!("no client-side validation for {other}"),
     }
 }
@@ -729,6 +730,12 @@ fn lb_spec(extra: Value) -> Value {
         spec[k] = v.clone();
     }
     spec
+}
+
+/// A zone of a ZonedLoadBalancer on the infrastructure object `kind`/`name`.
+fn zone(name: &str, kind: &str, infra: &str) -> Value {
+    json!({"name": name, "infrastructureRef": {
+        "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": kind, "name": infra}})
 }
 
 fn octavia_spec(extra: Value) -> Value {
@@ -955,6 +962,28 @@ fn cel_cases() -> Vec<CelCase> {
             "spec.hostname",
         )
         .spec(json!({"hostname": format!("{}.example.com", "a".repeat(64))})),
+        // ZonedLoadBalancer
+        case(
+            "ZonedLoadBalancer",
+            "spec.zones",
+            "zone names must be unique",
+            "spec.zones",
+        )
+        .spec(json!({"zones": [zone("az1", "OctaviaLoadBalancer", "a"), zone("az1", "OctaviaLoadBalancer", "b")]})),
+        case(
+            "ZonedLoadBalancer",
+            "spec.zones",
+            "each zone needs its own infrastructure object",
+            "spec.zones",
+        )
+        .spec(json!({"zones": [zone("az1", "OctaviaLoadBalancer", "a"), zone("az2", "OctaviaLoadBalancer", "a")]})),
+        case(
+            "ZonedLoadBalancer",
+            "spec.zones[*]",
+            "cannot itself be a ZonedLoadBalancer",
+            "spec.zones[1].infrastructureRef",
+        )
+        .spec(json!({"zones": [zone("az1", "OctaviaLoadBalancer", "a"), zone("az2", "ZonedLoadBalancer", "b")]})),
         // InMemoryLoadBalancer
         case(
             "InMemoryLoadBalancer",
