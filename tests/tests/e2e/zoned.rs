@@ -12,11 +12,12 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer};
+use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer, ZonedLoadBalancer};
 use capi_lb_tests::k8s::{
     TestNs, dig, external_dns, install_capi_crds, machine, set_machine_ip, wait_for, warning_event,
 };
 use capi_lb_tests::octavia::{self, Harness};
+use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
@@ -182,6 +183,32 @@ async fn one_name_over_two_availability_zones_keeps_answering_when_one_load_bala
     assert_eq!(
         in_octavia(&h, &id2),
         ("az2".to_string(), BTreeSet::from(["10.0.2.1".to_string()]))
+    );
+
+    // Settled, nothing is written: the zones' LoadBalancers as the apiserver defaults them are
+    // what the provider wants (else it would apply them on every pass, and each apply would wake
+    // the zone, whose status write wakes the parent again).
+    let versions = || async {
+        let mut out = Vec::new();
+        for name in ["cp", "cp-az1", "cp-az2"] {
+            out.push(lbs.get(name).await.unwrap().resource_version());
+        }
+        out.push(
+            t.api::<ZonedLoadBalancer>()
+                .get("cp")
+                .await
+                .unwrap()
+                .resource_version(),
+        );
+        out
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = versions().await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        versions().await,
+        before,
+        "a settled zoned LoadBalancer was written"
     );
 
     // az2's load balancer goes to ERROR behind capi-lb's back (a failed amphora): at its next
