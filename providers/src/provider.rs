@@ -301,6 +301,9 @@ impl Progress {
 pub struct EnsureRequest<'a> {
     /// Owner identity (ownership tags).
     pub identity: &'a LoadBalancerIdentity,
+    /// The LoadBalancer as the reconciler read it: for a provider whose load balancer is made of
+    /// other LoadBalancers (the zoned provider gives each zone the LoadBalancer's settings).
+    pub loadbalancer: &'a capi_lb_api::LoadBalancer,
     /// The infrastructure object (`spec.infrastructureRef`), with its spec and status.
     pub infra: &'a DynamicObject,
     /// Listeners to configure.

@@ -55,6 +55,16 @@ fn identity(name: &str) -> LoadBalancerIdentity {
     }
 }
 
+/// The LoadBalancer the requests are for (the in-memory provider does not read it).
+fn parent() -> capi_lb_api::LoadBalancer {
+    serde_json::from_value(json!({
+        "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
+        "metadata": {"name": "cp", "namespace": "default"},
+        "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                       "kind": "InMemoryLoadBalancer", "name": "cp"}}}))
+    .unwrap()
+}
+
 fn listeners() -> Vec<Listener> {
     vec![Listener {
         name: "api".into(),
@@ -80,6 +90,7 @@ async fn ensure(
     w.provider
         .ensure(EnsureRequest {
             identity: id,
+            loadbalancer: &parent(),
             infra,
             listeners: &listeners(),
             source_ranges: &[],
@@ -146,6 +157,7 @@ async fn a_restarted_controller_adopts_by_tag_and_never_duplicates() {
     let adopted = restarted
         .ensure(EnsureRequest {
             identity: &id,
+            loadbalancer: &parent(),
             infra: &infra,
             listeners: &listeners(),
             source_ranges: &[],

@@ -128,6 +128,7 @@ impl Reconciliation<'_> {
             .provider
             .ensure(EnsureRequest {
                 identity: &self.identity,
+                loadbalancer: self.lb,
                 infra: &claimed.infra,
                 listeners: &claimed.listeners,
                 source_ranges: &self.lb.spec.source_ranges,

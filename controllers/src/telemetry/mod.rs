@@ -671,6 +671,15 @@ mod tests {
         let _ = provider
             .ensure(EnsureRequest {
                 identity: &identity,
+                loadbalancer: &capi_lb_api::LoadBalancer::new(
+                    "cp",
+                    capi_lb_api::LoadBalancerSpec::with_infrastructure(
+                        serde_json::from_value(serde_json::json!({
+                            "apiGroup": "infrastructure.cluster.x-k8s.io",
+                            "kind": "InMemoryLoadBalancer", "name": "cp"}))
+                        .unwrap(),
+                    ),
+                ),
                 infra: &infra,
                 listeners: &[],
                 source_ranges: &[],

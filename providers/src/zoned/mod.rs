@@ -270,11 +270,7 @@ impl Provider for ZonedProvider {
     async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
         let infra = read(request.infra)?;
         let identity = request.identity;
-        let parent = self
-            .api(&identity.namespace)
-            .get(&identity.name)
-            .await
-            .map_err(|e| api_error(&format!("get LoadBalancer {}", identity.name), e))?;
+        let parent = request.loadbalancer;
         let selector: LabelSelector = parent
             .effective_selector()
             .map_err(|e| ProviderError::permanent(INVALID_CONFIGURATION, e.to_string()))?
@@ -286,7 +282,7 @@ impl Provider for ZonedProvider {
         for zone in &infra.spec.zones {
             let name = plan::child_name(&identity.name, &zone.name)
                 .map_err(|e| ProviderError::permanent(INVALID_CONFIGURATION, e))?;
-            let desired = plan::child(&parent, identity, selector.clone(), zone);
+            let desired = plan::child(parent, identity, selector.clone(), zone);
             let (standing, made) = self
                 .zone(
                     identity,

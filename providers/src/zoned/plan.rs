@@ -5,16 +5,15 @@ use std::collections::BTreeMap;
 
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::conditions::find;
-use capi_lb_api::constants::{
-    DNS_LABEL_MAX, GROUP, LABEL_MANAGED_BY, MANAGED_BY_VALUE, VERSION, WATCH_FILTER_LABEL,
-};
+use capi_lb_api::constants::{DNS_LABEL_MAX, GROUP, VERSION, WATCH_FILTER_LABEL};
 use capi_lb_api::loadbalancer::{LoadBalancerAddress, LoadBalancerSpec, Publication};
 use capi_lb_api::zoned::{Zone, ZoneStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::ResourceExt;
 
+use crate::lbservice;
 use crate::provider::{
-    DesiredMember, LoadBalancerIdentity, MemberIntent, MemberState, MemberStatus, tags,
+    DesiredMember, LoadBalancerIdentity, MemberIntent, MemberState, MemberStatus,
 };
 
 /// The name of `zone`'s LoadBalancer: `<parent>-<zone>`, or why it cannot be one.
@@ -66,10 +65,7 @@ pub fn child(
         }
     }
     let spec = &parent.spec;
-    let mut labels = BTreeMap::from([
-        (LABEL_MANAGED_BY.to_string(), MANAGED_BY_VALUE.to_string()),
-        (tags::UID.to_string(), identity.uid.clone()),
-    ]);
+    let mut labels = lbservice::labels(identity, None);
     if let Some(filter) = parent.labels().get(WATCH_FILTER_LABEL) {
         labels.insert(WATCH_FILTER_LABEL.to_string(), filter.clone());
     }
@@ -100,24 +96,17 @@ pub fn child(
         name: Some(name),
         namespace: Some(identity.namespace.clone()),
         labels: Some(labels),
-        annotations: Some(BTreeMap::from([
-            (tags::NAMESPACE.to_string(), identity.namespace.clone()),
-            (tags::NAME.to_string(), identity.name.clone()),
-        ])),
+        annotations: Some(lbservice::annotations(identity)),
         owner_references: Some(vec![owner]),
         ..ObjectMeta::default()
     };
     Ok(child)
 }
 
-/// Whether `existing` is a zone LoadBalancer made for `identity` (its UID label and name
-/// annotations): only those are updated or deleted.
+/// Whether `existing` is a zone LoadBalancer made for `identity` (its UID label and namespace and
+/// name annotations, as for every object a provider makes): only those are updated or deleted.
 pub fn is_ours(existing: &LoadBalancer, identity: &LoadBalancerIdentity) -> bool {
-    let annotated =
-        |key: &str, value: &str| existing.annotations().get(key).map(String::as_str) == Some(value);
-    existing.labels().get(tags::UID) == Some(&identity.uid)
-        && annotated(tags::NAMESPACE, &identity.namespace)
-        && annotated(tags::NAME, &identity.name)
+    lbservice::owned(&existing.metadata, identity, None)
 }
 
 /// Whether `existing` already is `desired` (spec, and the labels, annotations and owner that make
