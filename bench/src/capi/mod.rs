@@ -34,7 +34,7 @@ mod report;
 
 use crate::converge::Counts;
 use crate::launch::{BenchError, Controller, Launch, api_err, client_of, fresh_namespace, install};
-pub use report::{HEADER, Phase, Report, ratio, render};
+pub use report::{HEADER, Phase, Report, ratio, render, render_phase};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -286,6 +286,23 @@ async fn phase(
     };
     let fake = provider::spawn(client.clone(), ns.clone(), options.parallel);
     let result = measure(options, &apis, state, with_lb, controller.as_ref()).await;
+    if let Ok(phase) = &result {
+        // Printed now: a later phase or clean-up that fails must not take this one's figures with it.
+        eprint!(
+            "capi-lb-bench capi: {}",
+            render_phase(
+                options.clusters,
+                options.machines,
+                options.quiet,
+                if with_lb {
+                    "with capi-lb"
+                } else {
+                    "Cluster API alone"
+                },
+                phase
+            )
+        );
+    }
     let cleaned = if options.launch.keep {
         Ok(())
     } else {
@@ -301,6 +318,100 @@ async fn phase(
     let phase = result?;
     cleaned?;
     Ok(phase)
+}
+
+/// How often a phase prints where it is (on stderr), so a long run shows its progress and a phase
+/// that ends in an error has said how far it got.
+const PROGRESS_EVERY: Duration = Duration::from_secs(60);
+
+/// What a phase's watches have seen: each object's settled state, when the last change came, and
+/// when every object was first in its settled state.
+#[derive(Debug)]
+struct Progress {
+    start: Instant,
+    expected: usize,
+    seen: HashMap<(&'static str, String), bool>,
+    in_state: usize,
+    /// From the start to the last object created.
+    created: Option<Duration>,
+    /// From the start to the moment every object was in its settled state (while they are).
+    reached: Option<Duration>,
+    last_change: Instant,
+}
+
+impl Progress {
+    fn new(start: Instant, expected: usize) -> Self {
+        Self {
+            start,
+            expected,
+            seen: HashMap::new(),
+            in_state: 0,
+            created: None,
+            reached: None,
+            last_change: start,
+        }
+    }
+
+    /// A change of `kind` `name`, in its settled state or not, at `now`.
+    fn observe(&mut self, kind: &'static str, name: String, ok: bool, now: Instant) {
+        match self.seen.insert((kind, name), ok) {
+            Some(was) => {
+                self.in_state = self.in_state + usize::from(ok) - usize::from(was);
+            }
+            None => self.in_state += usize::from(ok),
+        }
+        self.last_change = now;
+        if self.all_in_state() {
+            self.reached
+                .get_or_insert(now.saturating_duration_since(self.start));
+        } else {
+            self.reached = None;
+        }
+    }
+
+    fn all_in_state(&self) -> bool {
+        self.seen.len() == self.expected && self.in_state == self.expected
+    }
+
+    fn done(&self) -> bool {
+        self.created.is_some() && self.all_in_state()
+    }
+
+    /// When to look again: the end of the quiet window once everything is in its state, never
+    /// later than `deadline` (changes that keep coming must not keep a phase from ending).
+    fn wake(&self, quiet: Duration, deadline: Instant) -> Instant {
+        if self.done() {
+            (self.last_change + quiet).min(deadline)
+        } else {
+            deadline
+        }
+    }
+
+    /// Everything is in its state and nothing changed for `quiet` before `now`.
+    fn quiet_since(&self, quiet: Duration, now: Instant) -> bool {
+        self.done() && now >= self.last_change + quiet
+    }
+
+    /// Where the phase is at `now`, in words.
+    fn summary(&self, now: Instant) -> String {
+        format!(
+            "{} of {} objects in their settled state ({} seen), {}, last change {:.1} s ago{}",
+            self.in_state,
+            self.expected,
+            self.seen.len(),
+            self.created
+                .map_or("still creating".to_string(), |c| format!(
+                    "all created at {:.1} s",
+                    c.as_secs_f64()
+                )),
+            now.saturating_duration_since(self.last_change)
+                .as_secs_f64(),
+            self.reached.map_or(String::new(), |r| format!(
+                ", all in state since {:.1} s",
+                r.as_secs_f64()
+            )),
+        )
+    }
 }
 
 async fn measure(
@@ -332,10 +443,18 @@ async fn measure(
                 .default_backoff()
                 .applied_objects();
             futures::pin_mut!(stream);
-            while let Ok(Some(o)) = stream.try_next().await {
-                let ok = settled_state(kind, &o, m);
-                if tx.send((kind, o.name_any(), ok)).is_err() {
-                    break;
+            loop {
+                match stream.try_next().await {
+                    Ok(Some(o)) => {
+                        let ok = settled_state(kind, &o, m);
+                        if tx.send((kind, o.name_any(), ok)).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    // The watcher lists and watches again after an error (with backoff): a
+                    // watch that ended here would leave its kind's states stale for ever.
+                    Err(e) => eprintln!("capi-lb-bench capi: watching {kind}s (again): {e}"),
                 }
             }
         }));
@@ -345,6 +464,11 @@ async fn measure(
         for w in watches {
             w.abort();
         }
+    };
+    let what = if with_lb {
+        "with capi-lb"
+    } else {
+        "Cluster API alone"
     };
 
     let cpu_before = cpu::sample(state, ticks);
@@ -358,47 +482,39 @@ async fn measure(
     .buffer_unordered(options.parallel.max(1))
     .try_collect::<Vec<()>>();
     futures::pin_mut!(creation);
-    let expected = n * (1 + m + usize::from(with_lb));
-    let mut seen: HashMap<(&'static str, String), bool> = HashMap::new();
-    let mut created = None;
-    let mut reached = None;
-    let mut last_change = start;
+    let mut progress = Progress::new(start, n * (1 + m + usize::from(with_lb)));
     let deadline = start + options.timeout;
+    let mut report_at = start + PROGRESS_EVERY;
     loop {
-        let done = seen.len() == expected && seen.values().all(|ok| *ok);
-        if done && reached.is_none() {
-            reached = Some(last_change.duration_since(start));
-        }
-        if !done {
-            reached = None;
-        }
-        let wake = if done && created.is_some() {
-            last_change + options.quiet
-        } else {
-            deadline
-        };
+        let wake = progress.wake(options.quiet, deadline).min(report_at);
         tokio::select! {
-            result = &mut creation, if created.is_none() => {
+            result = &mut creation, if progress.created.is_none() => {
                 if let Err(e) = result {
                     stop_watches(&watches);
                     return Err(e);
                 }
-                created = Some(start.elapsed());
+                progress.created = Some(start.elapsed());
             }
             Some((kind, name, ok)) = rx.recv() => {
-                seen.insert((kind, name), ok);
-                last_change = Instant::now();
+                progress.observe(kind, name, ok, Instant::now());
             }
             _ = tokio::time::sleep_until(wake.into()) => {
-                if done && created.is_some() {
+                let now = Instant::now();
+                if progress.quiet_since(options.quiet, now) {
                     break;
                 }
-                stop_watches(&watches);
-                let ok = seen.values().filter(|ok| **ok).count();
-                return Err(BenchError::Setup(format!(
-                    "not settled after {:?}: {ok} of {expected} objects in their settled state",
-                    options.timeout
-                )));
+                if now >= deadline {
+                    stop_watches(&watches);
+                    return Err(BenchError::Setup(format!(
+                        "{what}: not settled after {:?}: {}",
+                        options.timeout,
+                        progress.summary(now)
+                    )));
+                }
+                if now >= report_at {
+                    eprintln!("capi-lb-bench capi: {n} Clusters, {what}: {}", progress.summary(now));
+                    report_at = now + PROGRESS_EVERY;
+                }
             }
         }
     }
@@ -406,16 +522,16 @@ async fn measure(
     let cpu_after = cpu::sample(state, ticks);
     let (counts, controller_cpu) = match controller {
         Some(c) => {
-            let s = crate::converge::settle(c).await?;
+            let s = crate::converge::settle_within(c, options.timeout).await?;
             let counts = before_counts.map(|b| Counts::of(&s).since(&b));
             (counts, Some(s.sum("capi_lb_process_cpu_seconds", &[])))
         }
         None => (None, None),
     };
     Ok(Phase {
-        created: created.unwrap_or_default(),
-        reached: reached.unwrap_or_default(),
-        settled: last_change.duration_since(start),
+        created: progress.created.unwrap_or_default(),
+        reached: progress.reached.unwrap_or_default(),
+        settled: progress.last_change.duration_since(start),
         cpu: cpu::since(&cpu_after, &cpu_before),
         controller: counts,
         controller_cpu,
@@ -433,6 +549,7 @@ async fn cleanup(
 ) -> Result<(), BenchError> {
     let deadline = Instant::now() + options.timeout;
     for kind in ["LoadBalancer", "Cluster"] {
+        eprintln!("capi-lb-bench capi: clean-up of {ns}: deleting the {kind}s");
         let api = apis.get(kind)?;
         while let Err(e) = api
             .delete_collection(&DeleteParams::background(), &ListParams::default())
@@ -449,7 +566,12 @@ async fn cleanup(
         } else {
             &["LoadBalancer"]
         };
-        wait_empty(apis, gone, deadline).await;
+        if !wait_empty(apis, gone, deadline).await {
+            eprintln!(
+                "capi-lb-bench capi: clean-up of {ns}: {gone:?} still there after {:?}; their finalizers are removed",
+                options.timeout
+            );
+        }
     }
     // Whatever is left (a deadline passed): without finalizers, the namespace can go.
     let release = json!({"metadata": {"finalizers": null}});
@@ -494,8 +616,8 @@ async fn cleanup(
     Ok(())
 }
 
-/// Until none of `kinds` is left in the namespace, or the deadline.
-async fn wait_empty(apis: &Apis, kinds: &[&str], deadline: Instant) {
+/// Until none of `kinds` is left in the namespace (true), or the deadline (false).
+async fn wait_empty(apis: &Apis, kinds: &[&str], deadline: Instant) -> bool {
     while Instant::now() < deadline {
         let mut left = false;
         for kind in kinds {
@@ -509,16 +631,63 @@ async fn wait_empty(apis: &Apis, kinds: &[&str], deadline: Instant) {
             }
         }
         if !left {
-            return;
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    false
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_phase_ends_after_the_quiet_window_or_at_its_deadline_however_many_changes_come() {
+        let start = Instant::now();
+        let quiet = Duration::from_secs(10);
+        let deadline = start + Duration::from_secs(100);
+        let mut p = Progress::new(start, 2);
+        assert_eq!(p.wake(quiet, deadline), deadline);
+        p.observe("Cluster", "c0".into(), true, start + Duration::from_secs(1));
+        p.observe(
+            "Machine",
+            "m0".into(),
+            false,
+            start + Duration::from_secs(2),
+        );
+        assert!(p.reached.is_none());
+        p.observe("Machine", "m0".into(), true, start + Duration::from_secs(3));
+        assert_eq!(p.reached, Some(Duration::from_secs(3)));
+        // Not done before everything is created.
+        assert_eq!(p.wake(quiet, deadline), deadline);
+        p.created = Some(Duration::from_secs(2));
+        assert_eq!(p.wake(quiet, deadline), start + Duration::from_secs(13));
+        assert!(!p.quiet_since(quiet, start + Duration::from_secs(12)));
+        assert!(p.quiet_since(quiet, start + Duration::from_secs(13)));
+        // Changes that keep coming (in state all along) move the quiet window, never the deadline.
+        for t in 4..200 {
+            p.observe("Machine", "m0".into(), true, start + Duration::from_secs(t));
+            assert!(p.wake(quiet, deadline) <= deadline);
+        }
+        assert_eq!(p.reached, Some(Duration::from_secs(3)));
+        // An object out of its state again: no longer reached, and the summary says so.
+        p.observe(
+            "Cluster",
+            "c0".into(),
+            false,
+            start + Duration::from_secs(200),
+        );
+        assert!(p.reached.is_none());
+        assert_eq!(p.wake(quiet, deadline), deadline);
+        let text = p.summary(start + Duration::from_secs(201));
+        assert!(
+            text.starts_with("1 of 2 objects in their settled state (2 seen)"),
+            "{text}"
+        );
+        assert!(text.contains("last change 1.0 s ago"), "{text}");
+    }
 
     #[test]
     fn the_phases_create_the_same_clusters_and_machines() {

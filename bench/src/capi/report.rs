@@ -90,18 +90,7 @@ pub fn render(r: &Report) -> String {
         ("Cluster API alone", &r.baseline),
         ("with capi-lb", &r.with_capi_lb),
     ] {
-        out.push_str(&format!(
-            "{} Clusters x {} Machines, {what}: created in {:.1} s, all in their settled state at {:.1} s, last change at {:.1} s (then {:.0} s quiet)\n",
-            r.clusters,
-            r.machines,
-            p.created.as_secs_f64(),
-            p.reached.as_secs_f64(),
-            p.settled.as_secs_f64(),
-            r.quiet.as_secs_f64()
-        ));
-        for (k, v) in &p.cpu {
-            out.push_str(&format!("  CPU {k:<38} {v:>8.1} s\n"));
-        }
+        out.push_str(&render_phase(r.clusters, r.machines, r.quiet, what, p));
     }
     if r.with_capi_lb.controller.is_some() {
         out.push_str(&format!(
@@ -113,6 +102,28 @@ pub fn render(r: &Report) -> String {
         for (k, v) in &counts.requests {
             out.push_str(&format!("  {k:<40} {v:>9.0}  {:>6.2}/LB\n", v / n));
         }
+    }
+    out
+}
+
+/// One phase's times and CPU (`what`: which phase), as the report has them and as the benchmark
+/// prints them the moment the phase ends.
+pub fn render_phase(
+    clusters: usize,
+    machines: usize,
+    quiet: Duration,
+    what: &str,
+    p: &Phase,
+) -> String {
+    let mut out = format!(
+        "{clusters} Clusters x {machines} Machines, {what}: created in {:.1} s, all in their settled state at {:.1} s, last change at {:.1} s (then {:.0} s quiet)\n",
+        p.created.as_secs_f64(),
+        p.reached.as_secs_f64(),
+        p.settled.as_secs_f64(),
+        quiet.as_secs_f64()
+    );
+    for (k, v) in &p.cpu {
+        out.push_str(&format!("  CPU {k:<38} {v:>8.1} s\n"));
     }
     out
 }

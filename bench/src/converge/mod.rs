@@ -390,6 +390,16 @@ async fn measure(
 
 /// Scrape until no reconcile is in flight and the reconcile count stood still for half a second.
 pub(crate) async fn settle(controller: &Controller) -> Result<Scrape, BenchError> {
+    settle_within(controller, Duration::MAX).await
+}
+
+/// [`settle`], giving up after `timeout` (a controller with many LoadBalancers whose periodic
+/// looks keep it busy may never stand still for half a second): then an error with the counts.
+pub(crate) async fn settle_within(
+    controller: &Controller,
+    timeout: Duration,
+) -> Result<Scrape, BenchError> {
+    let deadline = Instant::now().checked_add(timeout);
     let mut last = None;
     loop {
         let s = controller.scrape().await?;
@@ -397,6 +407,11 @@ pub(crate) async fn settle(controller: &Controller) -> Result<Scrape, BenchError
         let done = s.sum("capi_lb_reconciles_total", &[]);
         if in_flight == 0.0 && last == Some(done) {
             return Ok(s);
+        }
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            return Err(BenchError::Controller(format!(
+                "still reconciling after {timeout:?}: {done} reconciles, {in_flight} in flight"
+            )));
         }
         last = Some(done);
         tokio::time::sleep(Duration::from_millis(500)).await;
