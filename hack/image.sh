@@ -192,7 +192,21 @@ release_binary() {
   [ -n "$target" ] || die "cargo metadata gave no target directory"
   local start=$SECONDS
   log "cargo build --release --locked -p capi-lb (target directory $target)"
-  (cd "$REPO" && cargo build --release --locked -p capi-lb) >&2
+  # Run from `cargo test` (the e2e image test), this script inherits the variables cargo sets for a
+  # test process (CARGO_MANIFEST_DIR, CARGO_PKG_NAME, OUT_DIR, ...). ring's build script tracks
+  # them, so the release build .ci/run made before the tests was built again from ring up (402 s
+  # on CI's two cores, 2026-11-27, starving the e2e tests running beside it) and once more at the
+  # next build outside a test. They are not ours to pass on: the build runs without them.
+  (
+    cd "$REPO"
+    for v in $(compgen -e); do
+      case "$v" in
+        CARGO_MANIFEST_* | CARGO_PKG_* | CARGO_CRATE_* | CARGO_BIN_* | CARGO_PRIMARY_PACKAGE | \
+          CARGO_TARGET_TMPDIR | CARGO_CFG_* | OUT_DIR) unset "$v" ;;
+      esac
+    done
+    cargo build --release --locked -p capi-lb
+  ) >&2
   log "release build: $((SECONDS - start)) s"
   printf '%s\n' "$target/release/capi-lb"
 }
