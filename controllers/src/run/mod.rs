@@ -307,7 +307,8 @@ pub async fn run_instrumented(
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(object = %object, "reconciled"),
-                Err(e) => tracing::warn!(error = %e, "reconcile failed"),
+                Err(e) if worth_a_warning(&e) => tracing::warn!(error = %e, "reconcile failed"),
+                Err(e) => tracing::debug!(error = %e, "not reconciled"),
             }
         });
     let services = async {
@@ -591,6 +592,16 @@ fn action(outcome: Outcome, resync: Duration) -> Action {
     }
 }
 
+/// Whether a result of the LoadBalancer controller's stream is worth a warning. Not a reconcile
+/// that failed (`error_policy` said so, with the LoadBalancer and its retry), nor a trigger for a
+/// LoadBalancer this controller does not hold: one deleted meanwhile, or one outside its
+/// `--namespace` or `--watch-filter` whose Service or infrastructure object another replica
+/// changed (every replica watches those), which is normal and came with every such change.
+fn worth_a_warning<Q>(error: &kube::runtime::controller::Error<Error, Q>) -> bool {
+    use kube::runtime::controller::Error as E;
+    !matches!(error, E::ObjectNotFound(_) | E::ReconcilerFailed(..))
+}
+
 fn error_policy(lb: Arc<Watched>, error: &Error, ctx: Arc<Context>) -> Action {
     let key = lb.uid().unwrap_or_else(|| lb.name_any());
     let delay = ctx.backoff(&key);
@@ -608,6 +619,20 @@ fn error_policy(lb: Arc<Watched>, error: &Error, ctx: Arc<Context>) -> Action {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trigger_for_a_load_balancer_not_held_and_a_failed_reconcile_are_no_second_warning() {
+        use kube::runtime::controller::Error as E;
+        let lb = || Box::new(ObjectRef::<LoadBalancer>::new("lb").within("ns").erase());
+        assert!(!worth_a_warning::<std::io::Error>(&E::ObjectNotFound(lb())));
+        assert!(!worth_a_warning::<std::io::Error>(&E::ReconcilerFailed(
+            Error::MissingField("lb".into(), "spec"),
+            lb()
+        )));
+        assert!(worth_a_warning(&E::<Error, _>::QueueError(
+            std::io::Error::other("watch")
+        )));
+    }
 
     #[test]
     fn outcomes_become_requeues_resyncs_or_waiting_for_a_change() {
