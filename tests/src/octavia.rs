@@ -71,6 +71,25 @@ fn api_up() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// The Octavia API the tests of a binary share. The fault tests stop it and run the project's quota
+/// out, so they hold it alone ([`exclusive_api`]); every other test that uses it holds it shared
+/// ([`shared_api`]) for as long as it runs. The fault tests had a binary of their own until the
+/// tests became two binaries; since then they ran beside the others, and on 2026-11-27 a test's
+/// reconcile met the API stopped ("Connection refused") and failed.
+static API: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// The harness ([`harness`]), with the API held shared until the guard is dropped.
+pub async fn shared_api() -> (Harness, tokio::sync::RwLockReadGuard<'static, ()>) {
+    let guard = API.read().await;
+    (harness(), guard)
+}
+
+/// The harness ([`harness`]), with the API held by this test alone until the guard is dropped.
+pub async fn exclusive_api() -> (Harness, tokio::sync::RwLockWriteGuard<'static, ()>) {
+    let guard = API.write().await;
+    (harness(), guard)
+}
+
 /// The harness, installed and started on first use (idempotent; `.ci/run` starts it beforehand).
 /// Panics with the script's failure: these tests need the real API and never pass without it.
 pub fn harness() -> Harness {

@@ -228,7 +228,7 @@ async fn delete_node(t: &TestNs) {
 /// LoadBalancer in the target then deletes the cloud load balancer.
 #[tokio::test]
 async fn clusterctl_move_carries_the_load_balancer_and_the_target_adopts_its_cloud_load_balancer() {
-    let h = octavia::harness();
+    let (h, _api) = octavia::shared_api().await;
     let (mut t, target) = source_and_target("e2e-move-lb").await;
     let lbs: Api<LoadBalancer> = t.api();
     let lb = octavia_control_plane(
@@ -335,7 +335,7 @@ async fn clusterctl_move_carries_the_load_balancer_and_the_target_adopts_its_clo
 /// meanwhile (it used to be dropped while the migration brought the new one up).
 #[tokio::test]
 async fn clusterctl_move_in_the_middle_of_a_provider_swap_finishes_it_in_the_target() {
-    let h = octavia::harness();
+    let (h, _api) = octavia::shared_api().await;
     let (mut t, target) = source_and_target("e2e-move-swap").await;
     let drain = 10;
     let lb = octavia_control_plane(&mut t, &h, json!({}), drain).await;

@@ -85,7 +85,7 @@ fn requests_for(h: &Harness, id: &str) -> Vec<u32> {
 
 #[tokio::test]
 async fn a_load_balancer_lost_in_octavia_is_recreated_and_one_in_error_is_reported() {
-    let h = octavia::harness();
+    let (h, _api) = octavia::shared_api().await;
     let mut t = TestNs::new("drift").await;
     t.create(in_ns(&t, Harness::secret("openstack", &h.clouds_yaml)))
         .await;

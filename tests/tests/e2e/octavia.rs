@@ -10,7 +10,7 @@ use capi_lb_api::capi::{Cluster, Machine};
 use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer, OctaviaLoadBalancerStatus};
 use capi_lb_providers::octavia::{FIRST_LOOK, MAX_LOOK, relook};
 use capi_lb_tests::octavia::{
-    Harness, delete_until_gone, ext_addresses, harness, octavia_lb, olb, reconcile_until,
+    Harness, delete_until_gone, ext_addresses, octavia_lb, olb, reconcile_until, shared_api,
 };
 use capi_lb_tests::*;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -168,7 +168,7 @@ async fn follow_wait(
 /// operation to wait for.
 #[tokio::test]
 async fn looks_start_short_and_back_off_while_octavia_is_busy() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let world = World::new(basic(&h)).await.unwrap();
     let pending = |lb: Option<&LoadBalancer>| {
         lb.is_some_and(|lb| cond(lb, "InfrastructureReady").1 == "LoadBalancerPending")
@@ -256,7 +256,7 @@ async fn looks_start_short_and_back_off_while_octavia_is_busy() {
 
 #[tokio::test]
 async fn create_ready_publish_members_drain_and_cascade_delete() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let world = World::new(basic(&h)).await.unwrap();
     world.openstack.clear();
 
@@ -455,7 +455,7 @@ async fn wipe_octavia_status(world: &World) {
 
 #[tokio::test]
 async fn a_restarted_controller_with_a_lost_status_adopts_by_tag_and_never_a_foreign_namesake() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     // A hand-made load balancer with exactly the name capi-lb would use, and no tags.
     let (code, foreign) = h.octavia(
         "POST",
@@ -527,7 +527,7 @@ async fn a_restarted_controller_with_a_lost_status_adopts_by_tag_and_never_a_for
 
 #[tokio::test]
 async fn writes_while_pending_are_retried_and_never_fail_the_reconcile() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let world = World::new(basic(&h)).await.unwrap();
     let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     let tag = uid_tag(&lb);
@@ -614,7 +614,7 @@ async fn ext_ready(world: &World, service: &str) -> bool {
 /// is added, a bounded number of times.
 #[tokio::test]
 async fn a_member_change_keeps_the_load_balancer_ready_while_octavia_applies_it() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let world = World::new(basic(&h)).await.unwrap();
     let lb = reconcile_cp_until(&world, "Ready", ready_with(2)).await;
     let tag = uid_tag(&lb);
@@ -663,7 +663,7 @@ async fn a_member_change_keeps_the_load_balancer_ready_while_octavia_applies_it(
 
 #[tokio::test]
 async fn ports_added_and_removed_get_and_lose_their_listener_pool_and_monitor() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let mut objects = basic(&h);
     objects[2] = olb(
         "cp",
@@ -765,7 +765,7 @@ async fn ports_added_and_removed_get_and_lose_their_listener_pool_and_monitor() 
 
 #[tokio::test]
 async fn bad_credentials_and_a_missing_catalog_entry_are_clear_conditions() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let wrong = h
         .clouds_yaml
         .replace(&h.var("OS_APPLICATION_CREDENTIAL_SECRET"), "not-the-secret");
@@ -852,7 +852,7 @@ async fn bad_credentials_and_a_missing_catalog_entry_are_clear_conditions() {
 /// once its owner labels it, the load balancer is created on the real Octavia.
 #[tokio::test]
 async fn a_credentials_secret_without_the_required_label_is_not_used() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let label = ("loadbalancer.cluster.x-k8s.io/credentials", "true");
     let world = World::new(basic(&h)).await.unwrap().reconfigured(|c| {
         c.credentials.required_label = Some((label.0.into(), label.1.into()));
@@ -934,7 +934,7 @@ fn ca_files() -> Vec<String> {
 /// every distinct bundle stayed on disk for good.
 #[tokio::test]
 async fn a_flood_of_ca_bundles_leaves_no_file_behind() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     const TENANTS: usize = 20;
     let mut objects = Vec::new();
     for n in 0..TENANTS {
@@ -988,7 +988,7 @@ async fn a_flood_of_ca_bundles_leaves_no_file_behind() {
 /// and then `other` took over `cp`'s.
 #[tokio::test]
 async fn another_load_balancers_octavia_id_in_a_status_is_not_trusted() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let mut objects = basic(&h);
     objects.push(octavia_lb("other").build());
     objects.push(olb("other", &h, json!({})));
@@ -1033,7 +1033,7 @@ fn fip(h: &Harness, id: &str) -> (u16, Value) {
 
 #[tokio::test]
 async fn an_allocated_floating_ip_is_published_and_released_on_delete() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let mut objects = basic(&h);
     objects[2] = olb(
         "cp",
@@ -1091,7 +1091,7 @@ async fn an_allocated_floating_ip_is_published_and_released_on_delete() {
 /// nothing is created or deleted in OpenStack; deleting the copy later removes both.
 #[tokio::test]
 async fn a_load_balancer_moved_by_clusterctl_keeps_its_octavia_load_balancer_and_floating_ip() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let mut objects = basic(&h);
     objects[2] = olb(
         "cp",
@@ -1154,7 +1154,7 @@ async fn a_load_balancer_moved_by_clusterctl_keeps_its_octavia_load_balancer_and
 
 #[tokio::test]
 async fn a_given_floating_ip_is_used_never_stolen_and_kept_on_delete() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let network = h.var("FIP_NETWORK_ID");
     let create = |port: Option<&str>| {
         let (code, body) = h.neutron(
@@ -1210,7 +1210,7 @@ async fn a_given_floating_ip_is_used_never_stolen_and_kept_on_delete() {
 
 #[tokio::test]
 async fn a_load_balancer_in_error_is_reported_and_recreated_when_configured() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let world = World::new(basic(&h)).await.unwrap();
     let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     let tag = uid_tag(&lb);
@@ -1252,7 +1252,7 @@ async fn a_load_balancer_in_error_is_reported_and_recreated_when_configured() {
 /// creates for the tenant control plane (emulated here: Kamaji itself is not running).
 #[tokio::test]
 async fn the_kamaji_octavia_flavor_realises_kamajis_service_with_a_floating_ip() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let subnet = h.var("OCTAVIA_SUBNET_ID");
     let network = h.var("FIP_NETWORK_ID");
     let values = std::collections::BTreeMap::from([
@@ -1348,7 +1348,7 @@ async fn the_kamaji_octavia_flavor_realises_kamajis_service_with_a_floating_ip()
 #[tokio::test]
 async fn the_octavia_examples_become_ready() {
     use capi_lb_api::validation::parse;
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let ns = "tenants";
     // The given floating IP of given-floating-ip.yaml exists (free) in the project.
     let (code, given) = h.neutron(
@@ -1446,7 +1446,7 @@ async fn the_octavia_examples_become_ready() {
 
 #[tokio::test]
 async fn an_unknown_provider_driver_or_flavor_is_a_clear_condition() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let mut objects = basic(&h);
     // The harness's Octavia enables only the amphora driver.
     objects[2] = olb("cp", &h, json!({"provider": "ovn"}));
@@ -1482,7 +1482,7 @@ async fn an_unknown_provider_driver_or_flavor_is_a_clear_condition() {
 /// AuthenticationFailed — then a Secret with a working credential takes effect at once.
 #[tokio::test]
 async fn a_credential_revoked_while_running_is_reported_and_a_new_secret_recovers() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let (user, cred, secret, clouds) = h.new_application_credential("capi-lb-revoked-test");
     let mut objects = basic(&h);
     objects[0] = Harness::secret("openstack", &clouds);
@@ -1529,7 +1529,7 @@ async fn a_credential_revoked_while_running_is_reported_and_a_new_secret_recover
 /// one) is reported on TargetsReady with a Warning Event, while the other targets serve.
 #[tokio::test]
 async fn a_target_with_only_a_dns_name_is_reported_and_the_others_serve() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let mut objects = basic(&h);
     objects[1] = octavia_lb("cp")
         .spec("targetAddressTypes", json!(["InternalIP", "InternalDNS"]))
@@ -1571,7 +1571,7 @@ async fn a_target_with_only_a_dns_name_is_reported_and_the_others_serve() {
 /// Once the target has a usable address, every target serves.
 #[tokio::test]
 async fn a_member_octavia_refuses_does_not_keep_the_load_balancer_from_being_created() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let mut objects = basic(&h);
     objects[4] = machine("cp-m2", "cp", "169.254.169.254").build();
     let world = World::new(objects).await.unwrap();
@@ -1639,7 +1639,7 @@ async fn a_member_octavia_refuses_does_not_keep_the_load_balancer_from_being_cre
 /// deleted after the drain time.
 #[tokio::test]
 async fn a_migration_creates_the_new_load_balancer_with_the_serving_members() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let mut objects = basic(&h);
     objects.push(olb("cp-new", &h, json!({})));
     let world = World::new(objects).await.unwrap();
@@ -1706,7 +1706,7 @@ async fn a_migration_creates_the_new_load_balancer_with_the_serving_members() {
 /// with FloatingIPInUse until it is gone.
 #[tokio::test]
 async fn a_foreign_floating_ip_on_the_vip_port_is_left_alone() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let world = World::new(basic(&h)).await.unwrap();
     let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     let port = octavia_status(&world, "cp").await.vip_port_id.unwrap();
@@ -1767,7 +1767,7 @@ fn allowed_cidrs(h: &Harness, status: &OctaviaLoadBalancerStatus) -> Vec<String>
 /// condition and change nothing; without them the infrastructure's apply again.
 #[tokio::test]
 async fn source_ranges_become_allowed_cidrs_within_the_infrastructures() {
-    let h = harness();
+    let (h, _api) = shared_api().await;
     let mut objects = basic(&h);
     objects[1] = octavia_lb("cp")
         .spec("sourceRanges", json!(["10.1.0.0/16", "10.2.0.0/16"]))

@@ -1,22 +1,20 @@
 //! Fault injection against the real Octavia API (tests/octavia/harness.sh): the API server stops in
-//! the middle of provisioning and comes back; the project's load-balancer quota runs out. A test
-//! binary of its own, because these change the API the other Octavia tests use (cargo runs test
-//! binaries one after another), and its tests take turns.
+//! the middle of provisioning and comes back; the project's load-balancer quota runs out. These
+//! change the API every Octavia test uses, so each holds it alone (`exclusive_api`): the others
+//! (which hold it shared) wait, and these take turns.
 
 use capi_lb::sim::world::World;
 use capi_lb_api::{LoadBalancer, OctaviaLoadBalancer};
-use capi_lb_tests::octavia::{delete_until_gone, harness, octavia_objects, reconcile_until};
+use capi_lb_tests::octavia::{delete_until_gone, exclusive_api, octavia_objects, reconcile_until};
 use capi_lb_tests::*;
 use kube::api::{Api, DeleteParams};
 use serde_json::json;
 
-/// The tests of this binary change the whole API (stop it, set the project's quota): one at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 #[tokio::test]
 async fn the_api_stopping_mid_provisioning_converges_with_no_duplicate() {
-    let _serial = SERIAL.lock().await;
-    let h = harness();
+    // These tests change the whole API (stop it, run the quota out): one at a time, no other
+    // test using it meanwhile.
+    let (h, _api) = exclusive_api().await;
     let mut objects = octavia_objects(&h, "cp", json!({}));
     objects.push(machine("cp-m1", "cp", "10.0.0.11").build());
     let world = World::new(objects).await.unwrap();
@@ -77,8 +75,9 @@ async fn the_api_stopping_mid_provisioning_converges_with_no_duplicate() {
 /// quota allows.
 #[tokio::test]
 async fn an_exhausted_quota_is_reported_and_retried() {
-    let _serial = SERIAL.lock().await;
-    let h = harness();
+    // These tests change the whole API (stop it, run the quota out): one at a time, no other
+    // test using it meanwhile.
+    let (h, _api) = exclusive_api().await;
     let project = h.var("OS_PROJECT_ID");
     let set_quota = |n: i64| {
         let (code, body) = h.octavia(

@@ -335,7 +335,7 @@ async fn kubernetes_default_follows_a_provider_swap_and_a_drift_repair() {
     use capi_lb_tests::octavia::{self, Harness};
 
     let _target = lock_target_default_kubernetes().await;
-    let h = octavia::harness();
+    let (h, _api) = octavia::shared_api().await;
     let wl = target_client().await;
     let mut t = TestNs::new("wl-swap").await;
     let in_ns = |mut doc: serde_json::Value| {

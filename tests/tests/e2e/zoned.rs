@@ -92,7 +92,7 @@ async fn answers(host: &str, want: &[String], limit: Duration) -> Duration {
 
 #[tokio::test]
 async fn one_name_over_two_availability_zones_keeps_answering_when_one_load_balancer_is_lost() {
-    let h = octavia::harness();
+    let (h, _api) = octavia::shared_api().await;
     let mut t = TestNs::new("zoned").await;
     install_capi_crds(&t.client).await;
     t.create(in_ns(&t, Harness::secret("openstack", &h.clouds_yaml)))
