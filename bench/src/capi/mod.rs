@@ -522,7 +522,12 @@ async fn measure(
     let cpu_after = cpu::sample(state, ticks);
     let (counts, controller_cpu) = match controller {
         Some(c) => {
-            let s = crate::converge::settle_within(c, options.timeout).await?;
+            // Read at the end of the quiet window, not once capi-lb stands still: with 1,000
+            // LoadBalancers, their periodic looks (about one a minute each, from the cache, no
+            // request) come 16 times a second and it never stood still for half a second (the
+            // 1,000 runs of 2026-11-27 waited there for ever). Nothing it watches changed for the
+            // whole window, so the writes are all counted.
+            let s = c.scrape().await?;
             let counts = before_counts.map(|b| Counts::of(&s).since(&b));
             (counts, Some(s.sum("capi_lb_process_cpu_seconds", &[])))
         }

@@ -150,6 +150,9 @@ pub(crate) fn writes(job: &Job, ns: &str) -> Vec<(bool, Value)> {
     }
 }
 
+/// How often the provider asks for one of its writes before it gives up on the object.
+const WRITE_ATTEMPTS: u32 = 30;
+
 /// Run the provider in namespace `ns` until the task is aborted: `parallel` jobs at a time.
 pub(crate) fn spawn(client: Client, ns: String, parallel: usize) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -164,7 +167,20 @@ pub(crate) fn spawn(client: Client, ns: String, parallel: usize) -> tokio::task:
                     .default_backoff()
                     .applied_objects();
                 futures::pin_mut!(stream);
-                while let Ok(Some(o)) = stream.try_next().await {
+                loop {
+                    let o = match stream.try_next().await {
+                        Ok(Some(o)) => o,
+                        Ok(None) => break,
+                        // The watcher lists and watches again after an error (with backoff); a
+                        // watch that ended here left every later object unprovisioned (a
+                        // 1,000-Cluster run of 2026-11-27: no BenchCluster provisioned).
+                        Err(e) => {
+                            eprintln!(
+                                "capi-lb-bench capi: the bench provider's {kind} watch (again): {e}"
+                            );
+                            continue;
+                        }
+                    };
                     let Some(job) = decide(kind, &o) else {
                         continue;
                     };
@@ -186,15 +202,28 @@ pub(crate) fn spawn(client: Client, ns: String, parallel: usize) -> tokio::task:
                 };
                 for (status, patch) in writes(&job, &ns) {
                     let params = PatchParams::default();
-                    let result = if status {
-                        api.patch_status(&name, &params, &Patch::Merge(&patch))
-                            .await
-                    } else {
-                        api.patch(&name, &params, &Patch::Merge(&patch)).await
-                    };
-                    if let Err(e) = result {
-                        tracing::warn!("the bench provider could not provision {kind} {name}: {e}");
-                        return;
+                    // A write that fails (the apiserver busy, a connection reset) is asked again:
+                    // an object left unprovisioned would keep its phase from ever settling.
+                    for attempt in 1..=WRITE_ATTEMPTS {
+                        let result = if status {
+                            api.patch_status(&name, &params, &Patch::Merge(&patch))
+                                .await
+                        } else {
+                            api.patch(&name, &params, &Patch::Merge(&patch)).await
+                        };
+                        match result {
+                            Ok(_) => break,
+                            Err(kube::Error::Api(e)) if e.code == 404 => return,
+                            Err(e) => {
+                                eprintln!(
+                                    "capi-lb-bench capi: the bench provider could not provision {kind} {name} (attempt {attempt} of {WRITE_ATTEMPTS}): {e}"
+                                );
+                                if attempt == WRITE_ATTEMPTS {
+                                    return;
+                                }
+                                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                            }
+                        }
                     }
                 }
             }
