@@ -55,6 +55,38 @@ pub struct Options {
     pub timeout: Duration,
 }
 
+/// The objects `api` lists and watches, as they change. The watcher lists and watches again after
+/// an error (with backoff); the error is printed (naming `what`) and the stream goes on. Ending at
+/// the first error, as both of the benchmark's watchers once did, left every later change unseen:
+/// a phase that never settled, or objects the fake provider never provisioned.
+pub(crate) fn changes(
+    api: Api<DynamicObject>,
+    what: String,
+) -> impl futures::Stream<Item = DynamicObject> + Send + 'static {
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .filter_map(move |event| {
+            let object = match event {
+                Ok(o) => Some(o),
+                Err(e) => {
+                    eprintln!("capi-lb-bench capi: watching {what} (again): {e}");
+                    None
+                }
+            };
+            futures::future::ready(object)
+        })
+}
+
+/// A phase's name in what the benchmark prints.
+pub(crate) fn phase_name(with_lb: bool) -> &'static str {
+    if with_lb {
+        "with capi-lb"
+    } else {
+        "Cluster API alone"
+    }
+}
+
 /// The bootstrap data Secret every Machine names (`spec.bootstrap.dataSecretName`: no bootstrap
 /// provider needed).
 const BOOTSTRAP_SECRET: &str = "bench-bootstrap";
@@ -296,11 +328,7 @@ async fn phase(
                 options.clusters,
                 options.machines,
                 options.quiet,
-                if with_lb {
-                    "with capi-lb"
-                } else {
-                    "Cluster API alone"
-                },
+                phase_name(with_lb),
                 phase
             )
         );
@@ -347,22 +375,12 @@ async fn measure(
         let api = apis.get(kind)?.clone();
         let tx = tx.clone();
         watches.push(tokio::spawn(async move {
-            let stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .applied_objects();
+            let stream = changes(api, format!("{kind}s"));
             futures::pin_mut!(stream);
-            loop {
-                match stream.try_next().await {
-                    Ok(Some(o)) => {
-                        let ok = settled_state(kind, &o, m);
-                        if tx.send((kind, o.name_any(), ok)).is_err() {
-                            break;
-                        }
-                    }
-                    Ok(None) => break,
-                    // The watcher lists and watches again after an error (with backoff): a
-                    // watch that ended here would leave its kind's states stale for ever.
-                    Err(e) => eprintln!("capi-lb-bench capi: watching {kind}s (again): {e}"),
+            while let Some(o) = stream.next().await {
+                let ok = settled_state(kind, &o, m);
+                if tx.send((kind, o.name_any(), ok)).is_err() {
+                    break;
                 }
             }
         }));
@@ -373,11 +391,7 @@ async fn measure(
             w.abort();
         }
     };
-    let what = if with_lb {
-        "with capi-lb"
-    } else {
-        "Cluster API alone"
-    };
+    let what = phase_name(with_lb);
 
     let cpu_before = cpu::sample(state, ticks);
     let start = Instant::now();

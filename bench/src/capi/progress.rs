@@ -57,7 +57,7 @@ impl Progress {
         self.seen.len() == self.expected && self.in_state == self.expected
     }
 
-    pub(super) fn done(&self) -> bool {
+    fn done(&self) -> bool {
         self.created.is_some() && self.all_in_state()
     }
 

@@ -14,11 +14,10 @@
 
 use std::collections::HashSet;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -163,24 +162,9 @@ pub(crate) fn spawn(client: Client, ns: String, parallel: usize) -> tokio::task:
             let tx = tx.clone();
             tokio::spawn(async move {
                 let mut seen = HashSet::new();
-                let stream = watcher(api, watcher::Config::default())
-                    .default_backoff()
-                    .applied_objects();
+                let stream = super::changes(api, format!("the bench provider's {kind}s"));
                 futures::pin_mut!(stream);
-                loop {
-                    let o = match stream.try_next().await {
-                        Ok(Some(o)) => o,
-                        Ok(None) => break,
-                        // The watcher lists and watches again after an error (with backoff); a
-                        // watch that ended here left every later object unprovisioned (a
-                        // 1,000-Cluster run of 2026-11-27: no BenchCluster provisioned).
-                        Err(e) => {
-                            eprintln!(
-                                "capi-lb-bench capi: the bench provider's {kind} watch (again): {e}"
-                            );
-                            continue;
-                        }
-                    };
+                while let Some(o) = stream.next().await {
                     let Some(job) = decide(kind, &o) else {
                         continue;
                     };

@@ -87,8 +87,8 @@ pub fn render(r: &Report) -> String {
         counts.writes() / n,
     );
     for (what, p) in [
-        ("Cluster API alone", &r.baseline),
-        ("with capi-lb", &r.with_capi_lb),
+        (super::phase_name(false), &r.baseline),
+        (super::phase_name(true), &r.with_capi_lb),
     ] {
         out.push_str(&render_phase(r.clusters, r.machines, r.quiet, what, p));
     }
