@@ -261,9 +261,23 @@ EOF
     ("$OC/octavia-worker" --config-file "$STATE/octavia/octavia.conf" >>"$STATE/octavia-worker.log" 2>&1 &
      echo $! >"$STATE/octavia-worker.pid")
   fi
+  # Octavia's WSGI application in gunicorn (pinned in octavia-requirements.txt), as Keystone runs
+  # above and as deployments run it (uwsgi or Apache), not Octavia's `octavia-api` command, which
+  # serves with wsgiref one request at a time: the e2e tests run four at a time with a controller
+  # each, and one request stuck there would hold up every test after it (the likeliest reading of
+  # a CI run of 2026-11-27 that ran out of time in an Octavia test). Three workers; one stuck for
+  # 120 s is restarted. gunicorn's own arguments must not reach Octavia's option parser, and
+  # `--name octavia-api` is how `stop` knows the process.
+  cat >"$STATE/octavia/octavia_api_wsgi.py" <<EOF
+import sys
+sys.argv = ["octavia-api", "--config-file", "$STATE/octavia/octavia.conf"]
+from octavia.api import app
+application = app.setup_app(argv=sys.argv)
+EOF
   log "starting octavia-api on 127.0.0.1:9876"
-  ("$OC/octavia-api" --config-file "$STATE/octavia/octavia.conf" >>"$STATE/octavia-api.log" 2>&1 &
-   echo $! >"$STATE/octavia-api.pid")
+  (cd "$STATE/octavia" && "$OC/gunicorn" --name octavia-api --bind 127.0.0.1:9876 --workers 3 \
+     --timeout 120 --pid "$STATE/octavia-api.pid" --access-logfile "$STATE/octavia-api-access.log" \
+     octavia_api_wsgi:application >>"$STATE/octavia-api.log" 2>&1 &)
   wait_for http://127.0.0.1:9876/ 90
 }
 

@@ -979,6 +979,41 @@ pub struct TestNs {
     controller_config: kube::Config,
     controllers: Vec<ControllerHandle>,
     finished: bool,
+    /// Dropped with the namespace: ends the test's [`watchdog`].
+    _watchdog: std::sync::mpsc::Sender<()>,
+}
+
+/// A test that runs longer than this (`CAPI_LB_E2E_TEST_LIMIT_SECONDS` changes it) ends the test
+/// binary, naming itself: the longest e2e tests take a few minutes, and a hang then fails at once
+/// instead of running CI out of its time with nothing said (a CI run of 2026-11-27 was killed in
+/// the last e2e test).
+pub const TEST_LIMIT: Duration = Duration::from_secs(15 * 60);
+
+/// A thread that ends the process when the returned sender is not dropped within [`TEST_LIMIT`].
+fn watchdog(ns: &str) -> std::sync::mpsc::Sender<()> {
+    use std::io::Write;
+    let limit = std::env::var("CAPI_LB_E2E_TEST_LIMIT_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(TEST_LIMIT, Duration::from_secs);
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    // libtest runs each test on a thread named after it.
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("a test")
+        .to_string();
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        if rx.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+            // Not `eprintln!`: libtest captures that for the test, and the capture is never shown.
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n{test} (namespace {ns}) ran for over {limit:?}: it hangs; ending the test binary"
+            );
+            std::process::exit(101);
+        }
+    });
+    tx
 }
 
 impl std::fmt::Debug for TestNs {
@@ -1027,6 +1062,8 @@ impl TestNs {
 
     /// [`TestNs::new`] on the cluster of `access`.
     pub async fn on(access: Access<'_>, prefix: &str) -> Self {
+        let ns = unique_name(prefix);
+        let watchdog = watchdog(&ns);
         capi_lb::install_crypto_provider();
         // capi-lb's warnings (a refused Event, a failed write: with the apiserver's message) in the
         // output of a failed test.
@@ -1037,7 +1074,6 @@ impl TestNs {
         let client = Client::try_from(config_of(access.kubeconfig).await).unwrap();
         install_crds(&client).await;
         apply_generated_rbac(&client).await;
-        let ns = unique_name(prefix);
         let namespace: Namespace = serde_json::from_value(json!({"metadata": {
             "name": ns, "labels": {TEST_NAMESPACE_LABEL: "true"}}}))
         .unwrap();
@@ -1055,6 +1091,7 @@ impl TestNs {
             controller_config,
             controllers: Vec::new(),
             finished: false,
+            _watchdog: watchdog,
         }
     }
 

@@ -50,6 +50,22 @@ fn script(action: &str) -> Result<(), String> {
     }
 }
 
+/// Every request of the tests to Keystone, Octavia and the Neutron simulator is bounded, so a
+/// stuck API fails the test that waits on it, naming the request, instead of hanging it (a CI run
+/// of 2026-11-27 ran out of time in an Octavia test).
+const CURL_LIMITS: [&str; 4] = ["--connect-timeout", "5", "--max-time", "60"];
+
+/// Panic, naming the request and the logs, when curl gave up waiting for the answer.
+fn unanswered(out: &std::process::Output, method: &str, url: &str) {
+    // curl's exit code 28: "Operation timeout".
+    assert!(
+        out.status.code() != Some(28),
+        "{method} {url}: no answer within {} s (the harness's logs are in {})",
+        CURL_LIMITS[3],
+        state_dir().display()
+    );
+}
+
 fn keystone_up() -> bool {
     Command::new("curl")
         .args([
@@ -168,13 +184,15 @@ impl Harness {
 
     /// `POST /v3/auth/tokens` with `auth`: the token and the response body.
     fn authenticate(&self, auth: Value) -> (String, Value) {
+        let url = "http://127.0.0.1:5000/v3/auth/tokens";
         let out = Command::new("curl")
+            .args(CURL_LIMITS)
             .args([
                 "-s",
                 "-i",
                 "-X",
                 "POST",
-                "http://127.0.0.1:5000/v3/auth/tokens",
+                url,
                 "-H",
                 "Content-Type: application/json",
                 "-d",
@@ -182,6 +200,7 @@ impl Harness {
             ])
             .output()
             .unwrap();
+        unanswered(&out, "POST", url);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         let token = text
             .lines()
@@ -273,14 +292,13 @@ impl Harness {
         token: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let url = url.to_string();
         let mut args = vec![
             "-s".to_string(),
             "-w".into(),
             "\n%{http_code}".into(),
             "-X".into(),
             method.into(),
-            url,
+            url.to_string(),
             "-H".into(),
             format!("X-Auth-Token: {token}"),
             "-H".into(),
@@ -290,7 +308,12 @@ impl Harness {
             args.push("-d".into());
             args.push(body.to_string());
         }
-        let out = Command::new("curl").args(&args).output().unwrap();
+        let out = Command::new("curl")
+            .args(CURL_LIMITS)
+            .args(&args)
+            .output()
+            .unwrap();
+        unanswered(&out, method, url);
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
         (

@@ -388,18 +388,16 @@ async fn measure(
     ))
 }
 
-/// Scrape until no reconcile is in flight and the reconcile count stood still for half a second.
-pub(crate) async fn settle(controller: &Controller) -> Result<Scrape, BenchError> {
-    settle_within(controller, Duration::MAX).await
-}
+/// How long [`settle`] waits for the controller to stand still.
+const SETTLE_LIMIT: Duration = Duration::from_secs(30);
 
-/// [`settle`], giving up after `timeout` (a controller with many LoadBalancers whose periodic
-/// looks keep it busy may never stand still for half a second): then an error with the counts.
-pub(crate) async fn settle_within(
-    controller: &Controller,
-    timeout: Duration,
-) -> Result<Scrape, BenchError> {
-    let deadline = Instant::now().checked_add(timeout);
+/// Scrape until no reconcile is in flight and the reconcile count stood still for half a second,
+/// at most [`SETTLE_LIMIT`]. Many LoadBalancers may never leave the controller still (each looks
+/// at its cloud about once a minute, 16 reconciles a second at 1,000, from the cache, no request;
+/// the wait without a limit hung `capi-lb-bench capi` at 1,000): then the counts are read at the
+/// limit, and stderr says so.
+pub(crate) async fn settle(controller: &Controller) -> Result<Scrape, BenchError> {
+    let deadline = Instant::now() + SETTLE_LIMIT;
     let mut last = None;
     loop {
         let s = controller.scrape().await?;
@@ -408,10 +406,12 @@ pub(crate) async fn settle_within(
         if in_flight == 0.0 && last == Some(done) {
             return Ok(s);
         }
-        if deadline.is_some_and(|d| Instant::now() > d) {
-            return Err(BenchError::Controller(format!(
-                "still reconciling after {timeout:?}: {done} reconciles, {in_flight} in flight"
-            )));
+        if Instant::now() >= deadline {
+            eprintln!(
+                "capi-lb did not stand still for half a second within {SETTLE_LIMIT:?} \
+                 ({done} reconciles, {in_flight} in flight): its counts are read now"
+            );
+            return Ok(s);
         }
         last = Some(done);
         tokio::time::sleep(Duration::from_millis(500)).await;

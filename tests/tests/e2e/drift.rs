@@ -68,16 +68,16 @@ async fn ext_answers(t: &TestNs, address: &str) {
     .await;
 }
 
-/// The times (seconds of the day, as octavia-api's access log has them) of the requests made for
-/// Octavia load balancer `id`.
+/// The times (seconds of the day, as the Octavia API's access log has them) of the requests made
+/// for Octavia load balancer `id`.
 fn requests_for(h: &Harness, id: &str) -> Vec<u32> {
-    let log = std::fs::read_to_string(h.state.join("octavia-api.log")).unwrap();
+    let log = std::fs::read_to_string(h.state.join("octavia-api-access.log")).unwrap();
     log.lines()
         .filter(|l| l.contains(&format!("/v2/lbaas/loadbalancers/{id}")) && l.contains("] \""))
         .filter_map(|l| {
-            // `127.0.0.1 - - [26/Nov/2026 20:57:09] "GET ...`
-            let time = l.split('[').nth(1)?.split(']').next()?.split(' ').nth(1)?;
-            let mut parts = time.split(':').map(|p| p.parse::<u32>().ok());
+            // gunicorn's `127.0.0.1 - - [27/Nov/2026:20:57:09 +0000] "GET ...`
+            let time = l.split('[').nth(1)?.split([':', ' ']).skip(1);
+            let mut parts = time.map(|p| p.parse::<u32>().ok());
             Some(parts.next()?? * 3600 + parts.next()?? * 60 + parts.next()??)
         })
         .collect()
