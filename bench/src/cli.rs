@@ -71,7 +71,7 @@ pub struct CapiArgs {
     #[arg(long, default_value_t = 900)]
     pub timeout_seconds: u64,
     /// Exit with status 3 when capi-lb adds more than this many percent to the time Cluster API
-    /// alone needs.
+    /// alone needs until every object is in its settled state.
     #[arg(long)]
     pub max_added_percent: Option<f64>,
 }

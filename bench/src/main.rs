@@ -117,7 +117,7 @@ async fn bench_capi(args: CapiArgs) -> ExitCode {
             && added > max
         {
             eprintln!(
-                "capi-lb-bench capi: capi-lb added {added:.0} % to Cluster API's time, more than {max} %"
+                "capi-lb-bench capi: capi-lb added {added:.0} % to Cluster API's time until all was in its state, more than {max} %"
             );
             status = ExitCode::from(3);
         }

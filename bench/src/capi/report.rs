@@ -41,8 +41,18 @@ pub struct Report {
 }
 
 impl Report {
-    /// Time to settled with capi-lb over the baseline's.
+    /// The time until every object was in its settled state with capi-lb, over the baseline's:
+    /// the ratio the goal is judged by. The time to settled also counts the last change before
+    /// the quiet window, and Cluster API alone keeps writing its Clusters' statuses in rounds
+    /// (about 45 s and 2 min 15 s after they were created, in a run kept to look at it): where such
+    /// a round falls against the window, not capi-lb, decides what it measures
+    /// (docs/benchmarks.md).
     pub fn ratio(&self) -> f64 {
+        ratio(self.with_capi_lb.reached, self.baseline.reached)
+    }
+
+    /// The time to settled with capi-lb over the baseline's.
+    pub fn settled_ratio(&self) -> f64 {
         ratio(self.with_capi_lb.settled, self.baseline.settled)
     }
 }
@@ -57,7 +67,7 @@ pub fn ratio(a: Duration, b: Duration) -> f64 {
 }
 
 /// The table header of [`render`]'s first line.
-pub const HEADER: &str = "| Clusters | settled, Cluster API alone | settled, with capi-lb | ratio | kube-apiserver CPU (alone / with) | etcd CPU (alone / with) | Cluster API manager CPU (alone / with) | capi-lb CPU | capi-lb requests / LB (writes) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+pub const HEADER: &str = "| Clusters | all in state, Cluster API alone | all in state, with capi-lb | ratio | settled, alone / with | ratio (settled) | kube-apiserver CPU (alone / with) | etcd CPU (alone / with) | Cluster API manager CPU (alone / with) | capi-lb CPU | capi-lb requests / LB (writes) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
 
 /// The report: a table row (see [`HEADER`]), then the details.
 pub fn render(r: &Report) -> String {
@@ -72,11 +82,14 @@ pub fn render(r: &Report) -> String {
     };
     let counts = r.with_capi_lb.controller.clone().unwrap_or_default();
     let mut out = format!(
-        "| {} | {:.1} s | {:.1} s | {:.2} | {} | {} | {} | {} | {:.1} ({:.1}) |\n",
+        "| {} | {:.1} s | {:.1} s | {:.2} | {:.1} / {:.1} s | {:.2} | {} | {} | {} | {} | {:.1} ({:.1}) |\n",
         r.clusters,
+        r.baseline.reached.as_secs_f64(),
+        r.with_capi_lb.reached.as_secs_f64(),
+        r.ratio(),
         r.baseline.settled.as_secs_f64(),
         r.with_capi_lb.settled.as_secs_f64(),
-        r.ratio(),
+        r.settled_ratio(),
         cpu("kube-apiserver"),
         cpu("etcd"),
         cpu("cluster-api-manager"),
@@ -133,10 +146,10 @@ pub fn render_phase(
 mod tests {
     use super::*;
 
-    fn phase(settled: u64, apiserver: f64) -> Phase {
+    fn phase(reached: u64, settled: u64, apiserver: f64) -> Phase {
         Phase {
             created: Duration::from_secs(5),
-            reached: Duration::from_secs(settled - 1),
+            reached: Duration::from_secs(reached),
             settled: Duration::from_secs(settled),
             cpu: BTreeMap::from([("kube-apiserver".to_string(), apiserver)]),
             controller: None,
@@ -145,8 +158,8 @@ mod tests {
     }
 
     #[test]
-    fn the_ratio_is_with_capi_lb_over_cluster_api_alone() {
-        let mut with = phase(50, 30.0);
+    fn the_ratio_is_with_capi_lb_over_cluster_api_alone_to_all_in_state() {
+        let mut with = phase(50, 80, 30.0);
         with.controller = Some(Counts {
             reconciles: 200.0,
             service_reconciles: 0.0,
@@ -160,17 +173,24 @@ mod tests {
             clusters: 100,
             machines: 3,
             quiet: Duration::from_secs(10),
-            baseline: phase(40, 20.0),
+            baseline: phase(40, 64, 20.0),
             with_capi_lb: with,
         };
         assert!((report.ratio() - 1.25).abs() < 1e-9);
+        assert!((report.settled_ratio() - 1.25).abs() < 1e-9);
         let text = render(&report);
         assert!(
             text.starts_with(
-                "| 100 | 40.0 s | 50.0 s | 1.25 | 20.0 s / 30.0 s | n/a / n/a | n/a / n/a | 2.5 s | 7.0 (6.0) |"
+                "| 100 | 40.0 s | 50.0 s | 1.25 | 64.0 / 80.0 s | 1.25 | 20.0 s / 30.0 s | n/a / n/a | n/a / n/a | 2.5 s | 7.0 (6.0) |"
             ),
             "{text}"
         );
+        // A baseline that settled late (a round of Cluster API's own writes in its window) moves
+        // only the settled ratio.
+        let mut late = report.clone();
+        late.baseline.settled = Duration::from_secs(100);
+        assert!((late.ratio() - 1.25).abs() < 1e-9);
+        assert!((late.settled_ratio() - 0.8).abs() < 1e-9);
         assert!(text.contains("patch machines"), "{text}");
         assert!(text.contains("6.00/LB"), "{text}");
         assert_eq!(ratio(Duration::from_secs(1), Duration::ZERO), f64::INFINITY);
