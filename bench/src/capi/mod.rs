@@ -404,7 +404,11 @@ async fn measure(
     .buffer_unordered(options.parallel.max(1))
     .try_collect::<Vec<()>>();
     futures::pin_mut!(creation);
-    let mut progress = Progress::new(start, n * (1 + m + usize::from(with_lb)));
+    let mut expected = vec![("Cluster", n), ("Machine", n * m)];
+    if with_lb {
+        expected.push(("LoadBalancer", n));
+    }
+    let mut progress = Progress::new(start, &expected);
     let deadline = start + options.timeout;
     let mut report_at = start + PROGRESS_EVERY;
     loop {
@@ -442,7 +446,7 @@ async fn measure(
     }
     stop_watches(&watches);
     let cpu_after = cpu::sample(state, ticks);
-    let (counts, controller_cpu) = match controller {
+    let (counts, controller_cpu, reconcile_seconds) = match controller {
         Some(c) => {
             // Read at the end of the quiet window, not once capi-lb stands still: with 1,000
             // LoadBalancers, their periodic looks (about one a minute each, from the cache, no
@@ -451,17 +455,32 @@ async fn measure(
             // whole window, so the writes are all counted.
             let s = c.scrape().await?;
             let counts = before_counts.map(|b| Counts::of(&s).since(&b));
-            (counts, Some(s.sum("capi_lb_process_cpu_seconds", &[])))
+            let lb = [("controller", "loadbalancer")];
+            let reconcile_seconds = (
+                s.sum("capi_lb_reconcile_duration_seconds_sum", &lb),
+                s.sum("capi_lb_reconcile_duration_seconds_count", &lb),
+            );
+            (
+                counts,
+                Some(s.sum("capi_lb_process_cpu_seconds", &[])),
+                Some(reconcile_seconds),
+            )
         }
-        None => (None, None),
+        None => (None, None, None),
     };
     Ok(Phase {
         created: progress.created.unwrap_or_default(),
         reached: progress.reached.unwrap_or_default(),
+        reached_by_kind: progress
+            .reached_by_kind
+            .iter()
+            .map(|(k, d)| ((*k).to_string(), *d))
+            .collect(),
         settled: progress.last_change.duration_since(start),
         cpu: cpu::since(&cpu_after, &cpu_before),
         controller: counts,
         controller_cpu,
+        reconcile_seconds,
     })
 }
 

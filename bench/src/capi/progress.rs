@@ -1,7 +1,7 @@
 //! Where a phase of `capi-lb-bench capi` is: what its watches have seen, and when it ends (the
 //! quiet window once everything is in its settled state, or the deadline).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 /// How often a phase prints where it is (on stderr), so a long run shows its progress and a phase
@@ -16,6 +16,11 @@ pub(super) struct Progress {
     expected: usize,
     seen: HashMap<(&'static str, String), bool>,
     in_state: usize,
+    /// Per kind: how many objects there are to be, how many are in their state.
+    kinds: BTreeMap<&'static str, (usize, usize)>,
+    /// Per kind: from the start to the moment all its objects were in their settled state (while
+    /// they are); says whether Cluster API's objects or capi-lb's came last.
+    pub(super) reached_by_kind: BTreeMap<&'static str, Duration>,
     /// From the start to the last object created.
     pub(super) created: Option<Duration>,
     /// From the start to the moment every object was in its settled state (while they are).
@@ -24,12 +29,15 @@ pub(super) struct Progress {
 }
 
 impl Progress {
-    pub(super) fn new(start: Instant, expected: usize) -> Self {
+    /// A phase expecting `expected` objects of each kind.
+    pub(super) fn new(start: Instant, expected: &[(&'static str, usize)]) -> Self {
         Self {
             start,
-            expected,
+            expected: expected.iter().map(|(_, n)| n).sum(),
             seen: HashMap::new(),
             in_state: 0,
+            kinds: expected.iter().map(|&(k, n)| (k, (n, 0))).collect(),
+            reached_by_kind: BTreeMap::new(),
             created: None,
             reached: None,
             last_change: start,
@@ -38,16 +46,20 @@ impl Progress {
 
     /// A change of `kind` `name`, in its settled state or not, at `now`.
     pub(super) fn observe(&mut self, kind: &'static str, name: String, ok: bool, now: Instant) {
-        match self.seen.insert((kind, name), ok) {
-            Some(was) => {
-                self.in_state = self.in_state + usize::from(ok) - usize::from(was);
+        let was = self.seen.insert((kind, name), ok).unwrap_or(false);
+        self.in_state = self.in_state + usize::from(ok) - usize::from(was);
+        let since_start = now.saturating_duration_since(self.start);
+        if let Some((expected, in_state)) = self.kinds.get_mut(kind) {
+            *in_state = *in_state + usize::from(ok) - usize::from(was);
+            if *in_state == *expected {
+                self.reached_by_kind.entry(kind).or_insert(since_start);
+            } else {
+                self.reached_by_kind.remove(kind);
             }
-            None => self.in_state += usize::from(ok),
         }
         self.last_change = now;
         if self.all_in_state() {
-            self.reached
-                .get_or_insert(now.saturating_duration_since(self.start));
+            self.reached.get_or_insert(since_start);
         } else {
             self.reached = None;
         }
@@ -107,7 +119,7 @@ mod tests {
         let start = Instant::now();
         let quiet = Duration::from_secs(10);
         let deadline = start + Duration::from_secs(100);
-        let mut p = Progress::new(start, 2);
+        let mut p = Progress::new(start, &[("Cluster", 1), ("Machine", 1)]);
         assert_eq!(p.wake(quiet, deadline), deadline);
         p.observe("Cluster", "c0".into(), true, start + Duration::from_secs(1));
         p.observe(
@@ -117,8 +129,11 @@ mod tests {
             start + Duration::from_secs(2),
         );
         assert!(p.reached.is_none());
+        assert_eq!(p.reached_by_kind["Cluster"], Duration::from_secs(1));
+        assert!(!p.reached_by_kind.contains_key("Machine"));
         p.observe("Machine", "m0".into(), true, start + Duration::from_secs(3));
         assert_eq!(p.reached, Some(Duration::from_secs(3)));
+        assert_eq!(p.reached_by_kind["Machine"], Duration::from_secs(3));
         // Not done before everything is created.
         assert_eq!(p.wake(quiet, deadline), deadline);
         p.created = Some(Duration::from_secs(2));
@@ -139,6 +154,8 @@ mod tests {
             start + Duration::from_secs(200),
         );
         assert!(p.reached.is_none());
+        assert!(!p.reached_by_kind.contains_key("Cluster"));
+        assert_eq!(p.reached_by_kind["Machine"], Duration::from_secs(3));
         assert_eq!(p.wake(quiet, deadline), deadline);
         let text = p.summary(start + Duration::from_secs(201));
         assert!(

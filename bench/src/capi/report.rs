@@ -13,6 +13,9 @@ pub struct Phase {
     pub created: Duration,
     /// From the first write to every object in its settled state (the first moment).
     pub reached: Duration,
+    /// Per kind (Cluster, Machine, LoadBalancer): from the first write to all its objects in
+    /// their settled state; whether Cluster API's part or capi-lb's came last.
+    pub reached_by_kind: BTreeMap<String, Duration>,
     /// From the first write to the last change of any of the phase's Clusters, Machines and
     /// LoadBalancers before the quiet window: the time to settled.
     pub settled: Duration,
@@ -23,6 +26,9 @@ pub struct Phase {
     pub controller: Option<Counts>,
     /// With capi-lb: its CPU seconds.
     pub controller_cpu: Option<f64>,
+    /// With capi-lb: the seconds its LoadBalancer reconciles took in all (each from its work slot
+    /// to its end), and how many there were.
+    pub reconcile_seconds: Option<(f64, f64)>,
 }
 
 /// Both phases of one size.
@@ -135,6 +141,18 @@ pub fn render_phase(
         p.settled.as_secs_f64(),
         quiet.as_secs_f64()
     );
+    for (k, v) in &p.reached_by_kind {
+        out.push_str(&format!(
+            "  all {k}s in their state at {:>8.1} s\n",
+            v.as_secs_f64()
+        ));
+    }
+    if let Some((seconds, count)) = p.reconcile_seconds {
+        out.push_str(&format!(
+            "  capi-lb reconciles {count:>8.0}, {:.0} ms each on average\n",
+            1000.0 * seconds / count.max(1.0)
+        ));
+    }
     for (k, v) in &p.cpu {
         out.push_str(&format!("  CPU {k:<38} {v:>8.1} s\n"));
     }
@@ -150,10 +168,15 @@ mod tests {
         Phase {
             created: Duration::from_secs(5),
             reached: Duration::from_secs(reached),
+            reached_by_kind: BTreeMap::from([(
+                "Machine".to_string(),
+                Duration::from_secs(reached),
+            )]),
             settled: Duration::from_secs(settled),
             cpu: BTreeMap::from([("kube-apiserver".to_string(), apiserver)]),
             controller: None,
             controller_cpu: None,
+            reconcile_seconds: None,
         }
     }
 
@@ -169,6 +192,7 @@ mod tests {
             ]),
         });
         with.controller_cpu = Some(2.5);
+        with.reconcile_seconds = Some((20.0, 200.0));
         let report = Report {
             clusters: 100,
             machines: 3,
@@ -194,5 +218,14 @@ mod tests {
         assert!(text.contains("patch machines"), "{text}");
         assert!(text.contains("6.00/LB"), "{text}");
         assert_eq!(ratio(Duration::from_secs(1), Duration::ZERO), f64::INFINITY);
+        let phase_text = render_phase(100, 3, report.quiet, "with capi-lb", &report.with_capi_lb);
+        assert!(
+            phase_text.contains("  all Machines in their state at     50.0 s\n"),
+            "{phase_text}"
+        );
+        assert!(
+            phase_text.contains("  capi-lb reconciles      200, 100 ms each on average\n"),
+            "{phase_text}"
+        );
     }
 }

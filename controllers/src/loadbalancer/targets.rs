@@ -1,21 +1,20 @@
-//! Targets of a LoadBalancer: the objects of `spec.targetKind` its selector matches, and the address
-//! of each, picked from `status.addresses` in the order of `spec.targetAddressTypes` (the Cluster API
-//! Machine convention, which other kinds follow too), and the readiness gates it has not passed.
-//! Picking is pure; listing is one API call.
+//! Targets of a LoadBalancer: the objects of `spec.targetKind` its selector matches, each with its
+//! address and the readiness gates it has not passed ([`super::picking`]). Listing is one API call.
 //!
 //! A [`Pass`] moves the targets through the state machine of [`super::lifecycle`] around the
 //! provider call: [`Pass::prepare`] puts deletion hooks in place before any member can exist, the
 //! reconciler converges the members, and [`Pass::complete`] writes each target's new state and
 //! releases the hooks of members that are gone. Each target is written at most once per half, and
-//! only when something changed.
-
-use std::net::IpAddr;
+//! only when something changed; the writes of a half go out together (at most [`WRITES_IN_FLIGHT`]
+//! at a time).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use capi_lb_api::constants::event;
-use capi_lb_api::loadbalancer::{MachineAddressType, ReadinessGate, TargetKind};
+use capi_lb_api::loadbalancer::TargetKind;
 use capi_lb_api::target::{TargetKeys, TargetState};
 use capi_lb_api::{LoadBalancer, LoadBalancerSpec};
 use capi_lb_providers::{DesiredMember, MemberIntent};
@@ -35,56 +34,11 @@ use crate::error::{Result, is_not_found, kube_err};
 use crate::kinds::Unlisted;
 use crate::metadata::patch_annotations;
 
-/// True for address types that must hold an IP.
-fn is_ip_type(t: MachineAddressType) -> bool {
-    matches!(
-        t,
-        MachineAddressType::ExternalIp | MachineAddressType::InternalIp
-    )
-}
+pub use super::picking::{CONDITION_LISTS, pending_gates, pick_address};
 
-/// The preferred address of `object` (a Machine-like object with `status.addresses`).
-pub fn pick_address(object: &Value, preference: &[MachineAddressType]) -> Option<String> {
-    let addresses = object.pointer("/status/addresses")?.as_array()?;
-    preference.iter().find_map(|wanted| {
-        addresses.iter().find_map(|a| {
-            let type_ = a.get("type")?.as_str()?;
-            let address = a.get("address")?.as_str()?.trim();
-            if type_ != wanted.as_str() || address.is_empty() {
-                return None;
-            }
-            if is_ip_type(*wanted) && address.parse::<IpAddr>().is_err() {
-                return None;
-            }
-            Some(address.to_string())
-        })
-    })
-}
-
-/// Where an object of the target kind lists its conditions: `status.conditions`, and
-/// `status.v1beta2.conditions` where Cluster API v1beta1 objects keep the new ones.
-pub const CONDITION_LISTS: [&str; 2] = ["/status/conditions", "/status/v1beta2/conditions"];
-
-/// The readiness gates `object` does not report as `True`, looking at `status.conditions` (and
-/// `status.v1beta2.conditions`, where Cluster API v1beta1 objects keep the new conditions).
-pub fn pending_gates(object: &Value, gates: &[ReadinessGate]) -> Vec<String> {
-    let is_true = |gate: &str| {
-        CONDITION_LISTS
-            .iter()
-            .filter_map(|p| object.pointer(p)?.as_array())
-            .flatten()
-            .any(|c| {
-                c.get("type").and_then(Value::as_str) == Some(gate)
-                    && c.get("status").and_then(Value::as_str) == Some("True")
-            })
-    };
-    gates
-        .iter()
-        .map(|g| g.condition_type.as_str())
-        .filter(|g| !is_true(g))
-        .map(str::to_string)
-        .collect()
-}
+/// How many target writes one pass has in flight at a time: a LoadBalancer's few control-plane
+/// Machines are written at once, a hundred workers eight at a time.
+const WRITES_IN_FLIGHT: usize = 8;
 
 /// An object of the target kind this LoadBalancer deals with, and what was observed on it.
 #[derive(Clone, Debug)]
@@ -350,10 +304,10 @@ impl Pass<'_> {
             .collect();
         let api = self.api(&resource);
         let lb_name = self.lb.name_any();
-        let (mut hooks_added, mut hooks_released) = (Vec::new(), Vec::new());
-        let mut joined = Vec::new();
-        let mut gone = Vec::new();
-        for (i, target) in targets.iter_mut().enumerate() {
+        // What to write to each target (its index, the annotations, whether it joins now), then
+        // all of it at once: the provider call waits for every hook.
+        let mut writes = Vec::new();
+        for (i, target) in targets.iter().enumerate() {
             let Some(hooks) = hooks_before(&target.observed, &self.settings) else {
                 continue;
             };
@@ -376,10 +330,24 @@ impl Pass<'_> {
                     Some(true),
                 );
             }
-            match self
-                .write(&resource, &api, &target.object, &annotations)
-                .await?
-            {
+            writes.push((i, hooks, joins, annotations));
+        }
+        let written = self
+            .write_all(
+                &resource,
+                &api,
+                writes
+                    .iter()
+                    .map(|(i, _, _, annotations)| (&targets[*i].object, annotations))
+                    .collect(),
+            )
+            .await;
+        let (mut hooks_added, mut hooks_released) = (Vec::new(), Vec::new());
+        let mut joined = Vec::new();
+        let mut gone = Vec::new();
+        for ((i, hooks, joins, _), result) in writes.into_iter().zip(written) {
+            let target = &mut targets[i];
+            match result? {
                 Some(updated) => {
                     target.object = updated;
                     target.observed.pre_drain = hooks;
@@ -415,6 +383,25 @@ impl Pass<'_> {
             joined,
             failing,
         }))
+    }
+
+    /// [`Self::write`] for each `(object, annotations)`, up to [`WRITES_IN_FLIGHT`] at a time, the
+    /// results in the same order. All are tried, also after one failed: each target's write stands
+    /// on its own, and one pass writes its targets in the time of the slowest instead of the sum.
+    async fn write_all<'a>(
+        &self,
+        resource: &ApiResource,
+        api: &Api<DynamicObject>,
+        writes: Vec<(&'a DynamicObject, &'a BTreeMap<String, String>)>,
+    ) -> Vec<Result<Option<DynamicObject>>> {
+        let mut pending = Vec::with_capacity(writes.len());
+        for (object, annotations) in writes {
+            pending.push(self.write(resource, api, object, annotations));
+        }
+        futures::stream::iter(pending)
+            .buffered(WRITES_IN_FLIGHT)
+            .collect()
+            .await
     }
 
     /// Write `annotations` to `object` unless unchanged. `None` when the object is gone.
@@ -454,30 +441,45 @@ impl Pass<'_> {
             hooks_added: prepared.hooks_added,
             hooks_released: prepared.hooks_released,
         };
-        for (target, intent) in prepared.targets.into_iter().zip(&prepared.intents) {
+        // Each target's settled state and what to write, then all the writes at once.
+        let planned: Vec<_> = prepared
+            .targets
+            .into_iter()
+            .zip(&prepared.intents)
+            .map(|(target, intent)| {
+                let settled = settle(
+                    &target.observed,
+                    intent.as_ref(),
+                    members,
+                    prepared.now,
+                    &self.settings,
+                );
+                let hooks = self.settings.hooks.then_some(settled.hooks);
+                let annotations = annotate(
+                    target.object.annotations(),
+                    &namespace,
+                    &lb_name,
+                    &self.keys,
+                    Some((settled.state, settled.since)),
+                    hooks,
+                );
+                (target, settled, hooks, annotations)
+            })
+            .collect();
+        let written = self
+            .write_all(
+                &prepared.resource,
+                &api,
+                planned
+                    .iter()
+                    .map(|(target, _, _, annotations)| (&target.object, annotations))
+                    .collect(),
+            )
+            .await;
+        for ((target, settled, hooks, _), result) in planned.into_iter().zip(written) {
             let observed = &target.observed;
-            let settled = settle(
-                observed,
-                intent.as_ref(),
-                members,
-                prepared.now,
-                &self.settings,
-            );
-            let hooks = self.settings.hooks.then_some(settled.hooks);
-            let annotations = annotate(
-                target.object.annotations(),
-                &namespace,
-                &lb_name,
-                &self.keys,
-                Some((settled.state, settled.since)),
-                hooks,
-            );
             let had_hooks = observed.pre_drain || observed.pre_terminate;
-            if self
-                .write(&prepared.resource, &api, &target.object, &annotations)
-                .await?
-                .is_none()
-            {
+            if result?.is_none() {
                 continue;
             }
             // The state before this pass (a joining target's `adding` written with its hooks is
@@ -588,93 +590,4 @@ pub async fn release_all(
         }
     }
     Ok(changes)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn machine(addresses: Value) -> Value {
-        json!({"status": {"addresses": addresses}})
-    }
-
-    #[test]
-    fn picks_by_preference_order() {
-        let m = machine(json!([
-            {"type": "ExternalIP", "address": "198.51.100.7"},
-            {"type": "InternalIP", "address": "10.0.0.7"},
-        ]));
-        let internal_first = [
-            MachineAddressType::InternalIp,
-            MachineAddressType::ExternalIp,
-        ];
-        let external_first = [
-            MachineAddressType::ExternalIp,
-            MachineAddressType::InternalIp,
-        ];
-        assert_eq!(
-            pick_address(&m, &internal_first).as_deref(),
-            Some("10.0.0.7")
-        );
-        assert_eq!(
-            pick_address(&m, &external_first).as_deref(),
-            Some("198.51.100.7")
-        );
-    }
-
-    #[test]
-    fn readiness_gates_read_both_condition_lists() {
-        let gates = [
-            ReadinessGate {
-                condition_type: "APIServerPodHealthy".into(),
-            },
-            ReadinessGate {
-                condition_type: "EtcdMemberHealthy".into(),
-            },
-        ];
-        let m = json!({"status": {
-            "conditions": [{"type": "APIServerPodHealthy", "status": "True"}],
-            "v1beta2": {"conditions": [{"type": "EtcdMemberHealthy", "status": "False"}]},
-        }});
-        assert_eq!(pending_gates(&m, &gates), vec!["EtcdMemberHealthy"]);
-        let m = json!({"status": {"v1beta2": {"conditions": [
-            {"type": "EtcdMemberHealthy", "status": "True"},
-            {"type": "APIServerPodHealthy", "status": "True"},
-        ]}}});
-        assert!(pending_gates(&m, &gates).is_empty());
-        assert_eq!(pending_gates(&json!({}), &gates).len(), 2);
-        assert!(pending_gates(&json!({}), &[]).is_empty());
-    }
-
-    #[test]
-    fn skips_malformed_and_missing_addresses() {
-        let m = machine(json!([
-            {"type": "InternalIP", "address": "not-an-ip"},
-            {"type": "InternalIP", "address": ""},
-            {"type": "Hostname", "address": "node-1"},
-        ]));
-        assert_eq!(
-            pick_address(
-                &m,
-                &[
-                    MachineAddressType::InternalIp,
-                    MachineAddressType::ExternalIp
-                ]
-            ),
-            None
-        );
-        assert_eq!(
-            pick_address(
-                &m,
-                &[MachineAddressType::InternalIp, MachineAddressType::Hostname]
-            )
-            .as_deref(),
-            Some("node-1")
-        );
-        assert_eq!(
-            pick_address(&json!({}), &[MachineAddressType::InternalIp]),
-            None
-        );
-    }
 }

@@ -5,29 +5,36 @@
 //! - While a provider call waits on a cloud or a remote cluster, its reconcile gives the work slot
 //!   back and takes one again when the answer is there ([`Waiting`]): tenants whose clouds never
 //!   answer (until `--provider-timeout-seconds`) hold no slot, and the others' reconciles run.
-//! - A namespace (a tenant) may have at most half of the concurrency in flight, working or waiting
-//!   on a provider. A reconcile over that share is not run: it is put back for a moment. So one
-//!   tenant with many LoadBalancers cannot fill the queue for the work slots, and has at most that
-//!   many provider calls in flight.
+//! - A namespace (a tenant) has at most half of the concurrency in flight, working or waiting on a
+//!   provider: its places. A reconcile over that share waits for one of its namespace's places
+//!   (first come, first served) before it may wait for a work slot. So one tenant with many
+//!   LoadBalancers cannot fill the queue for the work slots, has at most that many provider calls in
+//!   flight, and a place it gives back is taken at once by its next reconcile (no polling: with
+//!   100 LoadBalancers in one namespace, putting the rest back for half a second left the places
+//!   empty most of the time; docs/benchmarks.md).
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use capi_lb_providers::registry::Waiting;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// How soon a reconcile put back for fairness is tried again.
-pub const RETRY: Duration = Duration::from_millis(500);
-
-/// The work slots of a controller and the reconciles in flight per namespace.
+/// The work slots of a controller and the places of each namespace with reconciles in flight.
 #[derive(Debug)]
 pub struct Fairness {
     share: usize,
     work: Arc<Semaphore>,
-    in_flight: Mutex<HashMap<String, usize>>,
+    namespaces: Mutex<HashMap<String, Places>>,
+}
+
+/// One namespace's places, and how many reconciles hold or wait for one (the entry goes when none
+/// does, so a namespace that was used once costs nothing afterwards).
+#[derive(Debug)]
+struct Places {
+    places: Arc<Semaphore>,
+    users: usize,
 }
 
 impl Fairness {
@@ -37,27 +44,41 @@ impl Fairness {
         Arc::new(Self {
             share: usize::from(concurrency / 2).max(1),
             work: Arc::new(Semaphore::new(usize::from(concurrency.max(1)))),
-            in_flight: Mutex::new(HashMap::new()),
+            namespaces: Mutex::new(HashMap::new()),
         })
     }
 
-    /// A place for a reconcile in `namespace`, held until the permit is dropped; `None` when the
-    /// namespace has its share in flight. The reconcile then waits for a work slot
-    /// ([`Permit::work`]).
-    pub fn enter(self: &Arc<Self>, namespace: &str) -> Option<Permit> {
-        let mut in_flight = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let count = in_flight.entry(namespace.to_string()).or_default();
-        if *count >= self.share {
-            return None;
-        }
-        *count += 1;
-        Some(Permit {
+    /// A place for a reconcile in `namespace`, held until the permit is dropped: at once when the
+    /// namespace has fewer than its share in flight, else when one of its reconciles gives its
+    /// place back (first come, first served). The reconcile then waits for a work slot
+    /// ([`Permit::work`]). Dropping the future while it waits gives up its turn.
+    pub async fn enter(self: &Arc<Self>, namespace: &str) -> Permit {
+        let places = {
+            let mut namespaces = self.lock();
+            let entry = namespaces
+                .entry(namespace.to_string())
+                .or_insert_with(|| Places {
+                    places: Arc::new(Semaphore::new(self.share)),
+                    users: 0,
+                });
+            entry.users += 1;
+            entry.places.clone()
+        };
+        // Counted as a user from here on: dropped while waiting, the permit still counts it out.
+        let mut permit = Permit {
             fairness: self.clone(),
             namespace: namespace.to_string(),
-        })
+            place: None,
+        };
+        // The semaphore is never closed: acquiring fails never.
+        permit.place = places.acquire_owned().await.ok();
+        permit
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Places>> {
+        self.namespaces
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -66,6 +87,7 @@ impl Fairness {
 pub struct Permit {
     fairness: Arc<Fairness>,
     namespace: String,
+    place: Option<OwnedSemaphorePermit>,
 }
 
 impl Permit {
@@ -84,15 +106,13 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let mut in_flight = self
-            .fairness
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = in_flight.get_mut(&self.namespace) {
-            *count -= 1;
-            if *count == 0 {
-                in_flight.remove(&self.namespace);
+        // The place first: the namespace's next reconcile takes it at once.
+        drop(self.place.take());
+        let mut namespaces = self.fairness.lock();
+        if let Some(entry) = namespaces.get_mut(&self.namespace) {
+            entry.users = entry.users.saturating_sub(1);
+            if entry.users == 0 {
+                namespaces.remove(&self.namespace);
             }
         }
     }
@@ -149,28 +169,41 @@ impl Waiting for Slot {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_namespace_gets_half_the_slots_and_gives_them_back() {
+    #[tokio::test]
+    async fn a_namespace_gets_half_the_slots_and_its_next_reconcile_takes_one_given_back() {
+        use std::time::Duration;
+        use tokio::time::timeout;
+        let soon = Duration::from_millis(50);
         let fairness = Fairness::new(4);
-        let a1 = fairness.enter("a");
-        let a2 = fairness.enter("a");
-        assert!(a1.is_some() && a2.is_some());
+        let a1 = fairness.enter("a").await;
+        let a2 = fairness.enter("a").await;
+        let a3 = fairness.enter("a");
+        tokio::pin!(a3);
         assert!(
-            fairness.enter("a").is_none(),
-            "a third slot for one namespace"
+            timeout(soon, &mut a3).await.is_err(),
+            "a third place for one namespace"
         );
         // Another namespace still gets in.
-        let b = fairness.enter("b");
-        assert!(b.is_some());
+        let b = timeout(soon, fairness.enter("b")).await.unwrap();
+        // A fourth of a's waits behind the third: first come, first served.
+        let mut a4 = Box::pin(fairness.enter("a"));
+        assert!(timeout(soon, &mut a4).await.is_err());
         drop(a1);
-        let a3 = fairness.enter("a");
-        assert!(a3.is_some(), "a slot given back is a slot again");
+        let a3 = timeout(soon, a3).await.unwrap();
+        assert!(
+            timeout(soon, &mut a4).await.is_err(),
+            "one place given back, one taken"
+        );
+        // A reconcile that stops waiting (its future dropped) gives up its turn and counts no more.
+        drop(a4);
+        assert_eq!(fairness.lock()["a"].users, 2);
         drop((a2, a3, b));
-        assert!(fairness.in_flight.lock().unwrap().is_empty());
+        assert!(fairness.lock().is_empty());
         // One reconcile at a time: still one for each namespace.
         let single = Fairness::new(1);
-        let held = single.enter("a");
-        assert!(held.is_some() && single.enter("a").is_none() && single.enter("b").is_some());
+        let _held = single.enter("a").await;
+        assert!(timeout(soon, single.enter("a")).await.is_err());
+        assert!(timeout(soon, single.enter("b")).await.is_ok());
     }
 
     #[tokio::test]
@@ -178,9 +211,9 @@ mod tests {
         use std::time::Duration;
         use tokio::time::timeout;
         let fairness = Fairness::new(2);
-        let a = fairness.enter("a").unwrap().work().await;
-        let b = fairness.enter("b").unwrap().work().await;
-        let c = fairness.enter("c").unwrap().work();
+        let a = fairness.enter("a").await.work().await;
+        let b = fairness.enter("b").await.work().await;
+        let c = fairness.enter("c").await.work();
         tokio::pin!(c);
         assert!(
             timeout(Duration::from_millis(50), &mut c).await.is_err(),
@@ -208,6 +241,6 @@ mod tests {
         assert!(lock(&a.held).permit.is_some());
         drop((a, b));
         assert_eq!(fairness.work.available_permits(), 2);
-        assert!(fairness.in_flight.lock().unwrap().is_empty());
+        assert!(fairness.lock().is_empty());
     }
 }

@@ -494,10 +494,12 @@ async fn services(
             move |svc: Arc<Service>, c: Arc<ServiceContext>| {
                 let latest = latest.clone();
                 async move {
-                    let Some(permit) = c.fair.enter(&svc.namespace().unwrap_or_default()) else {
-                        return Ok(Action::requeue(fairness::RETRY));
-                    };
-                    let slot = permit.work().await;
+                    let slot = c
+                        .fair
+                        .enter(&svc.namespace().unwrap_or_default())
+                        .await
+                        .work()
+                        .await;
                     let Some(svc) = now(&latest, &svc) else {
                         return Ok(Action::await_change());
                     };
@@ -526,18 +528,18 @@ async fn services(
         .await;
 }
 
-/// Reconcile a LoadBalancer, when its namespace has not its share of the slots in flight, once it
-/// holds a work slot.
+/// Reconcile a LoadBalancer once it holds one of its namespace's places and a work slot.
 async fn reconcile_action(
     lb: Arc<Watched>,
     ctx: Arc<Context>,
     fair: Arc<Fairness>,
     latest: Store<Watched>,
 ) -> Result<Action, Error> {
-    let Some(permit) = fair.enter(&lb.namespace().unwrap_or_default()) else {
-        return Ok(Action::requeue(fairness::RETRY));
-    };
-    let slot = permit.work().await;
+    let slot = fair
+        .enter(&lb.namespace().unwrap_or_default())
+        .await
+        .work()
+        .await;
     let Some(lb) = now(&latest, &lb) else {
         return Ok(Action::await_change());
     };
