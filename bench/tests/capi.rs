@@ -48,4 +48,21 @@ fn two_clusters_settle_under_cluster_api_alone_and_with_capi_lb() {
         "{stdout}"
     );
     assert!(stdout.contains("patch machines"), "{stdout}");
+    // When each kind was all in its state, and capi-lb's reconciles read from its real metrics
+    // (a metric name that does not match would read 0).
+    assert!(
+        stdout.contains("  all LoadBalancers in their state at "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  all Machines in their state at "),
+        "{stdout}"
+    );
+    let reconciles: f64 = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("capi-lb reconciles "))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no reconcile count: {stdout}"));
+    assert!(reconciles >= 2.0, "{reconciles} reconciles: {stdout}");
 }
