@@ -577,7 +577,7 @@ mod tests {
 
     #[test]
     fn a_target_keeps_what_reconciles_read_and_a_cluster_its_spec() {
-        use crate::loadbalancer::targets::{pending_gates, pick_address};
+        use crate::loadbalancer::picking::{pending_gates, pick_address};
         use capi_lb_api::loadbalancer::{MachineAddressType, ReadinessGate};
         let mut machine: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",

@@ -13,9 +13,7 @@ pub(super) const PROGRESS_EVERY: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 pub(super) struct Progress {
     start: Instant,
-    expected: usize,
     seen: HashMap<(&'static str, String), bool>,
-    in_state: usize,
     /// Per kind: how many objects there are to be, how many are in their state.
     kinds: BTreeMap<&'static str, (usize, usize)>,
     /// Per kind: from the start to the moment all its objects were in their settled state (while
@@ -33,9 +31,7 @@ impl Progress {
     pub(super) fn new(start: Instant, expected: &[(&'static str, usize)]) -> Self {
         Self {
             start,
-            expected: expected.iter().map(|(_, n)| n).sum(),
             seen: HashMap::new(),
-            in_state: 0,
             kinds: expected.iter().map(|&(k, n)| (k, (n, 0))).collect(),
             reached_by_kind: BTreeMap::new(),
             created: None,
@@ -47,7 +43,6 @@ impl Progress {
     /// A change of `kind` `name`, in its settled state or not, at `now`.
     pub(super) fn observe(&mut self, kind: &'static str, name: String, ok: bool, now: Instant) {
         let was = self.seen.insert((kind, name), ok).unwrap_or(false);
-        self.in_state = self.in_state + usize::from(ok) - usize::from(was);
         let since_start = now.saturating_duration_since(self.start);
         if let Some((expected, in_state)) = self.kinds.get_mut(kind) {
             *in_state = *in_state + usize::from(ok) - usize::from(was);
@@ -65,8 +60,18 @@ impl Progress {
         }
     }
 
+    /// Objects to be, and objects in their state, over all kinds.
+    fn counts(&self) -> (usize, usize) {
+        self.kinds
+            .values()
+            .fold((0, 0), |(e, i), (expected, in_state)| {
+                (e + expected, i + in_state)
+            })
+    }
+
     fn all_in_state(&self) -> bool {
-        self.seen.len() == self.expected && self.in_state == self.expected
+        let (expected, in_state) = self.counts();
+        self.seen.len() == expected && in_state == expected
     }
 
     fn done(&self) -> bool {
@@ -90,10 +95,11 @@ impl Progress {
 
     /// Where the phase is at `now`, in words.
     pub(super) fn summary(&self, now: Instant) -> String {
+        let (expected, in_state) = self.counts();
         format!(
             "{} of {} objects in their settled state ({} seen), {}, last change {:.1} s ago{}",
-            self.in_state,
-            self.expected,
+            in_state,
+            expected,
             self.seen.len(),
             self.created
                 .map_or("still creating".to_string(), |c| format!(

@@ -21,7 +21,7 @@ pub mod lifecycle;
 mod members;
 mod migration;
 mod pass;
-mod picking;
+pub mod picking;
 pub mod targets;
 pub mod triggers;
 

@@ -34,7 +34,7 @@ use crate::error::{Result, is_not_found, kube_err};
 use crate::kinds::Unlisted;
 use crate::metadata::patch_annotations;
 
-pub use super::picking::{CONDITION_LISTS, pending_gates, pick_address};
+use super::picking::{pending_gates, pick_address};
 
 /// How many target writes one pass has in flight at a time: a LoadBalancer's few control-plane
 /// Machines are written at once, a hundred workers eight at a time.

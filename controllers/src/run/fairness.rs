@@ -33,7 +33,7 @@ pub struct Fairness {
 /// does, so a namespace that was used once costs nothing afterwards).
 #[derive(Debug)]
 struct Places {
-    places: Arc<Semaphore>,
+    semaphore: Arc<Semaphore>,
     users: usize,
 }
 
@@ -58,11 +58,11 @@ impl Fairness {
             let entry = namespaces
                 .entry(namespace.to_string())
                 .or_insert_with(|| Places {
-                    places: Arc::new(Semaphore::new(self.share)),
+                    semaphore: Arc::new(Semaphore::new(self.share)),
                     users: 0,
                 });
             entry.users += 1;
-            entry.places.clone()
+            entry.semaphore.clone()
         };
         // Counted as a user from here on: dropped while waiting, the permit still counts it out.
         let mut permit = Permit {

@@ -516,7 +516,7 @@ fn machine_projection(o: &DynamicObject) -> u64 {
     for path in ["/status/addresses", "/spec/failureDomain"] {
         o.data.pointer(path).map(ToString::to_string).hash(&mut h);
     }
-    for path in crate::loadbalancer::targets::CONDITION_LISTS {
+    for path in crate::loadbalancer::picking::CONDITION_LISTS {
         for c in o
             .data
             .pointer(path)
