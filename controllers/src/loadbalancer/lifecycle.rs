@@ -166,7 +166,9 @@ fn drained(since: Timestamp, now: Timestamp, drain: Duration) -> bool {
 }
 
 /// Whether this LoadBalancer's hooks must be on `target` before the provider is called: wherever a
-/// member may exist after the call. `None` means "leave them as they are".
+/// member may already exist going by the recorded state (a target whose hooks someone removed).
+/// `None` means "leave them as they are": a target joining gets its hooks with its first state,
+/// after the call ([`settle`]), in one write.
 pub fn hooks_before(target: &Observed, settings: &Settings) -> Option<bool> {
     if !settings.hooks {
         return None;
@@ -174,7 +176,7 @@ pub fn hooks_before(target: &Observed, settings: &Settings) -> Option<bool> {
     if settings.release_hooks {
         return Some(false);
     }
-    (target.wants_in() || target.recorded_member()).then_some(true)
+    target.recorded_member().then_some(true)
 }
 
 /// What the provider answered about members.
@@ -197,6 +199,11 @@ pub struct Settled {
     pub hooks: bool,
     /// Reconcile again after this long (a drain deadline).
     pub requeue_after: Option<Duration>,
+    /// Whether to write it on the target. Always, except for a target seen for the first time
+    /// that wants in while no member can exist for it yet (no address, readiness gates pending,
+    /// not probed yet, so nothing was asked of the provider for it, and the provider has none):
+    /// it is written once it joins, its state and its hooks in one write.
+    pub record: bool,
 }
 
 /// The new state of `target` after the provider answered.
@@ -257,11 +264,16 @@ pub fn settle(
         }
         _ => None,
     };
+    let record = target.recorded.is_some()
+        || !target.wants_in()
+        || matches!(intent, Some(MemberIntent::Serve(_)))
+        || matches!(members, Members::Known(members) if members.iter().any(|m| m.name == target.name));
     Settled {
         state,
         since,
         hooks: settings.hooks && !settings.release_hooks && state.may_be_member(),
         requeue_after,
+        record,
     }
 }
 
@@ -417,7 +429,11 @@ mod tests {
             intent(&t, at(0), &s),
             Some(MemberIntent::Serve("10.0.0.1".into()))
         );
-        assert_eq!(hooks_before(&t, &s), Some(true), "hooks before the member");
+        assert_eq!(
+            hooks_before(&t, &s),
+            None,
+            "a joining target gets its hooks with its first state"
+        );
         let adding = settle(
             &t,
             intent(&t, at(0), &s).as_ref(),
@@ -426,7 +442,17 @@ mod tests {
             &s,
         );
         assert_eq!(adding.state, TargetState::Adding);
-        assert!(adding.hooks);
+        assert!(adding.hooks && adding.record, "{adding:?}");
+        // A provider that serves it at once: active straight away, one write with the hooks.
+        let active = settle(
+            &t,
+            intent(&t, at(0), &s).as_ref(),
+            Members::Known(&member(MemberState::Active)),
+            at(0),
+            &s,
+        );
+        assert_eq!(active.state, TargetState::Active);
+        assert!(active.hooks && active.record, "{active:?}");
         let t = recorded(t, TargetState::Adding, 0);
         let active = settle(
             &t,
@@ -445,6 +471,26 @@ mod tests {
         let mut t = target();
         t.address = None;
         assert_eq!(intent(&t, at(0), &s), Some(MemberIntent::Keep));
+        // Nothing is written on a new target that cannot join yet: no state, no hooks.
+        let out = settle(
+            &t,
+            Some(&MemberIntent::Keep),
+            Members::Known(&[]),
+            at(0),
+            &s,
+        );
+        assert!(!out.record, "{out:?}");
+        let out = settle(&t, Some(&MemberIntent::Keep), Members::Unknown, at(0), &s);
+        assert!(!out.record, "{out:?}");
+        // Unless the provider has a member for it (one adopted): then it is recorded, hooks on.
+        let out = settle(
+            &t,
+            Some(&MemberIntent::Keep),
+            Members::Known(&member(MemberState::Active)),
+            at(0),
+            &s,
+        );
+        assert!(out.record && out.hooks, "{out:?}");
         let mut t = target();
         t.gates_pending = vec!["APIServerPodHealthy".into()];
         assert_eq!(intent(&t, at(0), &s), Some(MemberIntent::Keep));
@@ -498,14 +544,14 @@ mod tests {
         assert_eq!(out.state, TargetState::Disabled);
         assert!(!out.hooks, "no member, no hooks");
 
-        // Enabled again: served again.
+        // Enabled again: served again, its hooks back with its state after the provider call.
         let mut t = recorded(t, TargetState::Disabled, 40);
         t.disabled = false;
         assert_eq!(
             intent(&t, at(50), &s),
             Some(MemberIntent::Serve("10.0.0.1".into()))
         );
-        assert_eq!(hooks_before(&t, &s), Some(true));
+        assert_eq!(hooks_before(&t, &s), None);
     }
 
     #[test]
@@ -844,11 +890,12 @@ mod tests {
         if !t.wants_in() && !s.drain.is_zero() && t.recorded == Some(TargetState::Active) {
             assert_eq!(i, Some(MemberIntent::Drain), "{ctx}");
         }
-        // Hooks go on before a member can be created and are only released by a release.
+        // Hooks go on before the call where a member may already exist (going by the recorded
+        // state), and are only released by a release.
         match hooks_before(t, s) {
             Some(false) => assert!(s.release_hooks, "{ctx}"),
-            Some(true) => assert!(!s.release_hooks, "{ctx}"),
-            None => assert!(!t.wants_in(), "{ctx}"),
+            Some(true) => assert!(!s.release_hooks && t.recorded_member(), "{ctx}"),
+            None => assert!(!s.hooks || !t.recorded_member(), "{ctx}"),
         }
         // The provider answered with `member` (as the in-memory provider would after `i`).
         let after: Vec<MemberStatus> = member
@@ -877,6 +924,14 @@ mod tests {
         assert_eq!(
             out.hooks,
             !s.release_hooks && out.state.may_be_member(),
+            "{ctx} => {out:?}"
+        );
+        // Written (state and hooks) whenever a member may exist after the call: one asked for,
+        // or one the provider has. Left unwritten only while a new target cannot join yet.
+        let asked = matches!(i, Some(MemberIntent::Serve(_)));
+        assert_eq!(
+            out.record,
+            t.recorded.is_some() || !t.wants_in() || asked || member.is_some(),
             "{ctx} => {out:?}"
         );
         // Disabled, unhealthy or removed follows the reason (once no longer active).
@@ -908,6 +963,12 @@ mod tests {
         }
         // With the provider unknown, nothing leaves a state that implies a member.
         let unknown = settle(t, i.as_ref(), Members::Unknown, now, s);
+        if asked {
+            assert!(
+                unknown.record && unknown.hooks != s.release_hooks,
+                "{ctx} => {unknown:?}"
+            );
+        }
         if t.recorded.is_some_and(TargetState::may_be_member) {
             assert!(unknown.state.may_be_member(), "{ctx} => {unknown:?}");
             assert_eq!(unknown.hooks, !s.release_hooks, "{ctx} => {unknown:?}");

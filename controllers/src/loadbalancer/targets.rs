@@ -2,11 +2,12 @@
 //! address and the readiness gates it has not passed ([`super::picking`]). Listing is one API call.
 //!
 //! A [`Pass`] moves the targets through the state machine of [`super::lifecycle`] around the
-//! provider call: [`Pass::prepare`] puts deletion hooks in place before any member can exist, the
-//! reconciler converges the members, and [`Pass::complete`] writes each target's new state and
-//! releases the hooks of members that are gone. Each target is written at most once per half, and
-//! only when something changed; the writes of a half go out together (at most [`WRITES_IN_FLIGHT`]
-//! at a time).
+//! provider call: [`Pass::prepare`] puts back the deletion hooks of targets that may be members
+//! already and lack them (or releases them all), the reconciler converges the members, and
+//! [`Pass::complete`] writes each target's new state, with the hooks of a target that joins in the
+//! same write, and releases the hooks of members that are gone. A new target is not written until
+//! it can join. Each target is written at most once per half, and only when something changed; the
+//! writes of a half go out together (at most [`WRITES_IN_FLIGHT`] at a time).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -221,8 +222,6 @@ pub struct Prepared {
     hooks_added: Vec<String>,
     /// Targets whose hooks were released.
     hooks_released: Vec<String>,
-    /// Targets whose first state (`adding`) was written with their hooks, before the provider call.
-    joined: Vec<String>,
     /// Targets failing their health probes (`spec.targetHealth`), with what the last probe found.
     failing: BTreeMap<String, String>,
 }
@@ -277,9 +276,10 @@ impl Pass<'_> {
     }
 
     /// First half: list and observe the targets, decide what to ask of the provider, and put the
-    /// deletion hooks on every Machine that may have a member after the provider call (or release
-    /// them all when the Cluster is being deleted). [`Listing::Unavailable`] when the target kind
-    /// cannot be listed.
+    /// deletion hooks back on every Machine that may be a member already going by its recorded
+    /// state (or release them all when the Cluster is being deleted). A joining Machine gets its
+    /// hooks with its first state in [`Self::complete`]. [`Listing::Unavailable`] when the target
+    /// kind cannot be listed.
     pub async fn prepare(&self) -> Result<Listing<Prepared>> {
         let kind = &self.lb.spec.target_kind;
         let resource = match self.ctx.kinds.resolve_target(kind).await {
@@ -316,21 +316,7 @@ impl Pass<'_> {
             if &annotations == target.object.annotations() {
                 continue;
             }
-            // A target that joins gets its first state in the same write as its hooks: it is
-            // `adding` until the provider says its member serves, so a provider that answers later
-            // (Octavia) needs no second write, and one that answers at once one less.
-            let joins = hooks && target.observed.recorded.is_none() && target.observed.wants_in();
-            if joins {
-                annotations = annotate(
-                    &annotations,
-                    &namespace,
-                    &lb_name,
-                    &self.keys,
-                    Some((TargetState::Adding, now)),
-                    Some(true),
-                );
-            }
-            writes.push((i, hooks, joins, annotations));
+            writes.push((i, hooks, annotations));
         }
         let written = self
             .write_all(
@@ -338,25 +324,19 @@ impl Pass<'_> {
                 &api,
                 writes
                     .iter()
-                    .map(|(i, _, _, annotations)| (&targets[*i].object, annotations))
+                    .map(|(i, _, annotations)| (&targets[*i].object, annotations))
                     .collect(),
             )
             .await;
         let (mut hooks_added, mut hooks_released) = (Vec::new(), Vec::new());
-        let mut joined = Vec::new();
         let mut gone = Vec::new();
-        for ((i, hooks, joins, _), result) in writes.into_iter().zip(written) {
+        for ((i, hooks, _), result) in writes.into_iter().zip(written) {
             let target = &mut targets[i];
             match result? {
                 Some(updated) => {
                     target.object = updated;
                     target.observed.pre_drain = hooks;
                     target.observed.pre_terminate = hooks;
-                    if joins {
-                        target.observed.recorded = Some(TargetState::Adding);
-                        target.observed.since = Some(now);
-                        joined.push(target.observed.name.clone());
-                    }
                     let name = target.observed.name.clone();
                     if hooks {
                         hooks_added.push(name);
@@ -380,7 +360,6 @@ impl Pass<'_> {
             now,
             hooks_added,
             hooks_released,
-            joined,
             failing,
         }))
     }
@@ -454,15 +433,19 @@ impl Pass<'_> {
                     prepared.now,
                     &self.settings,
                 );
-                let hooks = self.settings.hooks.then_some(settled.hooks);
-                let annotations = annotate(
-                    target.object.annotations(),
-                    &namespace,
-                    &lb_name,
-                    &self.keys,
-                    Some((settled.state, settled.since)),
-                    hooks,
-                );
+                let hooks = (self.settings.hooks && settled.record).then_some(settled.hooks);
+                let annotations = if settled.record {
+                    annotate(
+                        target.object.annotations(),
+                        &namespace,
+                        &lb_name,
+                        &self.keys,
+                        Some((settled.state, settled.since)),
+                        hooks,
+                    )
+                } else {
+                    target.object.annotations().clone()
+                };
                 (target, settled, hooks, annotations)
             })
             .collect();
@@ -482,14 +465,8 @@ impl Pass<'_> {
             if result?.is_none() {
                 continue;
             }
-            // The state before this pass (a joining target's `adding` written with its hooks is
-            // this pass's change).
-            let before = if prepared.joined.contains(&observed.name) {
-                None
-            } else {
-                observed.recorded
-            };
-            if before != Some(settled.state) {
+            let before = observed.recorded;
+            if settled.record && before != Some(settled.state) {
                 let message = match before {
                     Some(before) => format!("{before} -> {}", settled.state),
                     None => settled.state.to_string(),

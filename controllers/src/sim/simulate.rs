@@ -436,7 +436,8 @@ async fn write_load_balancer(
         if ready { "Ready" } else { "NOT Ready" }
     );
     if lb.spec.target_kind.kind == Machine::kind(&()) {
-        write_target_machines(output, client, &namespace, &name).await?;
+        let targets = lb.status.as_ref().map_or(&[][..], |s| &s.targets);
+        write_target_machines(output, client, &namespace, &name, targets).await?;
     }
     emit(output, serde_json::to_value(lb).unwrap_or_default());
     let mut services =
@@ -487,12 +488,15 @@ async fn write_load_balancer(
     Ok(ready)
 }
 
-/// Write the state of each Machine in `namespace` that LoadBalancer `name` targets.
+const NOT_JOINED: &str = "not joined yet (no state written; TargetsReady says what it waits for)";
+
+/// Write the state LoadBalancer `name` recorded on each Machine ([`NOT_JOINED`]: a target without).
 async fn write_target_machines(
     output: &mut String,
     client: &kube::Client,
     namespace: &str,
     name: &str,
+    targets: &[String],
 ) -> Result<(), SimulateError> {
     let keys = TargetKeys::new(namespace, name);
     let mut machines = Api::<Machine>::namespaced(client.clone(), namespace)
@@ -502,17 +506,15 @@ async fn write_target_machines(
         .items;
     machines.sort_by_key(ResourceExt::name_any);
     for machine in machines {
-        let a = machine.annotations();
-        let Some(state) = a.get(&keys.state) else {
-            continue;
-        };
+        let (a, name) = (machine.annotations(), machine.name_any());
         let hooks = a.contains_key(&keys.pre_drain) || a.contains_key(&keys.pre_terminate);
-        let _ = writeln!(
-            output,
-            "#   target Machine/{}: {state}{}",
-            machine.name_any(),
-            if hooks { ", deletion hooks held" } else { "" }
-        );
+        let line = match a.get(&keys.state) {
+            Some(state) if hooks => format!("{state}, deletion hooks held"),
+            Some(state) => state.clone(),
+            None if targets.contains(&name) => NOT_JOINED.to_string(),
+            None => continue,
+        };
+        let _ = writeln!(output, "#   target Machine/{name}: {line}");
     }
     Ok(())
 }

@@ -556,8 +556,17 @@ async fn readiness_gates_hold_admission_until_the_condition_is_true() {
     .await;
     settle(&world).await;
     assert!(members(&world, "cp").is_empty());
-    assert_state(&world, "cp-m1", "adding").await;
+    // Not admitted: nothing is written on it (no state, no hooks) until it can join.
+    assert_eq!(state(&world, "cp-m1", "cp").await, None);
+    assert_eq!(has_hooks(&world, "cp-m1", "cp").await, (false, false));
     let lb = get_lb(&world, "cp").await;
+    assert!(
+        lb.status
+            .as_ref()
+            .unwrap()
+            .targets
+            .contains(&"cp-m1".to_string())
+    );
     let c = condition(&lb, "TargetsReady");
     assert_eq!(
         (c.status.as_str(), c.reason.as_str()),
@@ -577,6 +586,9 @@ async fn readiness_gates_hold_admission_until_the_condition_is_true() {
     .await;
     settle(&world).await;
     assert_eq!(members(&world, "cp")["cp-m1"], MemberState::Active);
+    // Admitted: its state and its hooks in the same pass as its member.
+    assert_state(&world, "cp-m1", "active").await;
+    assert_eq!(has_hooks(&world, "cp-m1", "cp").await, (true, true));
     // Admission only: a gate that turns false again does not take a serving member out.
     patch_machine_status(
         &world,
