@@ -304,7 +304,7 @@ impl Pass<'_> {
             .collect();
         let api = self.api(&resource);
         let lb_name = self.lb.name_any();
-        // What to write to each target (its index, the annotations, whether it joins now), then
+        // What to write to each target (its index, whether it gets hooks, the annotations), then
         // all of it at once: the provider call waits for every hook.
         let mut writes = Vec::new();
         for (i, target) in targets.iter().enumerate() {
