@@ -434,25 +434,22 @@ mod tests {
             None,
             "a joining target gets its hooks with its first state"
         );
-        let adding = settle(
-            &t,
-            intent(&t, at(0), &s).as_ref(),
-            Members::Known(&member(MemberState::Adding)),
-            at(0),
-            &s,
-        );
-        assert_eq!(adding.state, TargetState::Adding);
-        assert!(adding.hooks && adding.record, "{adding:?}");
-        // A provider that serves it at once: active straight away, one write with the hooks.
-        let active = settle(
-            &t,
-            intent(&t, at(0), &s).as_ref(),
-            Members::Known(&member(MemberState::Active)),
-            at(0),
-            &s,
-        );
-        assert_eq!(active.state, TargetState::Active);
-        assert!(active.hooks && active.record, "{active:?}");
+        // `adding` while the provider builds its member; `active` straight away from a provider
+        // that serves it at once. Either way its hooks go in the same write.
+        for (member_state, state) in [
+            (MemberState::Adding, TargetState::Adding),
+            (MemberState::Active, TargetState::Active),
+        ] {
+            let first = settle(
+                &t,
+                intent(&t, at(0), &s).as_ref(),
+                Members::Known(&member(member_state)),
+                at(0),
+                &s,
+            );
+            assert_eq!(first.state, state);
+            assert!(first.hooks && first.record, "{first:?}");
+        }
         let t = recorded(t, TargetState::Adding, 0);
         let active = settle(
             &t,
