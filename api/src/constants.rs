@@ -414,4 +414,7 @@ pub mod event {
     /// A LoadBalancer the API stored cannot be read by this version of capi-lb (typically written
     /// through a newer CRD): it is left as it is until it changes; the others go on.
     pub const UNREADABLE: &str = "Unreadable";
+    /// A reconcile of the object (or a background job for it) panicked: a bug in capi-lb, caught
+    /// so that it fails this object's pass alone; retried with back-off. Please report it.
+    pub const INTERNAL_ERROR: &str = "InternalError";
 }

@@ -187,6 +187,38 @@ impl Context {
         delay.min(BACKOFF_MAX)
     }
 
+    /// A reconcile of the object `reference` panicked (caught by [`crate::boundary::contain`]):
+    /// logged, counted in `capi_lb_panics_total{task}`, told on the object as a Warning Event
+    /// `InternalError`, and returned as the error its controller backs off on.
+    pub async fn panicked(
+        &self,
+        task: &'static str,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        panic: crate::boundary::Panicked,
+    ) -> crate::error::Error {
+        let object = format!(
+            "{} {}/{}",
+            reference.kind.as_deref().unwrap_or_default(),
+            reference.namespace.as_deref().unwrap_or_default(),
+            reference.name.as_deref().unwrap_or_default()
+        );
+        tracing::error!(%object, task, %panic, "a reconcile panicked; this object alone is retried with back-off");
+        self.metrics.panicked(task);
+        self.events
+            .publish(
+                reference,
+                true,
+                capi_lb_api::constants::event::INTERNAL_ERROR,
+                "Reconcile",
+                format!(
+                    "capi-lb failed inside this object's reconcile ({panic}): a bug, please report it; \
+                     this object is retried with back-off, every other object goes on"
+                ),
+            )
+            .await;
+        crate::error::Error::Panicked { object, panic }
+    }
+
     /// Forget the failures of `key` after a success.
     pub fn reset_backoff(&self, key: &str) {
         self.failures

@@ -28,6 +28,16 @@ pub enum Error {
     /// An object lacks a field the API always sets (name, namespace, uid).
     #[error("{0} has no {1}")]
     MissingField(String, &'static str),
+    /// The reconcile of an object panicked (a bug): caught at its boundary
+    /// ([`crate::boundary`]), reported as `InternalError` and retried with back-off, for this
+    /// object alone.
+    #[error("reconcile of {object} {panic}")]
+    Panicked {
+        /// The object.
+        object: String,
+        /// What the panic said.
+        panic: crate::boundary::Panicked,
+    },
 }
 
 /// Result alias of the controllers.

@@ -5,6 +5,7 @@
 //! ([`install`]) and the in-memory Kubernetes API of `capi-lb simulate` and the tests ([`sim`]).
 //! `docs/architecture.md` draws them, floor by floor.
 
+pub mod boundary;
 pub mod cache;
 pub mod class;
 pub mod cli;

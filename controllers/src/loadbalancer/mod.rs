@@ -84,8 +84,18 @@ pub async fn reconcile_watched(watched: Arc<Watched>, ctx: Arc<Context>) -> Resu
     }
 }
 
-/// Reconcile one LoadBalancer.
+/// Reconcile one LoadBalancer, inside the boundary that turns a panic into a failed pass of this
+/// LoadBalancer alone ([`crate::boundary`]): a Warning Event `InternalError`, the panics metric,
+/// and the error (retried with back-off).
 pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outcome> {
+    let reference = lb.object_ref(&());
+    match crate::boundary::contain(reconcile_unguarded(lb.clone(), ctx.clone())).await {
+        Ok(result) => result,
+        Err(panic) => Err(ctx.panicked("loadbalancer", &reference, panic).await),
+    }
+}
+
+async fn reconcile_unguarded(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outcome> {
     ctx.caches.synced().await;
     let namespace = lb
         .namespace()

@@ -53,6 +53,19 @@ pub async fn reconcile_service(
     ctx: Arc<Context>,
     reported: &Reported,
 ) -> Result<Outcome> {
+    let reference = service.object_ref(&());
+    let guarded = reconcile_unguarded(service, ctx.clone(), reported);
+    match crate::boundary::contain(guarded).await {
+        Ok(result) => result,
+        Err(panic) => Err(ctx.panicked("external-endpoint", &reference, panic).await),
+    }
+}
+
+async fn reconcile_unguarded(
+    service: Arc<Service>,
+    ctx: Arc<Context>,
+    reported: &Reported,
+) -> Result<Outcome> {
     ctx.caches.synced().await;
     let namespace = service.namespace().unwrap_or_default();
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);

@@ -322,6 +322,33 @@ impl World {
         }
     }
 
+    /// The same world with each provider wrapped by `wrap` (a test's provider that fails in a way
+    /// of its choosing around the real one).
+    pub fn wrapping_providers(
+        &self,
+        wrap: impl Fn(
+            &'static capi_lb_providers::entry::Entry,
+            Arc<dyn capi_lb_providers::Provider>,
+        ) -> Arc<dyn capi_lb_providers::Provider>,
+    ) -> Self {
+        let mut ctx = Self::context_with(
+            &self.api,
+            &self.cloud,
+            &self.clock,
+            &self.openstack,
+            true,
+            self.stand_in,
+            self.ctx.config.clone(),
+        );
+        ctx.providers = ctx.providers.wrapped(wrap);
+        Self {
+            ctx: Arc::new(ctx),
+            due: Arc::default(),
+            reported: Arc::default(),
+            ..self.clone()
+        }
+    }
+
     /// Reconcile one Service once with the `-ext` publisher.
     pub async fn reconcile_service(&self, namespace: &str, name: &str) -> Result<Outcome> {
         let api: Api<Service> = Api::namespaced(self.client(), namespace);

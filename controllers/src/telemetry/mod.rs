@@ -81,6 +81,7 @@ pub struct Metrics {
     rss: Gauge,
     peak_rss: Gauge,
     cpu: Gauge<f64, AtomicU64>,
+    panics: Family<Labels, Counter>,
     /// The fleet's metrics.
     pub fleet: fleet::Fleet,
 }
@@ -188,6 +189,12 @@ impl Metrics {
             "Objects capi-lb manages, by kind (loadbalancers, ready_loadbalancers)",
             managed.clone(),
         );
+        let panics = Family::<Labels, Counter>::default();
+        registry.register(
+            "panics",
+            "Panics caught at a boundary (a bug: the object's pass or the job failed alone and is retried), by task (loadbalancer, external-endpoint, probe, workload)",
+            panics.clone(),
+        );
         registry.register(
             "leader",
             "1 while this replica is the leader (or runs without leader election)",
@@ -211,8 +218,16 @@ impl Metrics {
             rss,
             peak_rss,
             cpu,
+            panics,
             fleet,
         }
+    }
+
+    /// A panic was caught at the boundary of `task`'s work.
+    pub fn panicked(&self, task: &'static str) {
+        self.panics
+            .get_or_create(&vec![("task", task.to_string())])
+            .inc();
     }
 
     /// A layer for the Kubernetes client that counts its requests into `kube_requests_total`.
