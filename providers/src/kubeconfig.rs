@@ -7,52 +7,13 @@
 //! ServiceAccount token, for example, sent to a server of the user's choice) or run a program
 //! (`exec`, `auth-provider`) is refused.
 //!
-//! The server is not trusted to behave: a client gives up connecting after
-//! [`Bounds::connect`] and waiting for an answer after [`Bounds::request`] (a server that accepts
-//! and never answers costs seconds, not a reconcile slot), and reads at most [`Bounds::response`]
-//! bytes of an answer (a huge one fails the request instead of being held in memory).
+//! The client itself, and the bounds every client of such a cluster has, are
+//! [`crate::untrusted::kube`]'s: the one door to tenant servers.
 //!
 //! The kube-dc provider's remote clusters (`kubedc/remote.rs`) and the workload clusters of
 //! `spec.workloadEndpoints` use this module.
 
-use std::time::Duration;
-
-use http_body_util::Limited;
-use kube::config::{KubeConfigOptions, Kubeconfig};
-
-/// The deadlines and the answer size of a client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Bounds {
-    /// How long connecting (TCP and TLS) may take.
-    pub connect: Duration,
-    /// How long a request may wait for its answer.
-    pub request: Duration,
-    /// The largest answer read, in bytes.
-    pub response: usize,
-}
-
-/// A client of the cluster `text` (a kubeconfig's YAML, from `at`, e.g. `Secret ns/name key
-/// value`) describes, with `bounds`; the error says what is wrong without quoting the Secret.
-pub async fn client(text: &str, at: &str, bounds: Bounds) -> Result<kube::Client, String> {
-    let kubeconfig = Kubeconfig::from_yaml(text)
-        .map_err(|_| format!("{at}: not a kubeconfig (YAML with clusters, users, contexts)"))?;
-    check(&kubeconfig).map_err(|why| format!("{at}: {why}"))?;
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| format!("{at}: unusable kubeconfig: {e}"))?;
-    config.connect_timeout = Some(bounds.connect);
-    config.read_timeout = Some(bounds.request);
-    config.write_timeout = Some(bounds.request);
-    let limit = bounds.response;
-    let client = kube::client::ClientBuilder::try_from(config)
-        .map_err(|e| format!("{at}: no client: {e}"))?
-        .with_layer(&tower::util::MapResponseLayer::new(
-            move |response: http::Response<_>| response.map(|body| Limited::new(body, limit)),
-        ))
-        .build();
-    Ok(client)
-}
+use kube::config::Kubeconfig;
 
 /// Refuse what a kubeconfig from a Secret must not make capi-lb do: read its own files or run
 /// programs.
@@ -104,11 +65,8 @@ mod tests {
         )
     }
 
-    const BOUNDS: Bounds = Bounds {
-        connect: Duration::from_secs(1),
-        request: Duration::from_secs(1),
-        response: 1024,
-    };
+    use crate::untrusted::WORKLOAD as BOUNDS;
+    use crate::untrusted::kube::client;
 
     #[tokio::test]
     async fn inline_credentials_are_accepted_and_files_and_programs_refused() {

@@ -21,6 +21,7 @@ pub mod provider;
 pub mod registry;
 pub mod servicelb;
 pub mod sources;
+pub mod untrusted;
 pub mod zoned;
 
 pub use error::ProviderError;

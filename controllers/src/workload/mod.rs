@@ -23,7 +23,8 @@
 //! One client per workload cluster, made from Cluster API's Secret `<clusterName>-kubeconfig`
 //! (key `value`, read with the management cluster's client, under `--credentials-secret-label` like any
 //! credentials) and kept while the Secret's resourceVersion is the same; it is bounded like the
-//! kube-dc provider's remote client ([`capi_lb_providers::kubeconfig`]) and dropped with the
+//! kube-dc provider's remote client (the one door to tenant servers,
+//! [`capi_lb_providers::untrusted::kube`]) and dropped with the
 //! LoadBalancer's entry.
 
 pub mod hostnames;
@@ -38,7 +39,7 @@ use capi_lb_api::conditions::Reason;
 use capi_lb_api::constants::{FIELD_MANAGER, reason as r};
 use capi_lb_api::loadbalancer::LoadBalancerAddress;
 use capi_lb_providers::entry::CredentialsPolicy;
-use capi_lb_providers::kubeconfig::{self, Bounds};
+use capi_lb_providers::untrusted::Limits;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Endpoints, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -58,11 +59,7 @@ pub const VERIFY: Duration = Duration::from_secs(15);
 /// How soon a workload cluster that did not answer is tried again.
 pub const UNREACHABLE_RETRY: Duration = Duration::from_secs(30);
 /// The bounds of a workload cluster's client: it reads a few small objects.
-pub const BOUNDS: Bounds = Bounds {
-    connect: Duration::from_secs(5),
-    request: Duration::from_secs(10),
-    response: 4 << 20,
-};
+pub const BOUNDS: Limits = capi_lb_providers::untrusted::WORKLOAD;
 /// The key of Cluster API's kubeconfig Secret.
 pub const KUBECONFIG_KEY: &str = "value";
 
@@ -367,8 +364,10 @@ impl Workloads {
                 problem(
                     r::WORKLOAD_CLUSTER_UNREACHABLE,
                     format!(
-                        "the workload cluster of Secret {}/{} did not answer as it should: {e}; its default/kubernetes endpoints stay as they are",
-                        wanted.namespace, wanted.secret
+                        "the workload cluster of Secret {}/{} did not answer as it should: {}; its default/kubernetes endpoints stay as they are",
+                        wanted.namespace,
+                        wanted.secret,
+                        capi_lb_providers::untrusted::quote(&e.to_string())
                     ),
                 ),
                 UNREACHABLE_RETRY,
@@ -440,7 +439,7 @@ impl Workloads {
             .map(|b| b.0.clone())
             .ok_or_else(|| format!("{at} does not exist"))?;
         let text = String::from_utf8(bytes).map_err(|_| format!("{at}: not UTF-8 text"))?;
-        let client = kubeconfig::client(&text, &at, BOUNDS).await?;
+        let client = capi_lb_providers::untrusted::kube::client(&text, &at, BOUNDS).await?;
         state.client = Some((version, client.clone()));
         Ok(client)
     }

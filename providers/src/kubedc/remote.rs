@@ -10,11 +10,10 @@
 //! the workload clusters). Clients are kept per Secret and made again when its resourceVersion
 //! changes.
 //!
-//! Such a cluster is the tenant's to point at, so its server is not trusted to behave: a client
-//! of it gives up connecting after [`CONNECT_TIMEOUT`] and waiting for an answer after
-//! [`REQUEST_TIMEOUT`] (a server that accepts and never answers costs a reconcile seconds, not a
-//! reconcile slot), and reads at most [`MAX_RESPONSE`] of an answer (a huge one is refused, not
-//! held in memory).
+//! Such a cluster is the tenant's to point at, so its server is not trusted to behave: its client
+//! comes from the one door to tenant servers ([`crate::untrusted::kube`]) with the limits
+//! [`crate::untrusted::KUBE_DC`]: sent once (no retries, no `Retry-After`), connected within 5 s,
+//! the whole answer within 10 s, at most 4 MiB and 131,072 JSON values of it.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -27,7 +26,6 @@ use kube::api::Api;
 use super::reason;
 use super::step::{POLL, Step, api_error};
 use crate::error::{INVALID_CONFIGURATION, ProviderError};
-use crate::kubeconfig::{self, Bounds};
 use crate::provider::Progress;
 
 /// Clients of kube-dc clusters reached through kubeconfig Secrets, by (namespace, Secret name,
@@ -51,13 +49,6 @@ struct Entry {
 
 /// How long a Secret read is trusted before it is read again (as the Octavia provider's).
 const SECRET_FRESH: Duration = Duration::from_secs(5);
-/// How long connecting to a remote kube-dc cluster may take (TCP and TLS).
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a request to a remote kube-dc cluster may wait for its answer.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// The largest answer read from a remote kube-dc cluster: the provider reads single objects and
-/// lists of one namespace's EIps, Services and Endpoints, far below this.
-pub const MAX_RESPONSE: usize = 16 << 20;
 
 impl Remotes {
     /// No client yet; only the Secrets `policy` admits will be read.
@@ -120,12 +111,7 @@ impl Remotes {
         };
         let text = String::from_utf8(bytes).map_err(|_| invalid(&at, "not UTF-8 text"))?;
         // Errors never quote the Secret's content.
-        let bounds = Bounds {
-            connect: CONNECT_TIMEOUT,
-            request: REQUEST_TIMEOUT,
-            response: MAX_RESPONSE,
-        };
-        let client = kubeconfig::client(&text, &at, bounds)
+        let client = crate::untrusted::kube::client(&text, &at, crate::untrusted::KUBE_DC)
             .await
             .map_err(|message| ProviderError::permanent(INVALID_CONFIGURATION, message))?;
         self.lock().insert(

@@ -323,13 +323,16 @@ pub async fn member_service(
 }
 
 /// A failed API call as a transient error: `<what>: <error>`.
+/// The error's text is quoted at most [`crate::untrusted::QUOTE_MAX`] long: for a remote kube-dc
+/// cluster, the server chose it.
 pub fn api_error(what: &str, e: kube::Error) -> ProviderError {
+    let text = crate::untrusted::quote(&e.to_string());
     if timed_out(&e) {
         return ProviderError::TimedOut {
-            message: format!("{what}: no answer in time: {e}"),
+            message: format!("{what}: no answer in time: {text}"),
         };
     }
-    ProviderError::transient(format!("{what}: {e}"))
+    ProviderError::transient(format!("{what}: {text}"))
 }
 
 /// Whether `e` is a request that got no answer in time (a client's connect, read or write
@@ -340,6 +343,10 @@ fn timed_out(e: &kube::Error) -> bool {
         if error
             .downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+            || matches!(
+                error.downcast_ref::<crate::untrusted::Refused>(),
+                Some(crate::untrusted::Refused::TimedOut(_))
+            )
         {
             return true;
         }

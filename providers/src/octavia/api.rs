@@ -204,7 +204,7 @@ fn auth_failure(cloud: &str, status: u16, fault: &str) -> Stop {
 /// own) are backed off, an answer beyond the size limit is reported with its own reason.
 fn no_answer(cloud: &str, what: &str, why: NoAnswer) -> Stop {
     match why {
-        NoAnswer::TooLarge => wait(
+        NoAnswer::TooLarge(_) | NoAnswer::TooComplex(_) => wait(
             reason::ANSWER_TOO_LARGE,
             format!("cloud {cloud}: {what}: {why}"),
         ),
@@ -277,7 +277,12 @@ async fn connect(
         )
     };
     let token_request = keystone::token_request(config).map_err(invalid)?;
-    let transport = Transport::new(ca_bundle, config.verify != Some(false)).map_err(invalid)?;
+    let transport = Transport::new(
+        crate::untrusted::OPENSTACK,
+        ca_bundle,
+        config.verify != Some(false),
+    )
+    .map_err(invalid)?;
     let token = authenticate(&transport, &token_request, &cloud, observer).await?;
     let region = config.region_name.clone();
     let interface = config.interface.clone();
@@ -621,7 +626,7 @@ mod tests {
     fn session_expiring_in(expires: Option<i64>) -> Session {
         let url = Url::parse("http://keystone.invalid/v3/auth/tokens").expect("url");
         Session {
-            transport: Transport::new(None, true).expect("transport"),
+            transport: Transport::new(crate::untrusted::OPENSTACK, None, true).expect("transport"),
             token_request: keystone::TokenRequest {
                 url: url.clone(),
                 body: Value::Null,

@@ -12,8 +12,19 @@
 //!   to 33.8 s; without the clients' timeouts (and the provider call deadline behind them) it
 //!   never did.
 //! - The stalled ones report InfrastructureReady False `ProviderTimeout`, with a Warning Event.
-//! - The huge answer is refused after 16 MiB (`ProviderError`, "length limit"), and the process'
+//! - The huge answer is refused after 4 MiB (`ProviderError`, "larger than 4 MiB"), and the process'
 //!   peak memory grows by far less than the 2 GiB offered.
+//!
+//! Every client of a tenant's server comes from one door (`capi_lb_providers::untrusted`), and the
+//! next tests try what it refuses, with the same bystander:
+//!
+//! - a kube-dc server answering `503` with `Retry-After: 18446744073709551615`: kube-client's
+//!   default retry layer obeyed it and panicked on `Instant` arithmetic, which ended the process for
+//!   every tenant; now the request is sent once, the tenant reports `ProviderError` naming the 503,
+//!   and the bystander is Ready;
+//! - answers within the byte cap but made to expand when parsed (`{"items":[0,0,...]}`, 4 MiB of
+//!   it, and 100,000 nested arrays), and an answer trickled a byte at a time: refused by the value
+//!   budget and the whole-answer deadline, with the test process' peak memory growth measured.
 //!
 //! The same for clouds a tenant names in an `OctaviaLoadBalancer`'s `clouds.yaml`: a Keystone that
 //! never answers, one that answers the token request with 2 GiB, and a Keystone whose catalog sends
@@ -196,6 +207,11 @@ fn kubeconfig(server: &str) -> String {
 
 /// A LoadBalancer in `t` on a KubeDCLoadBalancer whose kube-dc cluster is `server`.
 async fn remote_kube_dc(t: &TestNs, server: &str) {
+    remote_kube_dc_filtered(t, server, &FILTER).await;
+}
+
+/// [`remote_kube_dc`] for the controller of watch filter `filter`.
+async fn remote_kube_dc_filtered(t: &TestNs, server: &str, filter: &str) {
     t.create(json!({"apiVersion": "v1", "kind": "Secret",
                     "metadata": {"name": "kube-dc", "namespace": t.ns},
                     "stringData": {"value": kubeconfig(server)}}))
@@ -205,7 +221,7 @@ async fn remote_kube_dc(t: &TestNs, server: &str) {
                     "spec": {"cluster": {"kubeconfigSecretName": "kube-dc", "namespace": "project"}}}))
         .await;
     let mut lb = load_balancer("lb", "lb", json!({}));
-    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": FILTER.as_str()});
+    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": filter});
     lb["spec"]["infrastructureRef"]["kind"] = json!("KubeDCLoadBalancer");
     t.create(lb).await;
 }
@@ -334,7 +350,7 @@ async fn hanging_and_huge_remote_clusters_do_not_stall_other_tenants() {
         })
         .map(|c| c.message.clone())
         .unwrap_or_default();
-    assert!(message.contains("length limit"), "{message}");
+    assert!(message.contains("larger than 4 MiB"), "{message}");
     let grew = peak_rss().saturating_sub(memory_before);
     println!("peak memory grew by {} MiB", grew >> 20);
     assert!(
@@ -397,5 +413,161 @@ async fn hanging_and_huge_clouds_do_not_stall_other_tenants() {
     bystander.finish().await;
     for t in [hanging, huge_keystone, huge_octavia] {
         abandon(t, "OctaviaLoadBalancer").await;
+    }
+}
+
+/// An HTTP server answering every request with a 503 whose `Retry-After` is the largest number of
+/// seconds a client could parse: kube-client's default retry layer added it to an `Instant`.
+async fn retry_after_server() -> std::net::SocketAddr {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                      "message": "come back later", "reason": "ServiceUnavailable", "code": 503})
+    .to_string();
+    fixed_server(format!(
+        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 18446744073709551615\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    ))
+    .await
+}
+
+/// An HTTP server answering every request with 200 and `body` (JSON).
+async fn json_server(body: String) -> std::net::SocketAddr {
+    fixed_server(format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    ))
+    .await
+}
+
+/// An HTTP server answering every request with 200 and a JSON body sent one byte every 100 ms.
+async fn trickling_server() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n{";
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                loop {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if socket.write_all(b" ").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    address
+}
+
+/// The InfrastructureReady message of `lb` in `t` once it is False with a reason of `reasons`.
+async fn refused_with_any(t: &TestNs, reasons: &[&str]) -> (String, String) {
+    let api: Api<LoadBalancer> = t.api();
+    let lb = wait_for(
+        &api,
+        "lb",
+        &format!("InfrastructureReady one of {reasons:?}"),
+        |l| {
+            l.and_then(|l| condition(l, "InfrastructureReady"))
+                .is_some_and(|(status, r)| status == "False" && reasons.contains(&r.as_str()))
+        },
+    )
+    .await
+    .unwrap();
+    lb.status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "InfrastructureReady")
+        })
+        .map(|c| (c.reason.clone(), c.message.clone()))
+        .unwrap_or_default()
+}
+
+static DOOR_FILTER: LazyLock<String> = LazyLock::new(|| unique_name("isolation-door"));
+
+#[tokio::test]
+async fn what_the_door_refuses_costs_no_other_tenant_anything() {
+    // A Retry-After no Instant can hold.
+    let retry_after = TestNs::new("iso-retry-after").await;
+    let address = retry_after_server().await;
+    remote_kube_dc_filtered(&retry_after, &format!("http://{address}"), &DOOR_FILTER).await;
+    // Within 4 MiB, but 2 bytes a value: about 80 bytes each once parsed.
+    let expanding = TestNs::new("iso-expanding").await;
+    let values = format!(
+        "{{\"kind\":\"List\",\"items\":[{}0]}}",
+        "0,".repeat((4 << 20) / 2 - 64)
+    );
+    let address = json_server(values).await;
+    remote_kube_dc_filtered(&expanding, &format!("http://{address}"), &DOOR_FILTER).await;
+    // 100,000 nested arrays.
+    let nested = TestNs::new("iso-nested").await;
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let address = json_server(deep).await;
+    remote_kube_dc_filtered(&nested, &format!("http://{address}"), &DOOR_FILTER).await;
+    // A byte every 100 ms: every read is in time, the answer never is.
+    let trickle = TestNs::new("iso-trickle").await;
+    let address = trickling_server().await;
+    remote_kube_dc_filtered(&trickle, &format!("http://{address}"), &DOOR_FILTER).await;
+    let mut bystander = TestNs::new("iso-door-bystander").await;
+
+    let memory_before = bystander_is_ready_in_time(
+        &mut bystander,
+        &["kubedc", "inmemory"],
+        &DOOR_FILTER,
+        "203.0.113.32/28",
+    )
+    .await;
+
+    let (_, message) = refused_with_any(&retry_after, &["ProviderError"]).await;
+    assert!(
+        message.contains("come back later") || message.contains("503"),
+        "{message}"
+    );
+    let (_, message) = refused_with_any(&expanding, &["ProviderError"]).await;
+    assert!(message.contains("JSON values"), "{message}");
+    let (_, message) = refused_with_any(&nested, &["ProviderError"]).await;
+    assert!(message.contains("deeper than 32"), "{message}");
+    let (_, message) = refused_with_any(&trickle, &["ProviderTimeout"]).await;
+    assert!(message.contains("no whole answer within 10 s"), "{message}");
+    let grew = peak_rss().saturating_sub(memory_before);
+    println!("peak memory grew by {} MiB", grew >> 20);
+    // Four answers of at most 4 MiB each, none parsed: well under what one parsed tree of the
+    // expanding answer took (about 160 MiB).
+    assert!(
+        grew < 64 << 20,
+        "the process' peak memory grew by {} MiB",
+        grew >> 20
+    );
+    // The controller is still up, still reconciling: a second LoadBalancer of the bystander.
+    bystander
+        .create(in_memory(
+            "web2",
+            json!({"addressPools": ["203.0.113.48/28"]}),
+        ))
+        .await;
+    let mut lb = load_balancer("web2", "web2", json!({}));
+    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": DOOR_FILTER.as_str()});
+    bystander.create(lb).await;
+    let lbs: Api<LoadBalancer> = bystander.api();
+    wait_for(&lbs, "web2", "a second LoadBalancer Ready", |l| {
+        l.and_then(|l| l.status.as_ref()).is_some_and(|s| s.ready)
+    })
+    .await
+    .unwrap();
+
+    bystander.finish().await;
+    for t in [retry_after, expanding, nested, trickle] {
+        abandon(t, "KubeDCLoadBalancer").await;
     }
 }
