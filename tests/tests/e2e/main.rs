@@ -21,6 +21,7 @@ mod externaldns;
 mod fuzz;
 mod helm;
 mod image;
+mod inmemory_api;
 mod install;
 mod isolation;
 mod kubedc_network;

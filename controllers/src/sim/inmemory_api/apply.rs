@@ -207,17 +207,26 @@ pub(super) struct Conflict {
     pub manager: String,
     /// The API version it wrote with.
     pub api_version: String,
+    /// The subresource it wrote through.
+    pub subresource: Option<String>,
+    /// Whether it owns the field by an apply (else by another write).
+    pub applied: bool,
     /// The field.
     pub path: Path,
 }
 
 impl Conflict {
-    /// How the apiserver names the owner: `conflict with "m" using v1`.
+    /// How the apiserver names the owner: `conflict with "m"` for an applier, `conflict with "m"
+    /// using v1` for another writer, either `with subresource "status"` when it wrote the status.
     pub fn owner(&self) -> String {
-        format!(
-            "conflict with {:?} using {}",
-            self.manager, self.api_version
-        )
+        let mut owner = format!("conflict with {:?}", self.manager);
+        if let Some(s) = &self.subresource {
+            owner.push_str(&format!(" with subresource {s:?}"));
+        }
+        if !self.applied {
+            owner.push_str(&format!(" using {}", self.api_version));
+        }
+        owner
     }
 
     /// The field, as `.spec.x`.
@@ -302,6 +311,8 @@ pub(super) fn apply(
             conflicts.push(Conflict {
                 manager: entry.manager.clone(),
                 api_version: entry.api_version.clone(),
+                subresource: entry.subresource.clone(),
+                applied: entry.operation == "Apply",
                 path: path.clone(),
             });
         }
@@ -421,7 +432,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             conflict_message(&conflicts),
-            "Apply failed with 1 conflict: conflict with \"one\" using v1: .data.a"
+            "Apply failed with 1 conflict: conflict with \"one\": .data.a"
         );
         // The same value is shared.
         let shared = apply(&live, &cm(json!({"b": "2"})), &writer("two", T1), false).unwrap();
@@ -546,6 +557,8 @@ mod tests {
         let c = |m: &str, f: &str| Conflict {
             manager: m.into(),
             api_version: "v1".into(),
+            subresource: None,
+            applied: false,
             path: vec![Elem::Field("data".into()), Elem::Field(f.into())],
         };
         assert_eq!(

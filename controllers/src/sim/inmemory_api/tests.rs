@@ -202,7 +202,7 @@ async fn server_side_apply_conflicts_forces_and_removes() {
     assert_eq!((conflict.code, conflict.reason.as_str()), (409, "Conflict"));
     assert_eq!(
         conflict.message,
-        "Apply failed with 1 conflict: conflict with \"one\" using v1: .data.a"
+        "Apply failed with 1 conflict: conflict with \"one\": .data.a"
     );
     let forced = cms
         .patch(
