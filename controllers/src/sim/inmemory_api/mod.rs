@@ -13,10 +13,10 @@
 //!   the world's clock) and namespace are filled in ([`store`]);
 //! - the `status` subresource: writes to it change only `.status`, writes to the object keep the
 //!   stored status, for the resources that have one ([`kinds`]);
-//! - merge patches, JSON patches, strategic merge patches of core kinds, and server-side apply
-//!   with field managers, conflicts (409 naming
-//!   the manager) and `force`, fields no longer applied removed, `metadata.managedFields` kept for
-//!   every write ([`apply`], [`fields`]);
+//! - merge patches, JSON patches, strategic merge patches of core kinds ([`write`]), and
+//!   server-side apply with field managers, conflicts (409 naming the manager) and `force`, fields
+//!   no longer applied removed, `metadata.managedFields` kept for every write ([`apply`],
+//!   [`fields`]);
 //! - two-phase deletion: a DELETE of an object with finalizers sets `deletionTimestamp`; it goes
 //!   when a write empties its finalizers; no finalizer can be added meanwhile (422). The garbage
 //!   collector's cascade: dependents whose owners are all gone are deleted (at once, not in the
@@ -29,12 +29,14 @@
 //!   RBAC test.
 //!
 //! Not imitated: admission, validation and defaulting (CRD schemas, CEL), conversion between
-//! versions (an object is served in any version of its group, relabelled), authorization,
-//! namespaces' existence and deletion, strategic merge patch directives, `dryRun`. A create keeps the status it
-//! is given (the apiserver drops it for a resource with a status subresource; the tests create
-//! Machines with their status in one request). List pages are read from the current objects, not
-//! from a snapshot at the first page's resourceVersion. Core Events and events.k8s.io Events are
-//! two separate stores (the apiserver keeps them in one).
+//! versions (an object is served in any version of its group, relabelled), authorization, the
+//! existence of a namespace and what deleting one deletes, strategic merge patch directives,
+//! DELETE of a collection, `dryRun`, propagation policies other than background (`Orphan` keeps
+//! the dependents; `Foreground` is background). A create keeps the status it is given (the
+//! apiserver drops it for a resource with a status subresource; the tests create Machines with
+//! their status in one request). List pages are read from the current objects, not from a snapshot
+//! at the first page's resourceVersion, and a continue token does not expire. Core Events and
+//! events.k8s.io Events are two separate stores (the apiserver keeps them in one).
 
 mod apply;
 mod fields;

@@ -421,6 +421,28 @@ async fn kube_runtime_watchers_see_changes_as_they_happen() {
 }
 
 #[tokio::test]
+async fn streaming_lists_end_their_initial_events_with_a_bookmark() {
+    let api = api(vec![cm("a", json!({})), cm("b", json!({}))]).await;
+    let initial = watcher(
+        configmaps(&api),
+        watcher::Config::default().streaming_lists(),
+    )
+    .try_take_while(|e| std::future::ready(Ok(!matches!(e, watcher::Event::InitDone))))
+    .try_filter_map(|e| async move {
+        Ok(match e {
+            watcher::Event::InitApply(c) => c.metadata.name,
+            _ => None,
+        })
+    })
+    .try_collect::<Vec<String>>();
+    let seen = tokio::time::timeout(Duration::from_secs(5), initial)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen, ["a", "b"]);
+}
+
+#[tokio::test]
 async fn watches_from_a_resource_version_no_longer_kept_expire() {
     let api = api(Vec::new()).await;
     let cms = configmaps(&api);
