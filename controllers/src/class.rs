@@ -215,30 +215,32 @@ pub fn within(asked: &[String], allowed: &[String]) -> Vec<String> {
     }
 }
 
-/// Why LoadBalancer `lb` will not realise Service `service`, if it will not: a LoadBalancer that
-/// selects Machines of its own (a control-plane one, `spec.controlPlane`, or one with a
-/// `spec.selector` over Machines) is never taken over by a Service, and one with targets of another
-/// kind only when it names the Service itself ([`ANNOTATION_SERVICE`], set by its author). A
-/// LoadBalancer without targets of its own (`spec.clusterName` alone only ties it to its Cluster,
-/// as the Kamaji flavors do) agrees to realise the Service that names it.
+/// Why LoadBalancer `lb` will not realise Service `service`, if it will not. A Service of the class
+/// names the LoadBalancer it wants; the LoadBalancer must agree, since whoever may create Services
+/// in the namespace is not always its author:
+///
+/// - one that selects Machines explicitly (`spec.selector`) or is a control-plane load balancer
+///   (`spec.controlPlane`) never: its Machines are its own;
+/// - any other only when its author names the Service in its [`ANNOTATION_SERVICE`] annotation,
+///   whatever its targets would be: a LoadBalancer with `spec.clusterName` and no selector selects
+///   its Cluster's Machines labelled with its name by default, which a Service must not take from
+///   it (the Kamaji flavors name Kamaji's Service in the annotation).
 pub fn will_not_realise(lb: &LoadBalancer, service: &str) -> Option<String> {
     let selects = lb.spec.selector.as_ref().is_some_and(|s| {
         s.match_labels.as_ref().is_some_and(|m| !m.is_empty())
             || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
     });
-    let own_targets = selects || lb.spec.control_plane.is_some();
-    if !own_targets {
-        return None;
-    }
     let name = lb.name_any();
-    if lb.spec.target_kind.api_group == CAPI_GROUP && lb.spec.target_kind.kind == MACHINE_KIND {
+    let machines =
+        lb.spec.target_kind.api_group == CAPI_GROUP && lb.spec.target_kind.kind == MACHINE_KIND;
+    if machines && (selects || lb.spec.control_plane.is_some()) {
         return Some(format!(
             "LoadBalancer {name} selects Machines of its own (spec.controlPlane or spec.selector): a Service never takes it over; create a LoadBalancer for the Service"
         ));
     }
     (lb.annotations().get(ANNOTATION_SERVICE).map(String::as_str) != Some(service)).then(|| {
         format!(
-            "LoadBalancer {name} has targets of its own: it realises Service {service} only when its author names the Service in its {ANNOTATION_SERVICE} annotation"
+            "LoadBalancer {name} realises Service {service} only when its author names the Service in its {ANNOTATION_SERVICE} annotation (without it, it has targets of its own: by default its Cluster's Machines labelled with its name)"
         )
     })
 }
@@ -418,9 +420,18 @@ mod tests {
                 "spec": spec}))
             .unwrap()
         };
-        // No targets of its own (a Cluster's alone): it agrees.
-        assert!(will_not_realise(&lb(json!({}), json!({})), "web").is_none());
-        assert!(will_not_realise(&lb(json!({"clusterName": "demo"}), json!({})), "web").is_none());
+        // The default selector picks Machines too: only when its author names the Service.
+        for spec in [json!({}), json!({"clusterName": "demo"})] {
+            let why = will_not_realise(&lb(spec.clone(), json!({})), "web").unwrap();
+            assert!(why.contains("only when its author names"), "{why}");
+            assert!(
+                will_not_realise(&lb(spec.clone(), json!({ANNOTATION_SERVICE: "web"})), "web")
+                    .is_none()
+            );
+            assert!(
+                will_not_realise(&lb(spec, json!({ANNOTATION_SERVICE: "other"})), "web").is_some()
+            );
+        }
         // A control-plane LoadBalancer, one selecting Machines: never, even named.
         for spec in [
             json!({"clusterName": "demo", "controlPlane": {}}),

@@ -7,8 +7,11 @@ use capi_lb_api::constants::{condition as c, reason as r};
 use crate::workload::Finding;
 
 /// Why a LoadBalancer has no finding about its workload cluster to report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NotLooked {
+    /// The Cluster does not name this LoadBalancer in `loadBalancerRef` (or that cannot be told:
+    /// the message says why): nothing is written into its workload cluster.
+    NotNamed(String),
     /// It has not been Ready since capi-lb started: nothing is written before it is.
     NotReady,
     /// The first look is still to come.
@@ -28,10 +31,18 @@ pub fn workload_condition(finding: Result<&Finding, NotLooked>) -> DesiredCondit
         Ok(found) => {
             DesiredCondition::false_(c::WORKLOAD_ENDPOINTS, found.reason, found.message.clone())
         }
+        Err(NotLooked::NotNamed(why)) => DesiredCondition::false_(
+            c::WORKLOAD_ENDPOINTS,
+            r::CLUSTER_ENDPOINT_NOT_NAMED,
+            format!(
+                "not written: {why}; a workload cluster's default/kubernetes is written only for the LoadBalancer its Cluster names in loadbalancer.cluster.x-k8s.io/loadBalancerRef"
+            ),
+        ),
         Err(why) => DesiredCondition::false_(
             c::WORKLOAD_ENDPOINTS,
             r::WORKLOAD_ENDPOINTS_PENDING,
             match why {
+                NotLooked::NotNamed(_) => "",
                 NotLooked::NotReady => {
                     "not written: the LoadBalancer has not been Ready yet (its addresses are written once it is)"
                 }

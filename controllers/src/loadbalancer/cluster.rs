@@ -3,10 +3,7 @@
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Cluster;
 use capi_lb_api::conditions::DesiredCondition;
-use capi_lb_api::constants::{
-    ANNOTATION_LOAD_BALANCER_REF, ANNOTATION_PAUSED, CONTROL_PLANE_GROUP, CONTROL_PLANE_KINDS,
-    DEFAULT_PORT,
-};
+use capi_lb_api::constants::{ANNOTATION_PAUSED, DEFAULT_PORT};
 use capi_lb_api::loadbalancer::EndpointHost;
 use kube::ResourceExt;
 use kube::api::{Api, Patch};
@@ -19,60 +16,17 @@ use crate::error::{Error, Result, is_conflict, kube_err};
 use crate::metadata::patch_params;
 
 use super::Reconciliation;
+use super::consent::{Consent, Touch};
+use super::publish::Publication;
 
 impl Reconciliation<'_> {
-    /// Whether the Cluster consents to this LoadBalancer being its control-plane load balancer:
-    /// the Cluster (or its control-plane object) names it in the `loadBalancerRef` annotation.
-    /// `spec.controlPlane` says how the endpoint is written, never whether: the Cluster's endpoint
-    /// goes into its certificates, and the LoadBalancer's author may not be the Cluster's. A
-    /// control-plane object that cannot be read (its kind not served, access refused) is an error
-    /// message: whether this is the control-plane load balancer cannot be told.
-    pub(super) async fn named_by(&self, cluster: &Cluster) -> Result<bool, String> {
-        let name = self.identity.name.as_str();
-        let names_us = |annotations: &std::collections::BTreeMap<String, String>| {
-            annotations
-                .get(ANNOTATION_LOAD_BALANCER_REF)
-                .map(String::as_str)
-                == Some(name)
-        };
-        if names_us(cluster.annotations()) {
-            return Ok(true);
-        }
-        let Some((group, kind, cp_name)) = cluster.control_plane_ref() else {
-            return Ok(false);
-        };
-        let describe = format!("{kind}.{group} {}/{cp_name}", self.namespace);
-        // Only the control-plane kinds capi-lb knows are read: a Cluster's author must not be able
-        // to make capi-lb read another kind of object (a Secret, say) in the namespace.
-        if group != CONTROL_PLANE_GROUP || !CONTROL_PLANE_KINDS.iter().any(|(k, _)| *k == kind) {
-            let known: Vec<&str> = CONTROL_PLANE_KINDS.iter().map(|(k, _)| *k).collect();
-            return Err(format!(
-                "control plane {describe}: capi-lb reads the {ANNOTATION_LOAD_BALANCER_REF} \
-                 annotation only from the control-plane kinds of {CONTROL_PLANE_GROUP} it knows \
-                 ({}); put the annotation on the Cluster instead",
-                known.join(", ")
-            ));
-        }
-        let resource = self
-            .ctx
-            .kinds
-            .resolve(&group, &kind)
-            .await
-            .map_err(|e| format!("control plane {describe}: {e}"))?;
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.ctx.client.clone(), &self.namespace, &resource);
-        match api.get_opt(&cp_name).await {
-            // Not created yet (or gone): it names nobody.
-            Ok(None) => Ok(false),
-            Ok(Some(control_plane)) => Ok(names_us(control_plane.annotations())),
-            Err(e) => Err(format!("reading control plane {describe}: {e}")),
-        }
-    }
-
     /// Publish the endpoint to `Cluster.spec.controlPlaneEndpoint` while it is empty (never
     /// overwriting another value) and say how it stands; `None` when this is not a control-plane
     /// load balancer.
-    pub(super) async fn cluster_endpoint(&mut self) -> Result<Option<DesiredCondition>> {
+    pub(super) async fn cluster_endpoint(
+        &mut self,
+        publication: &Publication,
+    ) -> Result<Option<DesiredCondition>> {
         let Some(cluster_name) = self.lb.spec.cluster_name.clone() else {
             return Ok(None);
         };
@@ -82,25 +36,40 @@ impl Reconciliation<'_> {
                 cluster_endpoint_condition(&ClusterEndpoint::ClusterNotFound(&qualified))
             }));
         };
-        let settings = match self.named_by(&cluster).await {
-            Ok(true) => self.lb.spec.control_plane.clone().unwrap_or_default(),
+        let asked = self.lb.spec.control_plane.is_some();
+        // Meant to realise a Service of capi-lb's class (its author names one, as the Kamaji
+        // flavors do): the address goes into the Service's ingress, and the Cluster's endpoint is
+        // the Service's owner's to write (Kamaji's), unless `spec.controlPlane` asks for it. Told
+        // by the annotation, not the binding: the Service may come after the first pass.
+        if !asked
+            && self
+                .lb
+                .annotations()
+                .contains_key(crate::class::ANNOTATION_SERVICE)
+        {
+            return Ok(None);
+        }
+        let settings = match (&self.consent, asked) {
+            (consent, _) if consent.allows(Touch::Endpoint) => {
+                self.lb.spec.control_plane.clone().unwrap_or_default()
+            }
             // Asked for, without the Cluster's consent: said, and nothing written.
-            Ok(false) if self.lb.spec.control_plane.is_some() => {
+            (Consent::Unreadable(message), true) => {
+                return Ok(Some(cluster_endpoint_condition(
+                    &ClusterEndpoint::ControlPlaneUnreadable {
+                        cluster: &cluster_name,
+                        message: message.clone(),
+                    },
+                )));
+            }
+            (_, true) => {
                 return Ok(Some(cluster_endpoint_condition(
                     &ClusterEndpoint::NotNamed {
                         cluster: &cluster_name,
                     },
                 )));
             }
-            Ok(false) => return Ok(None),
-            Err(message) => {
-                return Ok(Some(cluster_endpoint_condition(
-                    &ClusterEndpoint::ControlPlaneUnreadable {
-                        cluster: &cluster_name,
-                        message,
-                    },
-                )));
-            }
+            (_, false) => return Ok(None),
         };
         if !settings.publish_endpoint {
             return Ok(None);
@@ -114,14 +83,12 @@ impl Reconciliation<'_> {
             .unwrap_or(DEFAULT_PORT);
         let desired = match (&self.lb.spec.endpoint, settings.endpoint_host) {
             (Some(endpoint), _) => Some((endpoint.host.clone(), endpoint.port)),
-            (None, EndpointHost::StableName) => self
-                .status
+            (None, EndpointHost::StableName) => publication
                 .endpoint
                 .as_ref()
                 .map(|e| (e.host.clone(), e.port)),
-            (None, EndpointHost::ProviderAddress) => self
-                .status
-                .addresses
+            (None, EndpointHost::ProviderAddress) => publication
+                .publishable
                 .first()
                 .map(|a| (a.address.clone(), port)),
         };

@@ -292,7 +292,10 @@ impl Reconciliation<'_> {
                         .as_ref()
                         .map_or(Duration::ZERO, |r| r.cached_for),
                 hooks: kind.api_group == CAPI_GROUP && kind.kind == MACHINE_KIND,
-                release_hooks: self.cluster_deleting,
+                // Without the Cluster's consent a LoadBalancer holds no hook on its Machines
+                // (one it held before is released).
+                release_hooks: self.cluster_deleting
+                    || !self.consent.allows(super::consent::Touch::MachineHooks),
             },
             records: self.records.is_some(),
         }

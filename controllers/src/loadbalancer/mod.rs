@@ -14,6 +14,7 @@
 //! step is idempotent and derived from the world, so a restart half-way continues where it stopped.
 
 mod cluster;
+mod consent;
 mod deletion;
 mod health;
 mod infrastructure;
@@ -22,6 +23,7 @@ mod members;
 mod migration;
 mod pass;
 pub mod picking;
+pub mod publish;
 pub mod targets;
 pub mod triggers;
 
@@ -48,7 +50,6 @@ use crate::conditions::{InfraState, paused_condition};
 use crate::context::{Context, Outcome};
 use crate::error::{Error, Result, kube_err};
 use crate::metadata::{self, Marks};
-use crate::policy::Refusal;
 
 use cluster::{cluster_of, paused};
 use deletion::cleanup;
@@ -89,7 +90,7 @@ pub async fn reconcile_watched(watched: Arc<Watched>, ctx: Arc<Context>) -> Resu
 /// and the error (retried with back-off).
 pub async fn reconcile(lb: Arc<LoadBalancer>, ctx: Arc<Context>) -> Result<Outcome> {
     let reference = lb.object_ref(&());
-    match crate::boundary::contain(reconcile_unguarded(lb.clone(), ctx.clone())).await {
+    match crate::boundary::contain(Box::pin(reconcile_unguarded(lb.clone(), ctx.clone()))).await {
         Ok(result) => result,
         Err(panic) => Err(ctx.panicked("loadbalancer", &reference, panic).await),
     }
@@ -346,10 +347,10 @@ struct Reconciliation<'a> {
     cluster_deleting: bool,
     /// The Cluster named by `spec.clusterName`, when it exists.
     cluster: Option<Cluster>,
+    /// What the Cluster lets this LoadBalancer touch of it (read once a pass).
+    consent: consent::Consent,
     /// The Service of capi-lb's class this LoadBalancer realises, if any.
     binding: Option<class::Binding>,
-    /// The provider's addresses the address policy refuses: none of them is published.
-    refused: Vec<Refusal>,
     /// The name of the provider serving this pass (empty before it is known).
     provider: String,
     /// The serving load balancer is made of DNS records (the DNS provider): their name and TTL.
@@ -386,8 +387,8 @@ impl<'a> Reconciliation<'a> {
             selector: None,
             cluster_deleting: false,
             cluster: None,
+            consent: consent::Consent::NoCluster,
             binding: None,
-            refused: Vec::new(),
             provider: String::new(),
             records: None,
         })

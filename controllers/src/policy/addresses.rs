@@ -12,6 +12,12 @@
 //! - the namespace's annotation `loadbalancer.cluster.x-k8s.io/allowed-addresses` (CIDRs, set by
 //!   the admin on the Namespace, which tenants cannot edit): where its addresses must be.
 //!
+//! Every check is made on the canonical form of an address ([`canonical_ip`]): an IPv4-mapped IPv6
+//! address (`::ffff:127.0.0.1`) is the IPv4 address it maps, and is refused or allowed as that
+//! address (it had passed every rule as an IPv6 address none of them named). The LoadBalancer
+//! controller publishes canonical forms only: a provider's addresses are made canonical once, where
+//! its answer is read.
+//!
 //! A hostname cannot be checked this way and is not refused here; the addresses capi-lb resolves a
 //! hostname to itself (`spec.workloadEndpoints`, [`crate::workload::hostnames`]) are.
 
@@ -65,8 +71,26 @@ pub struct Context<'a> {
 /// (comma-separated CIDRs).
 pub const ANNOTATION_ALLOWED_ADDRESSES: &str = "loadbalancer.cluster.x-k8s.io/allowed-addresses";
 
-/// Why an IP may never be published, whatever the admin says.
+/// The canonical form of `ip`: an IPv4-mapped IPv6 address is the IPv4 address it maps.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    ip.to_canonical()
+}
+
+/// `address` in its canonical form: an IP as [`canonical_ip`] writes it (`::FFFF:10.0.0.1` is
+/// `10.0.0.1`, `2001:DB8::0:1` is `2001:db8::1`); a hostname, or an IP that does not parse, as it is.
+pub fn canonical(address: &LoadBalancerAddress) -> LoadBalancerAddress {
+    match address.address.parse::<IpAddr>() {
+        Ok(ip) if address.type_ == AddressType::Ip => LoadBalancerAddress {
+            address: canonical_ip(ip).to_string(),
+            ..address.clone()
+        },
+        _ => address.clone(),
+    }
+}
+
+/// Why an IP may never be published, whatever the admin says (checked on its canonical form).
 pub fn builtin(ip: IpAddr) -> Option<&'static str> {
+    let ip = canonical_ip(ip);
     if ip.is_loopback() {
         return Some("loopback");
     }
@@ -123,6 +147,7 @@ impl AddressPolicy {
     pub fn check(&self, address: &str, context: Context<'_>) -> Result<(), String> {
         let ip: IpAddr = address
             .parse()
+            .map(canonical_ip)
             .map_err(|_| "not an IP address".to_string())?;
         if let Some(why) = builtin(ip).filter(|_| !(self.loopback && ip.is_loopback())) {
             return Err(why.to_string());
@@ -217,6 +242,46 @@ mod tests {
         assert_eq!(lab.check("127.0.0.2", c), Ok(()));
         assert_eq!(lab.check("::1", c), Ok(()));
         assert!(lab.check("169.254.169.254", c).is_err());
+    }
+
+    #[test]
+    fn an_ipv4_mapped_address_is_judged_as_the_address_it_maps() {
+        let policy = AddressPolicy {
+            deny: nets(&["10.96.0.0/12"]),
+            allow: [("inmemory".to_string(), nets(&["203.0.113.0/24"]))].into(),
+            ..Default::default()
+        };
+        let cluster_ip = |ip: IpAddr| ip == "10.100.0.1".parse::<IpAddr>().unwrap();
+        let c = context(Some("inmemory"), None, &cluster_ip);
+        for address in [
+            "127.0.0.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "224.0.0.1",
+            "255.255.255.255",
+            "10.96.0.1",
+            "10.100.0.1",
+            "198.51.100.1",
+        ] {
+            let mapped = format!("::ffff:{address}");
+            let upper = format!("::FFFF:{address}");
+            let plain = policy.check(address, c).unwrap_err();
+            assert_eq!(policy.check(&mapped, c), Err(plain.clone()), "{mapped}");
+            assert_eq!(policy.check(&upper, c), Err(plain), "{upper}");
+        }
+        assert_eq!(policy.check("::ffff:203.0.113.9", c), Ok(()));
+        assert_eq!(
+            canonical(&LoadBalancerAddress::ip("::ffff:203.0.113.9")).address,
+            "203.0.113.9"
+        );
+        assert_eq!(
+            canonical(&LoadBalancerAddress::ip("2001:DB8::0:1")).address,
+            "2001:db8::1"
+        );
+        assert_eq!(
+            canonical(&LoadBalancerAddress::hostname("lb.example.com")).address,
+            "lb.example.com"
+        );
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub fn classify(addresses: &[LoadBalancerAddress]) -> Classified {
                     out.hostnames.push(a.address.clone());
                 }
             }
-            AddressType::Ip => match a.address.parse::<IpAddr>() {
+            AddressType::Ip => match a.address.parse::<IpAddr>().map(|ip| ip.to_canonical()) {
                 Err(_) => out
                     .skipped
                     .push(format!("{} (not an IP address)", a.address)),

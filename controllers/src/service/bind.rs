@@ -1,17 +1,16 @@
 //! A Service of capi-lb's load-balancer class, bound to the LoadBalancer that realises it (see
-//! [`crate::class`]).
+//! [`crate::class`]): the Service names the LoadBalancer, and the LoadBalancer names the Service
+//! (its author's consent); capi-lb writes neither.
 
 use capi_lb_api::constants::event;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, Patch};
+use kube::api::Api;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::{Reported, warn_once};
 use crate::class::{self, ANNOTATION_SERVICE, ANNOTATION_SERVICE_LOAD_BALANCER_REF, realised_by};
 use crate::context::{Context, Outcome};
 use crate::error::{Result, kube_err};
-use crate::metadata::patch_params;
 
 /// A Service of capi-lb's load-balancer class: bind it to the LoadBalancer that realises it (which
 /// then takes its ports and endpoints and writes its ingress), or say why it cannot be.
@@ -65,27 +64,17 @@ pub(super) async fn bind(ctx: &Context, service: &Service, reported: &Reported) 
     if let Some(message) = problem {
         return not_realised(ctx, service, reported, message).await;
     }
-    reported.clear(&uid);
-    if let Some(lb) = lb
-        && lb.annotations().get(ANNOTATION_SERVICE) != Some(&name)
-    {
-        lbs.patch(
-            &lb_name,
-            &patch_params(),
-            &Patch::Merge(json!({"metadata": {"annotations": {ANNOTATION_SERVICE: name}}})),
-        )
-        .await
-        .map_err(kube_err(
-            "bind",
-            format!("LoadBalancer {namespace}/{lb_name}"),
-        ))?;
+    // Bound: the LoadBalancer names this Service itself (its author's consent, which
+    // `will_not_realise` requires). Said once a binding, as a normal Event on the Service.
+    let bound = format!("realised by LoadBalancer {lb_name}");
+    if reported.first_time(&uid, &bound) {
         ctx.events
             .publish(
                 &service.object_ref(&()),
                 false,
                 event::SERVICE_BOUND,
                 "Bind",
-                format!("realised by LoadBalancer {lb_name}"),
+                bound,
             )
             .await;
     }

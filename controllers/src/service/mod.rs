@@ -54,7 +54,8 @@ pub async fn reconcile_service(
     reported: &Reported,
 ) -> Result<Outcome> {
     let reference = service.object_ref(&());
-    let guarded = reconcile_unguarded(service, ctx.clone(), reported);
+    // Boxed: a reconcile is a large future, better on the heap than copied along the stack.
+    let guarded = Box::pin(reconcile_unguarded(service, ctx.clone(), reported));
     match crate::boundary::contain(guarded).await {
         Ok(result) => result,
         Err(panic) => Err(ctx.panicked("external-endpoint", &reference, panic).await),

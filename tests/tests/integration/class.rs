@@ -89,7 +89,9 @@ async fn a_service_of_the_class_is_realised_through_its_load_balancer() {
                 ready("tcp-pod-b", "10.244.0.6")
             ]),
         ),
-        lb("tenant-cp").build(),
+        lb("tenant-cp")
+            .annotation("loadbalancer.cluster.x-k8s.io/service", "tcp")
+            .build(),
         infra("tenant-cp").build(),
     ])
     .await;
@@ -147,7 +149,9 @@ async fn members_follow_the_endpoints_and_terminating_ones_drain() {
             "tcp",
             json!([ready("pod-a", "10.244.0.5"), ready("pod-b", "10.244.0.6")]),
         ),
-        lb("tcp").build(),
+        lb("tcp")
+            .annotation("loadbalancer.cluster.x-k8s.io/service", "tcp")
+            .build(),
         infra("tcp").build(),
     ])
     .await;
@@ -265,7 +269,9 @@ async fn a_hostname_only_provider_gives_a_hostname_ingress() {
     let world = world(vec![
         class_service("tcp", Some(CLASS), Some("tcp")),
         endpoint_slice("tcp", json!([ready("pod-a", "10.244.0.5")])),
-        lb("tcp").build(),
+        lb("tcp")
+            .annotation("loadbalancer.cluster.x-k8s.io/service", "tcp")
+            .build(),
         infra("tcp")
             .spec("addressPools", json!([]))
             .spec("hostname", json!("lb.example.com"))
@@ -283,7 +289,8 @@ async fn a_hostname_only_provider_gives_a_hostname_ingress() {
 }
 
 #[tokio::test]
-async fn a_load_balancer_that_starts_realising_a_service_lets_go_of_its_machines() {
+async fn a_service_takes_a_load_balancer_of_machines_only_when_its_author_names_it_then_the_machines_go()
+ {
     let world = world(vec![
         lb("cp").build(),
         infra("cp").build(),
@@ -315,6 +322,23 @@ async fn a_load_balancer_that_starts_realising_a_service_lets_go_of_its_machines
         .await
         .unwrap();
     settle_services_and_load_balancers(&world).await;
+    // The Service alone does not take a LoadBalancer whose default selector picks Machines: they
+    // keep their state and hooks, and the Service is told why.
+    assert!(
+        has_ours(&machines.get("cp-m1").await.unwrap()),
+        "a Service took the LoadBalancer over without its author's consent"
+    );
+    assert!(event_reasons(&world).contains(&"ServiceNotRealised".to_string()));
+    let names: Vec<String> = members(&world).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, vec!["cp-m1"]);
+    // Its author names the Service: now it realises it, and lets go of its Machines.
+    merge_patch::<capi_lb_api::LoadBalancer>(
+        &world,
+        "cp",
+        json!({"metadata": {"annotations": {"loadbalancer.cluster.x-k8s.io/service": "tcp"}}}),
+    )
+    .await;
+    settle_services_and_load_balancers(&world).await;
     let m1 = machines.get("cp-m1").await.unwrap();
     assert!(
         !has_ours(&m1),
@@ -326,12 +350,13 @@ async fn a_load_balancer_that_starts_realising_a_service_lets_go_of_its_machines
 }
 
 #[tokio::test]
-async fn deleting_the_load_balancer_clears_the_service_ingress_and_a_stale_binding_is_not_a_conflict()
- {
+async fn a_service_moves_only_when_the_load_balancer_names_it_and_deleting_it_clears_the_ingress() {
     let world = world(vec![
         class_service("tcp", Some(CLASS), Some("cp")),
         endpoint_slice("tcp", json!([ready("pod-a", "10.244.0.5")])),
-        lb("cp").build(),
+        lb("cp")
+            .annotation("loadbalancer.cluster.x-k8s.io/service", "tcp")
+            .build(),
         infra("cp").build(),
     ])
     .await;
@@ -351,10 +376,18 @@ async fn deleting_the_load_balancer_clears_the_service_ingress_and_a_stale_bindi
         serde_json::from_value(class_service("other", Some(CLASS), Some("cp"))).unwrap();
     services.create(&Default::default(), &svc2).await.unwrap();
     settle_services_and_load_balancers(&world).await;
-    assert_eq!(
-        get_lb(&world, "cp").await.annotations()["loadbalancer.cluster.x-k8s.io/service"],
-        "other"
-    );
+    // Not realised while the LoadBalancer still names "tcp" (its author's choice, which capi-lb
+    // never rewrites); realised once its author names "other".
+    assert!(event_reasons(&world).contains(&"ServiceNotRealised".to_string()));
+    merge_patch::<capi_lb_api::LoadBalancer>(
+        &world,
+        "cp",
+        json!({"metadata": {"annotations": {"loadbalancer.cluster.x-k8s.io/service": "other"}}}),
+    )
+    .await;
+    settle_services_and_load_balancers(&world).await;
+    let other = services.get("other").await.unwrap();
+    assert!(!ingress_ips(&other).is_empty(), "{:?}", other.status);
     // Deleting the LoadBalancer leaves its Service without a stale address.
     Api::<capi_lb_api::LoadBalancer>::namespaced(world.client(), NS)
         .delete("cp", &Default::default())
@@ -391,7 +424,10 @@ async fn a_provider_swap_moves_the_service_ingress_once_the_new_load_balancer_is
     let world = world(vec![
         class_service("tcp", Some(CLASS), Some("cp")),
         endpoint_slice("tcp", json!([ready("pod-a", "10.244.0.5")])),
-        lb("cp").spec("drainSeconds", json!(30)).build(),
+        lb("cp")
+            .spec("drainSeconds", json!(30))
+            .annotation("loadbalancer.cluster.x-k8s.io/service", "tcp")
+            .build(),
         infra("cp").build(),
         infra("cp-new")
             .spec("addressPools", json!(["198.51.100.0/24"]))
@@ -455,6 +491,7 @@ async fn a_service_never_takes_over_a_control_plane_load_balancer_and_never_wide
         endpoint_slice("web", json!([ready("web-a", "10.244.0.5")])),
         lb("web-lb")
             .spec("sourceRanges", json!(["10.0.0.0/8"]))
+            .annotation("loadbalancer.cluster.x-k8s.io/service", "web")
             .build(),
         infra("web-lb").build(),
     ])

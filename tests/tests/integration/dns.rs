@@ -426,7 +426,10 @@ async fn a_service_of_capi_lbs_class_publishes_the_realising_load_balancers_addr
             "spec": {"type": "LoadBalancer", "loadBalancerClass": "loadbalancer.cluster.x-k8s.io/capi-lb",
                      "ports": [{"name": "https", "port": 6443, "targetPort": 6443, "protocol": "TCP"}]},
         }),
-        lb("tenant").spec("dns", json!({"hostnames": ["api.example.com"]})).build(),
+        lb("tenant")
+            .spec("dns", json!({"hostnames": ["api.example.com"]}))
+            .annotation("loadbalancer.cluster.x-k8s.io/service", "tcp")
+            .build(),
         infra("tenant").build(),
     ])
     .await;

@@ -427,7 +427,7 @@ async fn a_deselected_machine_drains_and_loses_its_hooks() {
 
 #[tokio::test]
 async fn cluster_deletion_releases_every_hook_at_once() {
-    let mut cluster = cluster("demo", false);
+    let mut cluster = cluster_naming("demo", false, "cp");
     cluster["metadata"]["finalizers"] = json!(["cluster.cluster.x-k8s.io"]);
     let world = world(vec![
         cluster,

@@ -411,7 +411,7 @@ impl Harness {
 }
 
 async fn run(config: Config, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let mut cluster = cluster("demo", false);
+    let mut cluster = cluster_naming("demo", false, "cp");
     cluster["metadata"]["finalizers"] = json!(["cluster.cluster.x-k8s.io"]);
     let mut lb = lb("cp").spec("drainSeconds", json!(config.drain));
     if config.gates {

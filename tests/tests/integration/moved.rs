@@ -28,7 +28,7 @@ fn lb_resource() -> ApiResource {
 
 fn objects(new_infra_delay: u32) -> Vec<Value> {
     vec![
-        cluster("demo", false),
+        cluster_naming("demo", false, "cp"),
         lb("cp").spec("drainSeconds", json!(30)).build(),
         infra("cp").build(),
         json!({

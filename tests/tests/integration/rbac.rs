@@ -543,7 +543,7 @@ async fn class_scenario() -> BTreeSet<Permission> {
                "metadata": {"name": "tcp-1", "namespace": NS, "labels": {"kubernetes.io/service-name": "tcp"}},
                "addressType": "IPv4", "ports": [{"name": "https", "port": 6443}],
                "endpoints": [{"addresses": ["10.244.0.5"], "conditions": {"ready": true}}]}),
-        lb("tcp").build(),
+        lb("tcp").annotation("loadbalancer.cluster.x-k8s.io/service", "tcp").build(),
         infra("tcp").build(),
     ])
     .await

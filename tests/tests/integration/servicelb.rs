@@ -816,7 +816,9 @@ async fn a_service_of_capi_lbs_class_passes_its_source_ranges_to_the_provider() 
             "addressType": "IPv4", "ports": [{"name": "https", "port": 6443}],
             "endpoints": [{"addresses": ["10.244.0.5"], "conditions": {"ready": true}}],
         }),
-        lb("tcp").build(),
+        lb("tcp")
+            .annotation("loadbalancer.cluster.x-k8s.io/service", "tcp")
+            .build(),
         infra("tcp").build(),
     ])
     .await;

@@ -489,7 +489,8 @@ async fn every_example_simulates_and_shows_what_it_says() {
             "zoned/octavia-per-zone.yaml" => {
                 assert!(sim.not_ready.is_empty(), "{}", sim.output);
                 for line in [
-                    "# LoadBalancer default/demo-az1: Ready\n#   target Machine/cp-a: active, deletion hooks held\n#   target Machine/cp-c: active",
+                    "# LoadBalancer default/demo: Ready\n#   target Machine/cp-a: active, deletion hooks held\n#   target Machine/cp-b: active, deletion hooks held\n#   target Machine/cp-c: active, deletion hooks held",
+                    "# LoadBalancer default/demo-az1: Ready\n#   target Machine/cp-a: active\n#   target Machine/cp-c: active",
                     "# LoadBalancer default/demo-az2: Ready\n#   target Machine/cp-b: active",
                     "DNSEndpoint demo: api.demo.example.com A 203.0.113.1,203.0.113.2",
                 ] {

@@ -95,12 +95,18 @@ async fn every_template_substitutes_parses_and_simulates_to_a_ready_control_plan
         let out: Vec<Value> = serde_saphyr::from_multiple(&sim.output).unwrap();
         let lb = out.iter().find(|d| d["kind"] == "LoadBalancer").unwrap();
         // A control-plane LoadBalancer (the Cluster names it) publishes the Cluster's endpoint; in
-        // the Kamaji flavors Kamaji does, from the ingress capi-lb writes on its Service.
-        let control_plane = docs.iter().any(|d| {
+        // the Kamaji flavors Kamaji does, from the ingress capi-lb writes on its Service (their
+        // LoadBalancer names Kamaji's Service; the Cluster names the LoadBalancer all the same, its
+        // consent to the workload endpoints).
+        let names_lb = docs.iter().any(|d| {
             d["kind"] == "Cluster"
                 && d["metadata"]["annotations"]["loadbalancer.cluster.x-k8s.io/loadBalancerRef"]
-                    .is_string()
+                    == lb["metadata"]["name"]
         });
+        let realises_a_service =
+            lb["metadata"]["annotations"]["loadbalancer.cluster.x-k8s.io/service"].is_string();
+        assert!(names_lb, "{file}: the Cluster names its LoadBalancer");
+        let control_plane = !realises_a_service;
         if control_plane {
             let cluster_endpoint = lb["status"]["conditions"]
                 .as_array()
