@@ -14,6 +14,7 @@ pub mod context;
 pub mod error;
 pub mod events;
 pub mod install;
+pub mod jobs;
 pub mod kinds;
 pub mod loadbalancer;
 pub mod metadata;

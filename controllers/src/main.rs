@@ -28,8 +28,26 @@ fn init_logging(format: LogFormat, default_level: &str) {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// The stack of each of the runtime's threads: a reconcile is a deep stack of futures (the CEL
+/// evaluation of a spec at its bottom), and a stack overflow, unlike a panic, cannot be caught at a
+/// boundary: it would end the process for every tenant. Tokio's default is 2 MiB.
+const THREAD_STACK: usize = 8 << 20;
+
+fn main() -> ExitCode {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(THREAD_STACK)
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(start()),
+        Err(e) => {
+            eprintln!("capi-lb: no runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn start() -> ExitCode {
     let cli = Cli::parse();
     let command = cli.command.unwrap_or_else(|| {
         eprintln!(

@@ -5,6 +5,7 @@
 //! tests, demos and `capi-lb simulate`), kube-dc, Octavia, Services of type LoadBalancer
 //! (MetalLB, kube-vip, cloud controllers) and DNS records (a name whose records are the targets).
 
+pub mod bounded;
 pub mod catalog;
 pub mod clock;
 pub mod dnslb;

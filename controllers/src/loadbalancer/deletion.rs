@@ -20,7 +20,7 @@ use crate::publication;
 
 use super::infrastructure::release;
 use super::pass::write_status;
-use super::{Release, describe, identity};
+use super::{Release, describe, identity, key};
 
 /// Deletion: provider cleanup for every infrastructure object this LoadBalancer may have used,
 /// withdraw the published objects, then remove the finalizer.
@@ -33,14 +33,15 @@ pub(super) async fn cleanup(
         return Ok(Outcome::done());
     }
     let identity = identity(lb)?;
-    ctx.metrics.fleet.forget(&identity.uid);
+    let key = key(lb);
+    ctx.metrics.fleet.forget(&key);
     if let Some(prober) = &ctx.prober {
-        prober.forget(&identity.uid);
-        prober.forget_targets(&identity.uid, &[]);
+        prober.forget(&key);
+        prober.forget_targets(&key, &[]);
     }
     // The workload cluster's endpoints stay as last written; its client goes.
     if let Some(workloads) = &ctx.workloads {
-        workloads.forget(&identity.uid);
+        workloads.forget(&key);
     }
     let reference = lb.object_ref(&());
     // Hooks and target annotations go first, so that Machine deletion never waits on a
@@ -121,7 +122,7 @@ pub(super) async fn cleanup(
     metadata::remove_finalizer(api, lb, LOADBALANCER_FINALIZER)
         .await
         .map_err(kube_err("remove finalizer from", describe(lb)))?;
-    ctx.reset_backoff(&identity.uid);
+    ctx.reset_backoff(&key);
     Ok(Outcome::done())
 }
 

@@ -168,7 +168,7 @@ impl Reconciliation<'_> {
             self.outcome = self.outcome.min(Some(retry));
         }
         if out.progress.is_done() && !out.watched {
-            let interval = self.ctx.config.drift_check_for(&self.identity.uid);
+            let interval = self.ctx.config.drift_check_for(&self.key);
             self.outcome = self.outcome.look(interval);
         }
         let provisioned = match out.notice {
@@ -454,7 +454,7 @@ pub(super) async fn release(
             message,
             retry_after,
         }) => {
-            let delay = retry_after.unwrap_or_else(|| ctx.backoff(&identity.uid));
+            let delay = retry_after.unwrap_or_else(|| ctx.backoff(&super::key(lb)));
             return Ok(Release::Pending(
                 format!(
                     "{} provider delete failed, retrying: {message}",
@@ -469,7 +469,7 @@ pub(super) async fn release(
                     "{} provider delete timed out, retrying: {message}",
                     provider.name()
                 ),
-                ctx.backoff(&identity.uid),
+                ctx.backoff(&super::key(lb)),
             ));
         }
         Err(ProviderError::Permanent { reason, message }) => {
@@ -504,7 +504,7 @@ pub(super) async fn release(
                 .map_err(kube_err("release", format!("{infra_ref}")))?;
                 changes.push(format!("released {infra_ref}"));
             }
-            ctx.reset_backoff(&identity.uid);
+            ctx.reset_backoff(&super::key(lb));
             Ok(Release::Done(changes))
         }
     }

@@ -185,10 +185,20 @@ async fn moved_away(lb: &LoadBalancer, ctx: &Context, api: &Api<LoadBalancer>) -
             "deleted by clusterctl move: the cloud load balancer is left to the target cluster"
         );
     }
-    if let Ok(identity) = identity(lb) {
-        ctx.reset_backoff(&identity.uid);
-    }
+    ctx.reset_backoff(&key(lb));
     Ok(Outcome::done())
+}
+
+/// The key of a LoadBalancer in capi-lb's own memory (back-off, probes, workload clusters, the
+/// fleet's metrics): the UID the API server gave it. Never the ownership UID of
+/// [`LoadBalancerIdentity`], which an annotation carries across `clusterctl move` and a tenant can
+/// therefore write: keyed by it, one tenant's LoadBalancer could take over another's probes,
+/// findings and back-off by naming its UID.
+pub(crate) fn key(lb: &LoadBalancer) -> String {
+    lb.metadata
+        .uid
+        .clone()
+        .unwrap_or_else(|| format!("{}/{}", lb.namespace().unwrap_or_default(), lb.name_any()))
 }
 
 fn identity(lb: &LoadBalancer) -> Result<LoadBalancerIdentity> {
@@ -332,6 +342,8 @@ struct Reconciliation<'a> {
     ctx: &'a Context,
     api: Api<LoadBalancer>,
     identity: LoadBalancerIdentity,
+    /// Its key in capi-lb's memory ([`key`]).
+    key: String,
     namespace: String,
     /// The status being built, starting from the stored one.
     status: LoadBalancerStatus,
@@ -375,6 +387,7 @@ impl<'a> Reconciliation<'a> {
     fn new(lb: &'a LoadBalancer, ctx: &'a Context, api: Api<LoadBalancer>) -> Result<Self> {
         Ok(Self {
             identity: identity(lb)?,
+            key: key(lb),
             namespace: lb.namespace().unwrap_or_default(),
             status: lb.status.clone().unwrap_or_default(),
             lb,
@@ -407,7 +420,7 @@ impl<'a> Reconciliation<'a> {
     /// Retry a transient failure with back-off.
     fn backoff(&mut self) {
         self.transient_failure = true;
-        let delay = self.ctx.backoff(&self.identity.uid);
+        let delay = self.ctx.backoff(&self.key);
         self.outcome = self.outcome.min(Some(delay));
     }
 

@@ -241,7 +241,7 @@ impl Reconciliation<'_> {
             self.count_ready(&previous, &now);
         }
         if !self.transient_failure {
-            self.ctx.reset_backoff(&self.identity.uid);
+            self.ctx.reset_backoff(&self.key);
         }
         let reference = self.lb.object_ref(&());
         for note in super::merged(self.notes) {
@@ -274,10 +274,7 @@ impl Reconciliation<'_> {
             None => self.lb.meta().creation_timestamp.as_ref().map(|t| t.0),
         };
         if let Some(since) = since {
-            self.ctx
-                .metrics
-                .fleet
-                .became_ready(&self.identity.uid, since, now.0);
+            self.ctx.metrics.fleet.became_ready(&self.key, since, now.0);
         }
     }
 }

@@ -286,7 +286,7 @@ impl Reconciliation<'_> {
     /// `spec.reachability`: the endpoint of a Ready LoadBalancer is probed (by the prober's own
     /// task, never here), and `Reachable` says what the last probe found.
     fn publish_reachability(&mut self, publication: &Publication, stage: &Stage) {
-        let uid = self.identity.uid.clone();
+        let uid = self.key.clone();
         let Some(asked) = &self.lb.spec.reachability else {
             if let Some(prober) = &self.ctx.prober {
                 prober.forget(&uid);
@@ -348,7 +348,7 @@ impl Reconciliation<'_> {
     /// LoadBalancer that is not Ready leaves what was written last (Pods keep an API server) and
     /// changes nothing.
     fn publish_workload_endpoints(&mut self, publication: &Publication, stage: &Stage) {
-        let uid = self.identity.uid.clone();
+        let uid = self.key.clone();
         let cluster = self.lb.spec.cluster_name.clone();
         let (true, Some(cluster)) = (self.lb.wants_workload_endpoints(), cluster) else {
             if let Some(workloads) = &self.ctx.workloads {

@@ -7,7 +7,11 @@
 //! ([`Prober::run`]) probes each wanted endpoint every `periodSeconds` (spread by up to a tenth per
 //! LoadBalancer, so that many do not probe in the same second), at most [`PARALLEL`] at a time,
 //! each port within `timeoutSeconds`, and asks for a reconcile of the LoadBalancer when the finding
-//! changes, so the condition (and its Event) follows within a probe.
+//! changes, so the condition (and its Event) follows within a probe. Each probe is a job of the
+//! LoadBalancer's namespace on the shared scheduler ([`crate::jobs`]): it waits for one of the
+//! namespace's places, and the whole probe (resolving, every address and port, at most
+//! [`PARALLEL_PORTS`] at a time) ends by its deadline ([`job_deadline`]: twice `timeoutSeconds`),
+//! so a tenant's slow targets hold only its own places, for a bounded time.
 //!
 //! A probe resolves the endpoint's host the way the process resolves names (in a Pod: the cluster's
 //! DNS, so `<name>-ext.<namespace>.svc` answers the load balancer's addresses), and for every
@@ -24,22 +28,21 @@ use std::time::{Duration, Instant};
 use capi_lb_api::conditions::Reason;
 use capi_lb_api::constants::reason as r;
 use capi_lb_api::loadbalancer::{LoadBalancerPort, Protocol};
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
+use futures::StreamExt;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 
+mod ca;
 mod tls;
+pub use ca::{CA_CACHE_MAX, CA_FRESH, CA_MAX};
 use tls::tls_config;
 
-/// Probes running at the same time, over all LoadBalancers.
-pub const PARALLEL: usize = 16;
+/// Addresses and ports of one probe tried at the same time.
+pub const PARALLEL_PORTS: usize = 8;
 /// Addresses of one endpoint probed (a name with more answers: the first ones).
 pub const MAX_ADDRESSES: usize = 8;
-/// How long a Cluster's CA read from its Secret is used before it is read again.
-pub const CA_FRESH: Duration = Duration::from_secs(300);
 /// The port name whose probe is an HTTPS `GET /readyz`.
 pub const API_SERVER_PORT_NAME: &str = "kube-apiserver";
 /// At most this much of an answer to `GET /readyz` is read.
@@ -115,9 +118,16 @@ pub trait ProbeObserver: Send + Sync {
     fn forgotten(&self, namespace: &str, name: &str);
 }
 
+/// How long one probe of `wanted` may take in all: resolving its host, then every address and
+/// port, each within `timeout`.
+pub fn job_deadline(wanted: &Wanted) -> Duration {
+    wanted.timeout.saturating_mul(2)
+}
+
 /// The probes of every LoadBalancer that asks for them.
 pub struct Prober {
     client: kube::Client,
+    jobs: Arc<crate::jobs::Jobs>,
     entries: Mutex<HashMap<String, Entry>>,
     cas: Mutex<HashMap<(String, String), ReadCa>>,
     changed: mpsc::UnboundedSender<(String, String)>,
@@ -142,12 +152,14 @@ impl Prober {
     /// whose finding changed.
     pub fn new(
         client: kube::Client,
+        jobs: Arc<crate::jobs::Jobs>,
         observer: Option<Arc<dyn ProbeObserver>>,
         refuse: Option<Refuse>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<(String, String)>) {
         let (changed, receiver) = mpsc::unbounded_channel();
         let prober = Arc::new(Self {
             client,
+            jobs,
             entries: Mutex::new(HashMap::new()),
             cas: Mutex::new(HashMap::new()),
             changed,
@@ -229,9 +241,8 @@ impl Prober {
         self.lock().get(uid).and_then(|e| e.finding.clone())
     }
 
-    /// Probe what is due, until `shutdown`.
+    /// Probe what is due, until `shutdown`: each probe a job of its LoadBalancer's namespace.
     pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
-        let slots = Arc::new(Semaphore::new(PARALLEL));
         tokio::pin!(shutdown);
         loop {
             let now = Instant::now();
@@ -253,15 +264,25 @@ impl Prober {
                 (due, next)
             };
             for (uid, wanted) in due {
-                let Ok(slot) = slots.clone().acquire_owned().await else {
-                    return;
-                };
-                let prober = self.clone();
-                tokio::spawn(async move {
-                    let finding = prober.probe(&wanted).await;
-                    drop(slot);
-                    prober.record(&uid, &wanted, finding);
-                });
+                let (prober, recorder) = (self.clone(), self.clone());
+                let probed = wanted.clone();
+                let deadline = job_deadline(&wanted);
+                let namespace = wanted.namespace.clone();
+                self.jobs.spawn(
+                    "probe",
+                    &namespace,
+                    deadline,
+                    async move { prober.probe(&probed).await },
+                    move |result| {
+                        let finding = result.unwrap_or_else(|stopped| {
+                            unreachable(format!(
+                                "{}: the probe was stopped: {stopped}",
+                                wanted.host
+                            ))
+                        });
+                        recorder.record(&uid, &wanted, finding);
+                    },
+                );
             }
             tokio::select! {
                 () = &mut shutdown => return,
@@ -374,26 +395,40 @@ impl Prober {
             (Some(secret), true) => self.ca(&wanted.namespace, secret).await,
             _ => None,
         };
+        let pairs: Vec<SocketAddr> = wanted
+            .ports
+            .iter()
+            .flat_map(|port| addresses.iter().map(|ip| SocketAddr::new(*ip, port.port)))
+            .collect();
+        let readyz = |at: &SocketAddr| wanted.ports.iter().any(|p| p.port == at.port() && p.readyz);
+        let outcomes: Vec<(SocketAddr, PortResult)> = futures::stream::iter(pairs)
+            .map(|at| {
+                let ca = ca.as_deref();
+                let readyz = readyz(&at);
+                async move {
+                    let outcome = tokio::time::timeout(
+                        wanted.timeout,
+                        probe_port(at, &wanted.host, readyz, ca),
+                    )
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err((
+                            r::ENDPOINT_UNREACHABLE,
+                            format!("no answer within {} s", wanted.timeout.as_secs()),
+                        ))
+                    });
+                    (at, outcome)
+                }
+            })
+            .buffered(PARALLEL_PORTS)
+            .collect()
+            .await;
         let mut answered = Vec::new();
         let mut failed: Vec<(Reason, String)> = Vec::new();
-        for port in &wanted.ports {
-            for ip in &addresses {
-                let at = SocketAddr::new(*ip, port.port);
-                let outcome = tokio::time::timeout(
-                    wanted.timeout,
-                    probe_port(at, &wanted.host, port.readyz, ca.as_deref()),
-                )
-                .await
-                .unwrap_or_else(|_| {
-                    Err((
-                        r::ENDPOINT_UNREACHABLE,
-                        format!("no answer within {} s", wanted.timeout.as_secs()),
-                    ))
-                });
-                match outcome {
-                    Ok(what) => answered.push(format!("{at} {what}")),
-                    Err((reason, why)) => failed.push((reason, format!("{at}: {why}"))),
-                }
+        for (at, outcome) in outcomes {
+            match outcome {
+                Ok(what) => answered.push(format!("{at} {what}")),
+                Err((reason, why)) => failed.push((reason, format!("{at}: {why}"))),
             }
         }
         let checked = match (needs_ca, &wanted.ca_secret, &ca) {
@@ -438,37 +473,6 @@ impl Prober {
                     .join(", ")
             ),
         }
-    }
-
-    /// The CA bundle (PEM) of Secret `namespace/name`, key `tls.crt`, from the last read when it is
-    /// fresh. `None` when the Secret or the key is missing or cannot be read (the probe then does
-    /// not check certificates, and says so).
-    async fn ca(&self, namespace: &str, name: &str) -> Option<Vec<u8>> {
-        let key = (namespace.to_string(), name.to_string());
-        if let Some((read, pem)) = self
-            .cas
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            && read.elapsed() < CA_FRESH
-        {
-            return pem.clone();
-        }
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
-        let pem = match secrets.get_opt(name).await {
-            Ok(found) => found
-                .and_then(|s| s.data)
-                .and_then(|d| d.get("tls.crt").map(|b| b.0.clone())),
-            Err(e) => {
-                tracing::debug!(namespace, secret = name, error = %e, "reading the Cluster's CA");
-                None
-            }
-        };
-        self.cas
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, (Instant::now(), pem.clone()));
-        pem
     }
 }
 

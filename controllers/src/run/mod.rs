@@ -241,10 +241,19 @@ pub async fn run_instrumented(
     let refuse: crate::reachability::Refuse = Arc::new(|ip: std::net::IpAddr| {
         crate::policy::addresses::builtin(ip).filter(|_| !ip.is_loopback())
     });
-    let (prober, mut probed) = Prober::new(client.clone(), Some(observer), Some(refuse));
+    // The one scheduler of the background jobs (probes, workload clusters): shares per
+    // namespace, a deadline per job, a panic boundary.
+    let panics = metrics.clone();
+    let jobs = crate::jobs::Jobs::new(
+        crate::jobs::SLOTS,
+        Some(Arc::new(move |task| panics.panicked(task))),
+    );
+    let (prober, mut probed) =
+        Prober::new(client.clone(), jobs.clone(), Some(observer), Some(refuse));
     let probes = tokio::spawn(prober.clone().run(stop.clone()));
     let (workloads, mut looked) = crate::workload::Workloads::new(
         client.clone(),
+        jobs,
         options.credentials_policy(),
         Some(workload_hostnames(&options, facts.clone())),
     );

@@ -28,6 +28,7 @@
 
 pub mod fleet;
 pub mod kube_requests;
+pub mod listener;
 mod probes;
 pub mod process;
 pub mod secure;
@@ -585,7 +586,7 @@ where
     if let Ok(address) = listener.local_addr() {
         tracing::info!(%address, "serving telemetry");
     }
-    axum::serve(listener, router)
+    axum::serve(listener::Limited::new(listener), router)
         .with_graceful_shutdown(shutdown)
         .await
 }

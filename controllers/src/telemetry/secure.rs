@@ -295,8 +295,12 @@ pub fn server_config(cert_dir: Option<&Path>) -> Result<Arc<ServerConfig>, Strin
         .map_err(|e| format!("the metrics certificate: {e}"))
 }
 
-/// A TCP listener whose connections are served over TLS. Handshakes run concurrently (a client
-/// that never finishes one holds nothing but its own connection, for at most 10 s).
+/// TLS handshakes of the metrics listener in progress at a time.
+pub const MAX_HANDSHAKES: usize = 64;
+
+/// A TCP listener whose connections are served over TLS. Handshakes run concurrently, at most
+/// [`MAX_HANDSHAKES`] (a client that never finishes one holds nothing but its own connection, for
+/// at most 10 s; one beyond them is closed at once).
 pub struct TlsListener {
     address: SocketAddr,
     accepted: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
@@ -309,6 +313,9 @@ impl TlsListener {
         let address = tcp.local_addr()?;
         let (sender, accepted) = mpsc::channel(16);
         let acceptor = TlsAcceptor::from(config);
+        // Handshakes in progress at a time: a connection beyond them is closed at once (each
+        // handshake still ends by HANDSHAKE).
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
         let task = tokio::spawn(async move {
             loop {
                 let (stream, peer) = match tcp.accept().await {
@@ -322,8 +329,13 @@ impl TlsListener {
                 if sender.is_closed() {
                     return;
                 }
+                let Ok(handshaking) = handshakes.clone().try_acquire_owned() else {
+                    tracing::debug!(%peer, "metrics listener: too many TLS handshakes; closed");
+                    continue;
+                };
                 let (acceptor, sender) = (acceptor.clone(), sender.clone());
                 tokio::spawn(async move {
+                    let _handshaking = handshaking;
                     match tokio::time::timeout(HANDSHAKE, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
                             let _ = sender.send((tls, peer)).await;

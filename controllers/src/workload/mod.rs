@@ -45,13 +45,15 @@ use k8s_openapi::api::core::v1::{Endpoints, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 
 use hostnames::{Hostnames, Resolved};
 use plan::{Change, Decision};
 
-/// Workload clusters looked at, at the same time.
-pub const PARALLEL: usize = 8;
+/// How long one look at a workload cluster may take in all (hostnames resolved, a few reads and
+/// writes, each request within the client's own limits): a job of the LoadBalancer's namespace on
+/// the shared scheduler ([`crate::jobs`]), stopped at this deadline.
+pub const DEADLINE: Duration = Duration::from_secs(30);
 /// How often a workload cluster's endpoints are looked at while nothing changes.
 pub const PERIOD: Duration = Duration::from_secs(60);
 /// How soon after a write they are looked at again (the API servers' reconciler runs every 10 s).
@@ -125,6 +127,7 @@ struct Entry {
 /// The workload clusters of every LoadBalancer that asks for it.
 pub struct Workloads {
     client: kube::Client,
+    jobs: Arc<crate::jobs::Jobs>,
     policy: CredentialsPolicy,
     entries: Mutex<HashMap<String, Entry>>,
     changed: mpsc::UnboundedSender<(String, String)>,
@@ -145,12 +148,14 @@ impl Workloads {
     /// finding changed.
     pub fn new(
         client: kube::Client,
+        jobs: Arc<crate::jobs::Jobs>,
         policy: CredentialsPolicy,
         hostnames: Option<Hostnames>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<(String, String)>) {
         let (changed, receiver) = mpsc::unbounded_channel();
         let workloads = Arc::new(Self {
             client,
+            jobs,
             policy,
             entries: Mutex::new(HashMap::new()),
             changed,
@@ -207,9 +212,8 @@ impl Workloads {
         self.lock().get(uid).and_then(|e| e.finding.clone())
     }
 
-    /// Look at what is due, until `shutdown`.
+    /// Look at what is due, until `shutdown`: each look a job of its LoadBalancer's namespace.
     pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
-        let slots = Arc::new(Semaphore::new(PARALLEL));
         tokio::pin!(shutdown);
         loop {
             let now = Instant::now();
@@ -231,15 +235,30 @@ impl Workloads {
                 (due, next)
             };
             for (uid, wanted, state) in due {
-                let Ok(slot) = slots.clone().acquire_owned().await else {
-                    return;
-                };
-                let workloads = self.clone();
-                tokio::spawn(async move {
-                    let (finding, state, after) = workloads.look(&wanted, state).await;
-                    drop(slot);
-                    workloads.record(&uid, &wanted, finding, state, after);
-                });
+                let (looker, recorder) = (self.clone(), self.clone());
+                let looked = wanted.clone();
+                let namespace = wanted.namespace.clone();
+                self.jobs.spawn(
+                    "workload",
+                    &namespace,
+                    DEADLINE,
+                    async move { looker.look(&looked, state).await },
+                    move |result| match result {
+                        Ok((finding, state, after)) => {
+                            recorder.record(&uid, &wanted, finding, Some(state), after);
+                        }
+                        Err(stopped) => {
+                            let finding = problem(
+                                r::WORKLOAD_CLUSTER_UNREACHABLE,
+                                format!(
+                                    "the look at the workload cluster of Secret {}/{} was stopped: {stopped}; its default/kubernetes endpoints stay as they are",
+                                    wanted.namespace, wanted.secret
+                                ),
+                            );
+                            recorder.record(&uid, &wanted, Some(finding), None, UNREACHABLE_RETRY);
+                        }
+                    },
+                );
             }
             tokio::select! {
                 () = &mut shutdown => return,
@@ -256,7 +275,7 @@ impl Workloads {
         uid: &str,
         looked: &Wanted,
         finding: Option<Finding>,
-        state: State,
+        state: Option<State>,
         after: Duration,
     ) {
         let mut entries = self.lock();
@@ -264,7 +283,10 @@ impl Workloads {
             return;
         };
         entry.running = false;
-        entry.state = state;
+        // A look stopped at its deadline keeps what was known before it.
+        if let Some(state) = state {
+            entry.state = state;
+        }
         if entry.wanted != *looked {
             // Changed while it was looked at: look at what is wanted now.
             entry.due = Instant::now();

@@ -49,6 +49,11 @@ struct Entry {
 
 /// How long a Secret read is trusted before it is read again (as the Octavia provider's).
 const SECRET_FRESH: Duration = Duration::from_secs(5);
+/// The most clients kept, and how long one not used is kept: the Secrets' names are the tenants'
+/// to choose ([`crate::bounded::make_room`]).
+pub const MAX_CLIENTS: usize = 256;
+/// A client not used for this long is dropped (made again from its Secret when needed).
+pub const CLIENT_IDLE: Duration = Duration::from_secs(3600);
 
 impl Remotes {
     /// No client yet; only the Secrets `policy` admits will be read.
@@ -114,7 +119,15 @@ impl Remotes {
         let client = crate::untrusted::kube::client(&text, &at, crate::untrusted::KUBE_DC)
             .await
             .map_err(|message| ProviderError::permanent(INVALID_CONFIGURATION, message))?;
-        self.lock().insert(
+        let mut clients = self.lock();
+        crate::bounded::make_room(
+            &mut clients,
+            MAX_CLIENTS,
+            CLIENT_IDLE,
+            Instant::now(),
+            |e| e.checked,
+        );
+        clients.insert(
             key,
             Entry {
                 version,

@@ -102,12 +102,19 @@ struct Token {
 /// How long before its expiry a token is replaced.
 const RENEW_BEFORE: Duration = Duration::from_secs(300);
 
-/// The sessions the provider holds, one per set of credentials.
+/// The most sessions kept (each a token and the catalog entries the provider reads, a few KiB):
+/// the credentials references, with their free-text region, are the tenants' to write.
+pub const MAX_SESSIONS: usize = 256;
+/// A session not used for this long is dropped (its token is asked for again when needed).
+pub const SESSION_IDLE: Duration = Duration::from_secs(3600);
+
+/// The sessions the provider holds, one per set of credentials, bounded by [`MAX_SESSIONS`] and
+/// [`SESSION_IDLE`] ([`crate::bounded::make_room`]).
 #[derive(Default)]
 pub struct Sessions {
     /// Which Secrets may be read as credentials.
     pub(super) policy: crate::entry::CredentialsPolicy,
-    sessions: Mutex<HashMap<SessionKey, Arc<Session>>>,
+    sessions: Mutex<HashMap<SessionKey, (Instant, Arc<Session>)>>,
     /// The session each set of credentials resolved to, and when its Secret was last read: the
     /// calls of one reconcile (`ensure`, then `converge_members`) read the Secret once.
     recent: Mutex<HashMap<CredentialsRef, (Instant, Arc<Session>)>>,
@@ -135,7 +142,9 @@ impl Sessions {
         }
         let session = self.read_and_connect(client, credentials, observer).await?;
         if let Ok(mut recent) = self.recent.lock() {
-            recent.insert(credentials.clone(), (Instant::now(), session.clone()));
+            let now = Instant::now();
+            crate::bounded::make_room(&mut recent, MAX_SESSIONS, SECRET_FRESH, now, |(at, _)| *at);
+            recent.insert(credentials.clone(), (now, session.clone()));
         }
         Ok(session)
     }
@@ -172,10 +181,11 @@ impl Sessions {
             credentials: credentials.clone(),
             secret_version: secret.metadata.resource_version.clone().unwrap_or_default(),
         };
-        if let Ok(sessions) = self.sessions.lock()
-            && let Some(session) = sessions.get(&key)
+        if let Ok(mut sessions) = self.sessions.lock()
+            && let Some((used, session)) = sessions.get_mut(&key)
             && !session.expiring()
         {
+            *used = Instant::now();
             return Ok(session.clone());
         }
         let (config, ca_bundle) = cloud_config(&secret, credentials)?;
@@ -183,7 +193,11 @@ impl Sessions {
             Arc::new(connect(&config, ca_bundle.as_deref(), credentials, observer).await?);
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.retain(|k, _| k.credentials != key.credentials);
-            sessions.insert(key, session.clone());
+            let now = Instant::now();
+            crate::bounded::make_room(&mut sessions, MAX_SESSIONS, SESSION_IDLE, now, |(at, _)| {
+                *at
+            });
+            sessions.insert(key, (now, session.clone()));
         }
         Ok(session)
     }
@@ -256,7 +270,8 @@ async fn authenticate(
     Ok(Token {
         value: value.into(),
         expires,
-        document: Arc::new(document),
+        // Only what the provider reads of it is kept for the session's life.
+        document: Arc::new(keystone::kept(&document)),
     })
 }
 

@@ -326,7 +326,7 @@ impl OctaviaProvider {
         }
         let allocated = call.status.floating_ip_allocated;
         let address = call.status.floating_ip.clone().unwrap_or_default();
-        self.release(session, &id, allocated).await?;
+        self.release(session, &id, allocated, call.identity).await?;
         call.changes.push(if allocated {
             format!("released floating IP {address} (no longer in the spec)")
         } else {
@@ -341,10 +341,57 @@ impl OctaviaProvider {
         )))
     }
 
-    /// Delete an allocated floating IP, or disassociate a given one (404: already gone).
-    async fn release(&self, session: &Session, id: &str, allocated: bool) -> Result<(), Stop> {
+    /// Whether floating IP `id` (named by a status, which is not proof of anything) carries this
+    /// LoadBalancer's ownership tags; `None` when it is gone.
+    async fn owned(
+        &self,
+        session: &Session,
+        id: &str,
+        identity: &LoadBalancerIdentity,
+    ) -> Result<Option<bool>, Stop> {
+        let found = session
+            .require_or_gone(
+                self.observer(),
+                "floatingip.get",
+                Request::get(format!("floatingips/{id}")).network(),
+            )
+            .await?;
+        let Some(body) = found else {
+            return Ok(None);
+        };
+        let fip: FloatingIp = decode(
+            body.get("floatingip").cloned().unwrap_or(json!({})),
+            "floatingip.get",
+        )?;
+        Ok(Some(fip_owned(
+            &fip.tags,
+            fip.description.as_deref(),
+            identity,
+        )))
+    }
+
+    /// Delete an allocated floating IP, or disassociate a given one (404: already gone). One named
+    /// by the status is deleted only when its tags say it is this LoadBalancer's: a status can be
+    /// written by whoever may write the infrastructure object's status; anything else is left
+    /// alone (its address is dropped from the status all the same).
+    async fn release(
+        &self,
+        session: &Session,
+        id: &str,
+        allocated: bool,
+        identity: &LoadBalancerIdentity,
+    ) -> Result<(), Stop> {
         if !allocated {
             return self.set_port(session, id, None).await;
+        }
+        if self.owned(session, id, identity).await? != Some(true) {
+            tracing::warn!(
+                floating_ip = id,
+                loadbalancer = %identity.name,
+                namespace = %identity.namespace,
+                "a floating IP named in the status does not carry this LoadBalancer's tags: not released"
+            );
+            return Ok(());
         }
         session
             .require_or_gone(
@@ -369,8 +416,9 @@ impl OctaviaProvider {
         if let Some(id) = &infra.status.floating_ip_id
             && !infra.status.floating_ip_allocated
         {
-            self.release(session, id, false).await?;
+            self.release(session, id, false, identity).await?;
         }
+        // Found by their tags: ours. The status's own is checked by `release`.
         let mut allocated: Vec<(String, String)> = self
             .floating_ips(session, &[("tags", fip_uid_tag(identity))])
             .await?
@@ -386,7 +434,7 @@ impl OctaviaProvider {
             allocated.push((id.clone(), address));
         }
         for (id, address) in allocated {
-            self.release(session, &id, true).await?;
+            self.release(session, &id, true, identity).await?;
             changes.push(format!("released floating IP {address}"));
         }
         Ok(())

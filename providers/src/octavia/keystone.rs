@@ -211,6 +211,58 @@ pub fn endpoint(
         .find_map(|ep| Url::parse(ep.get("url")?.as_str()?).ok())
 }
 
+/// The service types of the catalog the provider reads.
+const KEPT_SERVICES: &[&str] = &["load-balancer", "network"];
+/// The most services of one type, and endpoints of one service, kept of a catalog.
+const KEPT_ENTRIES: usize = 16;
+
+/// What a session keeps of a token document: its expiry and the catalog's `load-balancer` and
+/// `network` endpoints (interface, region, URL), at most [`KEPT_ENTRIES`] of each; a large public
+/// cloud's catalog is about 100 KB, this a few KiB.
+pub fn kept(token: &Value) -> Value {
+    let keep_endpoint = |ep: &Value| {
+        let mut kept = serde_json::Map::new();
+        for key in ["interface", "region", "region_id", "url"] {
+            if let Some(text) = ep
+                .get(key)
+                .and_then(Value::as_str)
+                .filter(|t| t.len() <= 2048)
+            {
+                kept.insert(key.to_string(), Value::String(text.to_string()));
+            }
+        }
+        Value::Object(kept)
+    };
+    let catalog: Vec<Value> = token
+        .pointer("/token/catalog")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|service| {
+            service
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| KEPT_SERVICES.contains(&t))
+        })
+        .take(KEPT_ENTRIES * KEPT_SERVICES.len())
+        .map(|service| {
+            let endpoints: Vec<Value> = service
+                .get("endpoints")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .take(KEPT_ENTRIES)
+                .map(keep_endpoint)
+                .collect();
+            serde_json::json!({"type": service.get("type"), "endpoints": endpoints})
+        })
+        .collect();
+    serde_json::json!({"token": {
+        "expires_at": token.pointer("/token/expires_at"),
+        "catalog": catalog,
+    }})
+}
+
 /// Whether `url`'s last path segment is a version of the `major` one (`v2`, `v2.0`, ...).
 pub fn names_version(url: &Url, major: &str) -> bool {
     url.path()

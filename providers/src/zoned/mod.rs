@@ -29,7 +29,7 @@ use capi_lb_api::zoned::{ZoneStatus, ZonedLoadBalancerStatus};
 use capi_lb_api::{LoadBalancer, ZonedLoadBalancer};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::Map;
 
@@ -158,6 +158,16 @@ impl ZonedProvider {
             return Ok((plan::standing(zone, name, Some(found), None), true));
         }
         let api = self.api(&identity.namespace);
+        let taken = || {
+            format!(
+                "LoadBalancer {name} exists and is not {}'s zone: capi-lb leaves it alone; rename the zone or that LoadBalancer",
+                identity.name
+            )
+        };
+        // No check-then-write: a new zone's LoadBalancer is created (refused if someone made one of
+        // that name meanwhile), and one of ours is applied at the resourceVersion it was seen at
+        // (refused if it changed meanwhile, and looked at again in the next pass).
+        // Said without a write when it is plainly there (a pass that writes is made again).
         if found.is_none()
             && api
                 .get_opt(name)
@@ -165,20 +175,37 @@ impl ZonedProvider {
                 .map_err(|e| api_error(&format!("get LoadBalancer {name}"), e))?
                 .is_some()
         {
-            let problem = format!(
-                "LoadBalancer {name} exists and is not {}'s zone: capi-lb leaves it alone; rename the zone or that LoadBalancer",
-                identity.name
-            );
-            return Ok((plan::standing(zone, name, None, Some(&problem)), false));
+            return Ok((plan::standing(zone, name, None, Some(&taken())), false));
         }
-        let applied = api
-            .patch(
-                name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&desired),
-            )
-            .await
-            .map_err(|e| api_error(&format!("apply LoadBalancer {name}"), e))?;
+        let applied = match found {
+            None => match api
+                .create(
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.to_string()),
+                        ..PostParams::default()
+                    },
+                    &desired,
+                )
+                .await
+            {
+                Ok(created) => created,
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    return Ok((plan::standing(zone, name, None, Some(&taken())), false));
+                }
+                Err(e) => return Err(api_error(&format!("create LoadBalancer {name}"), e)),
+            },
+            Some(found) => {
+                let mut desired = desired.clone();
+                desired.metadata.resource_version = found.metadata.resource_version.clone();
+                api.patch(
+                    name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&desired),
+                )
+                .await
+                .map_err(|e| api_error(&format!("apply LoadBalancer {name}"), e))?
+            }
+        };
         changes.push(format!(
             "{} LoadBalancer {name} for zone {zone}",
             if found.is_some() {
