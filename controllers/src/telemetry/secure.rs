@@ -300,7 +300,7 @@ pub const MAX_HANDSHAKES: usize = 64;
 
 /// A TCP listener whose connections are served over TLS. Handshakes run concurrently, at most
 /// [`MAX_HANDSHAKES`] (a client that never finishes one holds nothing but its own connection, for
-/// at most 10 s; one beyond them is closed at once).
+/// at most 10 s; the next one waits for a place).
 pub struct TlsListener {
     address: SocketAddr,
     accepted: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
@@ -313,8 +313,7 @@ impl TlsListener {
         let address = tcp.local_addr()?;
         let (sender, accepted) = mpsc::channel(16);
         let acceptor = TlsAcceptor::from(config);
-        // Handshakes in progress at a time: a connection beyond them is closed at once (each
-        // handshake still ends by HANDSHAKE).
+        // Handshakes in progress at a time (each ends by HANDSHAKE).
         let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
         let task = tokio::spawn(async move {
             loop {
@@ -329,9 +328,10 @@ impl TlsListener {
                 if sender.is_closed() {
                     return;
                 }
-                let Ok(handshaking) = handshakes.clone().try_acquire_owned() else {
-                    tracing::debug!(%peer, "metrics listener: too many TLS handshakes; closed");
-                    continue;
+                // At most MAX_HANDSHAKES at a time: the next connection waits to be handshaken
+                // (and the ones after it in the kernel's backlog).
+                let Ok(handshaking) = handshakes.clone().acquire_owned().await else {
+                    return;
                 };
                 let (acceptor, sender) = (acceptor.clone(), sender.clone());
                 tokio::spawn(async move {

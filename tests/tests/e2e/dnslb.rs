@@ -70,6 +70,9 @@ async fn setup(prefix: &str, machines: u8, start: bool) -> Setup {
         "apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
         "metadata": {"name": "cp"},
         "spec": {
+            // Its Machines' Cluster: deletion hooks need one (here it does not exist, so no one
+            // else's LoadBalancer can select its Machines, and hooks are allowed).
+            "clusterName": "demo",
             "ports": [{"name": "kube-apiserver", "port": 6443, "targetPort": port}],
             "drainSeconds": DRAIN,
             "targetHealth": {"periodSeconds": PERIOD.as_secs(), "timeoutSeconds": 1,

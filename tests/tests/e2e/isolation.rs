@@ -571,3 +571,128 @@ async fn what_the_door_refuses_costs_no_other_tenant_anything() {
         abandon(t, "KubeDCLoadBalancer").await;
     }
 }
+
+static JOBS_FILTER: LazyLock<String> = LazyLock::new(|| unique_name("isolation-jobs"));
+
+/// A LoadBalancer `name` in `t`, labelled for [`JOBS_FILTER`]'s controller, of Cluster `name`
+/// (which names it) with `spec`.
+async fn jobs_lb(t: &TestNs, name: &str, spec: serde_json::Value) {
+    t.create(capi_lb_tests::k8s::capi_cluster_naming(name, name))
+        .await;
+    t.create(in_memory(
+        name,
+        json!({"addressPools": ["198.51.100.0/24"]}),
+    ))
+    .await;
+    let mut lb = load_balancer(name, name, spec);
+    lb["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": JOBS_FILTER.as_str()});
+    lb["spec"]["clusterName"] = json!(name);
+    t.create(lb).await;
+}
+
+/// Eight tenants' workload clusters that accept and never answer, and eight tenants' endpoints
+/// whose API server accepts and never answers `GET /readyz` (probed with a timeout of 30 s): the background jobs of the sixteen are bounded by their deadlines and their namespaces'
+/// places, and a bystander's probe finds its endpoint reachable within seconds. Before, the
+/// workload task had 8 slots with no deadline (a read timeout that restarted with every byte) and the
+/// prober 16, with probes of up to 32 ports x 8 addresses x 60 s each.
+#[tokio::test]
+async fn hanging_workload_clusters_and_slow_probe_targets_slow_only_their_tenants() {
+    let mut stalled = Vec::new();
+    for i in 0..8 {
+        let t = TestNs::new("iso-wl-hang").await;
+        capi_lb_tests::k8s::install_capi_crds(&t.client).await;
+        let server = hanging_server().await;
+        let name = format!("wl{i}");
+        t.create(json!({"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": format!("{name}-kubeconfig"), "namespace": t.ns},
+                        "stringData": {"value": kubeconfig(&format!("https://{server}"))}}))
+            .await;
+        jobs_lb(&t, &name, json!({"workloadEndpoints": {"enabled": true}})).await;
+        stalled.push((t, name, "WorkloadEndpoints"));
+    }
+    for i in 0..8 {
+        let t = TestNs::new("iso-probe-slow").await;
+        capi_lb_tests::k8s::install_capi_crds(&t.client).await;
+        let server = hanging_server().await;
+        let name = format!("slow{i}");
+        jobs_lb(
+            &t,
+            &name,
+            json!({
+                "ports": [{"name": "kube-apiserver", "port": server.port(), "targetPort": 6443}],
+                "endpoint": {"host": server.ip().to_string(), "port": server.port()},
+                "reachability": {"periodSeconds": 5, "timeoutSeconds": 30}}),
+        )
+        .await;
+        stalled.push((t, name, "Reachable"));
+    }
+    let mut bystander = TestNs::new("iso-jobs-bystander").await;
+    capi_lb_tests::k8s::install_capi_crds(&bystander.client).await;
+    let mut options = bystander.options(&["inmemory"]);
+    options.namespace = None;
+    options.watch_filter = Some(JOBS_FILTER.clone());
+    options.concurrency = 4;
+    options.external.enabled = false;
+    options.address_allow_loopback = true;
+    bystander.start(options);
+    // Let the stalled ones' jobs start first.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = listener.local_addr().unwrap();
+    let _accepting = tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            drop(socket);
+        }
+    });
+    let created = Instant::now();
+    jobs_lb(
+        &bystander,
+        "web",
+        json!({
+            "ports": [{"name": "tcp", "port": at.port(), "targetPort": at.port()}],
+            "endpoint": {"host": at.ip().to_string(), "port": at.port()},
+            "reachability": {"periodSeconds": 5, "timeoutSeconds": 2}}),
+    )
+    .await;
+    let lbs: Api<LoadBalancer> = bystander.api();
+    wait_for(&lbs, "web", "the bystander's endpoint Reachable", |l| {
+        l.and_then(|l| condition(l, "Reachable"))
+            .is_some_and(|(s, _)| s == "True")
+    })
+    .await
+    .unwrap();
+    let took = created.elapsed();
+    println!("the bystander's endpoint was Reachable after {took:?}");
+    assert!(
+        took < Duration::from_secs(15),
+        "the bystander's probe waited {took:?} behind the stalled tenants"
+    );
+    // Each stalled one is told, once its job met its deadline (a probe: 60 s; a look: 30 s).
+    for (t, name, type_) in &stalled {
+        let api: Api<LoadBalancer> = t.api();
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let message = loop {
+            let lb = api.get(name).await.unwrap();
+            let found = lb
+                .status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .find(|c| {
+                    c.type_ == *type_
+                        && c.status == "False"
+                        && !["NotProbed", "WorkloadEndpointsPending"].contains(&c.reason.as_str())
+                });
+            if let Some(c) = found {
+                break format!("{}: {}", c.reason, c.message);
+            }
+            assert!(Instant::now() < deadline, "{name}: no {type_} finding");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        println!("{name}: {message}");
+    }
+    bystander.finish().await;
+    for (t, _, _) in stalled {
+        t.finish().await;
+    }
+}

@@ -13,6 +13,7 @@ mod addresses;
 mod capi;
 mod clusterctl;
 mod clusterctl_move;
+mod consent;
 mod dns;
 mod dnslb;
 mod drift;

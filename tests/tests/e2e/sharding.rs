@@ -144,3 +144,74 @@ async fn two_replicas_on_disjoint_watch_filters_each_converge_their_own_and_neve
     }
     t.finish().await;
 }
+
+/// A name has one holder in the whole cluster, whatever the shard. Two controllers, one per
+/// namespace (`--namespace`, as the shard table offers, without `--dns-domains`), and a
+/// LoadBalancer in each asking for the same name through the real ExternalDNS and BIND: the first
+/// keeps it (its address is BIND's only answer), the second is told `HostnameConflict` and
+/// publishes no record. Each shard watched only its own namespace's DNSEndpoints before, and BIND
+/// answered both addresses.
+#[tokio::test]
+async fn one_name_asked_for_by_two_namespace_shards_has_one_holder() {
+    let mut first = TestNs::new("shard-name-a").await;
+    let mut second = TestNs::new("shard-name-b").await;
+    let host = format!("{}.capi-lb.test", unique_name("shared"));
+    for (t, pool) in [(&first, "203.0.113.80/32"), (&second, "203.0.113.81/32")] {
+        t.create(in_memory("api", json!({"addressPools": [pool]})))
+            .await;
+    }
+    let asking = || {
+        let mut lb = load_balancer("api", "api", json!({}));
+        lb["spec"]["dns"] = json!({"hostnames": [host.clone()]});
+        lb
+    };
+    for t in [&mut first, &mut second] {
+        let mut options = t.options(&["inmemory"]);
+        options.external.enabled = false;
+        t.start(options);
+    }
+    first.create(asking()).await;
+    let lbs: Api<LoadBalancer> = first.api();
+    wait_for(
+        &lbs,
+        "api",
+        "the first LoadBalancer's name published",
+        |l| {
+            l.and_then(|l| capi_lb_tests::k8s::condition(l, "DNSPublished"))
+                .is_some_and(|(s, _)| s == "True")
+        },
+    )
+    .await
+    .unwrap();
+    second.create(asking()).await;
+    let lbs: Api<LoadBalancer> = second.api();
+    let refused = wait_for(&lbs, "api", "the second told HostnameConflict", |l| {
+        l.and_then(|l| capi_lb_tests::k8s::condition(l, "DNSPublished"))
+            .is_some_and(|(s, r)| s == "False" && r == "HostnameConflict")
+    })
+    .await
+    .unwrap();
+    let message = refused
+        .status
+        .unwrap_or_default()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "DNSPublished")
+        .map(|c| c.message)
+        .unwrap_or_default();
+    assert!(message.contains(&first.ns), "{message}");
+    // BIND answers the holder's address alone, now and after ExternalDNS's next syncs.
+    let mut answer = Vec::new();
+    for _ in 0..50 {
+        answer = capi_lb_tests::k8s::dig(&host);
+        if answer == ["203.0.113.80"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(answer, ["203.0.113.80"]);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(capi_lb_tests::k8s::dig(&host), ["203.0.113.80"]);
+    second.finish().await;
+    first.finish().await;
+}

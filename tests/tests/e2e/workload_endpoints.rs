@@ -37,7 +37,8 @@ use std::time::{Duration, Instant};
 use capi_lb_api::LoadBalancer;
 use capi_lb_tests::capi_move::{lock_target_default_kubernetes, target};
 use capi_lb_tests::k8s::{
-    TestNs, external_dns, in_memory, load_balancer, merge, nsupdate, wait_for, warning_event,
+    TestNs, capi_cluster, capi_cluster_naming, external_dns, in_memory, install_capi_crds,
+    load_balancer, merge, nsupdate, wait_for, warning_event,
 };
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Endpoints, Secret};
@@ -115,6 +116,14 @@ fn control_plane_lb(name: &str, cluster: &str, port: u16) -> serde_json::Value {
             "workloadEndpoints": {"enabled": true},
         }),
     )
+}
+
+/// Cluster `cluster`, naming LoadBalancer `name` (its consent to have its workload cluster's
+/// endpoints written), and that LoadBalancer ([`control_plane_lb`]).
+async fn consenting_lb(t: &TestNs, name: &str, cluster: &str, port: u16) {
+    install_capi_crds(&t.client).await;
+    t.create(capi_cluster_naming(cluster, name)).await;
+    t.create(control_plane_lb(name, cluster, port)).await;
 }
 
 /// The `WorkloadEndpoints` condition once its reason is `reason`.
@@ -251,7 +260,7 @@ async fn kubernetes_default_follows_the_load_balancer_and_yields_to_the_api_serv
         json!({"addressPools": ["203.0.113.16/28"]}),
     ))
     .await;
-    t.create(control_plane_lb("cp", "wl", 7443)).await;
+    consenting_lb(&t, "cp", "wl", 7443).await;
     let first = lb_address(&t, "cp", "203.0.113.").await;
     let took = wait_endpoints(&wl, &first, 7443).await;
     let (status, message) = workload_condition(&t, "cp", "WorkloadEndpointsSynced").await;
@@ -352,7 +361,7 @@ async fn kubernetes_default_follows_a_provider_swap_and_a_drift_repair() {
         json!({"addressPools": ["203.0.113.80/28"]}),
     ))
     .await;
-    t.create(control_plane_lb("cp", "swap", 7443)).await;
+    consenting_lb(&t, "cp", "swap", 7443).await;
     let mut options = t.options(&["inmemory", "octavia"]);
     options.drift_check = Duration::from_secs(10);
     t.start(options);
@@ -465,7 +474,7 @@ async fn the_workload_clusters_user_needs_only_the_documented_rules() {
         json!({"addressPools": ["203.0.113.48/28"]}),
     ))
     .await;
-    t.create(control_plane_lb("cp", "least", 7443)).await;
+    consenting_lb(&t, "cp", "least", 7443).await;
     let first = lb_address(&t, "cp", "203.0.113.").await;
     wait_endpoints(&wl, &first, 7443).await;
     let (status, message) = workload_condition(&t, "cp", "WorkloadEndpointsSynced").await;
@@ -513,7 +522,7 @@ async fn the_real_api_servers_reconciler_is_seen_and_not_fought() {
         json!({"addressPools": ["203.0.113.32/28"]}),
     ))
     .await;
-    t.create(control_plane_lb("cp", "real", 7443)).await;
+    consenting_lb(&t, "cp", "real", 7443).await;
     let started = Instant::now();
     let (status, message) = workload_condition(&t, "cp", "APIServerReconcilerActive").await;
     println!(
@@ -558,7 +567,7 @@ async fn a_workload_cluster_that_does_not_answer_is_reported_and_the_load_balanc
         json!({"addressPools": ["203.0.113.32/28"]}),
     ))
     .await;
-    t.create(control_plane_lb("down", "gone", 6443)).await;
+    consenting_lb(&t, "down", "gone", 6443).await;
     let (status, message) = workload_condition(&t, "down", "WorkloadClusterUnreachable").await;
     assert_eq!(status, "False");
     assert!(
@@ -651,7 +660,7 @@ async fn a_hostname_only_load_balancer_is_resolved_and_followed_through_its_reco
         json!({"addressPools": [], "hostname": host}),
     ))
     .await;
-    t.create(control_plane_lb("cp", "wlh", 7443)).await;
+    consenting_lb(&t, "cp", "wlh", 7443).await;
     // No record yet: nothing is written, and the condition says why.
     let (_, _, _, _, before) = endpoints_now(&wl).await;
     let (status, message) = workload_condition(&t, "cp", "WorkloadHostnameUnresolved").await;
@@ -792,5 +801,48 @@ async fn a_hostname_only_load_balancer_is_resolved_and_followed_through_its_reco
         Duration::from_secs(1),
     )
     .await;
+    t.finish().await;
+}
+
+/// Without its Cluster's consent a LoadBalancer writes nothing into the workload cluster, whatever
+/// `spec.workloadEndpoints` says (a LoadBalancer the Cluster never named rewrote its
+/// `default/kubernetes` within a second, through Cluster API's admin kubeconfig); once the Cluster
+/// names it, the endpoints follow.
+#[tokio::test]
+async fn the_workload_cluster_is_written_only_with_the_clusters_consent() {
+    let _target = lock_target_default_kubernetes().await;
+    let mut t = TestNs::new("wl-consent").await;
+    let wl = target_client().await;
+    install_capi_crds(&t.client).await;
+    kubeconfig_secret(&t, "wlc", inline_kubeconfig(None)).await;
+    t.create(capi_cluster("wlc")).await;
+    t.start(t.options(&["inmemory"]));
+    t.create(in_memory(
+        "cp",
+        json!({"addressPools": ["203.0.113.40/29"]}),
+    ))
+    .await;
+    let (_, _, _, _, before) = endpoints_now(&wl).await;
+    t.create(control_plane_lb("cp", "wlc", 7443)).await;
+    let address = lb_address(&t, "cp", "203.0.113.").await;
+    let (status, message) = workload_condition(&t, "cp", "NotNamedByCluster").await;
+    assert_eq!(status, "False");
+    assert!(message.contains("does not name"), "{message}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (_, _, _, _, after) = endpoints_now(&wl).await;
+    assert_eq!(before, after, "written without the Cluster's consent");
+    // The Cluster names the LoadBalancer: written.
+    let clusters = capi_lb_tests::k8s::capi_api(&t.client, &t.ns, "Cluster")
+        .await
+        .unwrap();
+    merge(
+        &clusters,
+        "wlc",
+        json!({"metadata": {"annotations": {"loadbalancer.cluster.x-k8s.io/loadBalancerRef": "cp"}}}),
+    )
+    .await;
+    wait_endpoints(&wl, &address, 7443).await;
+    let (status, message) = workload_condition(&t, "cp", "WorkloadEndpointsSynced").await;
+    assert_eq!(status, "True", "{message}");
     t.finish().await;
 }

@@ -20,6 +20,7 @@ mod lifecycle_props;
 mod migration;
 mod monitoring;
 mod moved;
+mod parsers;
 mod rbac;
 mod reconcile;
 mod run;

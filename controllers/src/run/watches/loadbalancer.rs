@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Resource;
 use kube::ResourceExt;
+use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::controller::Controller;
@@ -160,6 +161,20 @@ impl Watches<'_> {
         prune: cache::Prune,
         indexed: Indexed,
     ) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
+        let api = dynamic_api(self.client, self.ns, ar);
+        self.cached_from(api, ar, config, relevant, prune, indexed)
+    }
+
+    /// [`Self::cached_with`] of what `api` lists and watches.
+    fn cached_from(
+        &mut self,
+        api: Api<DynamicObject>,
+        ar: &ApiResource,
+        config: watcher::Config,
+        relevant: Option<Projection>,
+        prune: cache::Prune,
+        indexed: Indexed,
+    ) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + 'static {
         let cache = ObjectCache::new(ar.clone(), prune);
         let cache = Arc::new(match indexed {
             Indexed::Yes => cache.indexed(),
@@ -167,16 +182,13 @@ impl Watches<'_> {
         });
         self.caches.add(cache.clone());
         let failing = cache.clone();
-        watcher(
-            dynamic_api(self.client, self.ns, ar),
-            config.page_size(LIST_PAGE),
-        )
-        .backoff(backoff::for_watch())
-        .modify(prune)
-        .inspect_ok(move |event| cache.apply(event))
-        .inspect_err(move |_| failing.failing())
-        .try_filter(changed(relevant))
-        .touched_objects()
+        watcher(api, config.page_size(LIST_PAGE))
+            .backoff(backoff::for_watch())
+            .modify(prune)
+            .inspect_ok(move |event| cache.apply(event))
+            .inspect_err(move |_| failing.failing())
+            .try_filter(changed(relevant))
+            .touched_objects()
     }
 
     /// The Services capi-lb publishes (of LoadBalancers and of Services) and their
@@ -405,10 +417,14 @@ impl Watches<'_> {
         .map_err(RunError::Connect)?
         {
             // Cached: the publication reads every LoadBalancer's DNSEndpoints from here (for a
-            // name's owner) instead of listing them on every pass.
+            // name's owner) instead of listing them on every pass. Of every namespace, whatever
+            // `--namespace` this shard serves: a name has one holder in the whole cluster, and a
+            // shard that saw only its own namespace gave a name another shard held.
             let triggers = self.triggers.clone();
             let resource = ApiResource::erase::<DNSEndpoint>(&());
-            let stream = self.cached_with(
+            let everywhere = Api::all_with(self.client.clone(), &resource);
+            let stream = self.cached_from(
+                everywhere,
                 &resource,
                 watcher::Config::default(),
                 None,

@@ -74,6 +74,10 @@ pub(super) struct Store {
     uids: HashMap<String, Key>,
     revision: u64,
     serial: u64,
+    /// This store's own part of every UID it gives: two in-memory APIs (two tests of one binary,
+    /// or two runs) never give the same UID, so objects tagged with one (an Octavia load balancer
+    /// of a test on the shared real Octavia) are never taken for another's.
+    stamp: u64,
     history: VecDeque<Arc<Change>>,
     /// Every change after this resourceVersion is in `history`.
     floor: u64,
@@ -138,6 +142,24 @@ fn carry(from: &Value, to: &mut Value, field: &str) {
     }
 }
 
+/// A value no other store of this process, nor of another process at another time, starts with:
+/// the process's id, the time and a count of the stores made, mixed.
+fn stamp() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let made = MADE.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut x =
+        nanos ^ (u64::from(std::process::id()) << 32) ^ made.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    // splitmix64's finaliser: every bit of the inputs reaches every bit of the stamp.
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
 impl Store {
     /// An empty store stamping times from `clock`.
     pub fn new(clock: SharedClock, kinds: Kinds) -> Self {
@@ -146,6 +168,7 @@ impl Store {
             uids: HashMap::new(),
             revision: 0,
             serial: 0,
+            stamp: stamp(),
             history: VecDeque::new(),
             floor: 0,
             clock,
@@ -197,14 +220,21 @@ impl Store {
             })
     }
 
-    /// A fresh UID: unique, reproducible from one run to the next, its first part varied (capi-lb
-    /// and the simulated peers derive names from UID prefixes).
+    /// A fresh UID: unique to this store ([`Store::stamp`]), its first part varied (capi-lb and
+    /// the simulated peers derive names from UID prefixes).
     fn next_uid(&mut self) -> String {
         loop {
             self.serial += 1;
             let n = self.serial;
             let mixed = (n as u32).wrapping_mul(0x9E37_79B1);
-            let uid = format!("{mixed:08x}-0000-4000-8000-{:012x}", n & 0xffff_ffff_ffff);
+            let s = self.stamp;
+            let uid = format!(
+                "{mixed:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+                (s >> 32) & 0xffff,
+                (s >> 20) & 0xfff,
+                (s >> 8) & 0xfff,
+                ((s & 0xff) << 40) | (n & 0xff_ffff_ffff)
+            );
             if !self.uids.contains_key(&uid) {
                 return uid;
             }
