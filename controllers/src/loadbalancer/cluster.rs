@@ -53,8 +53,9 @@ impl Reconciliation<'_> {
             (consent, _) if consent.allows(Touch::Endpoint) => {
                 self.lb.spec.control_plane.clone().unwrap_or_default()
             }
-            // Asked for, without the Cluster's consent: said, and nothing written.
-            (Consent::Unreadable(message), true) => {
+            // Whether the Cluster consents cannot be told: said (its hooks are withheld too),
+            // and nothing written.
+            (Consent::Unreadable(message), _) => {
                 return Ok(Some(cluster_endpoint_condition(
                     &ClusterEndpoint::ControlPlaneUnreadable {
                         cluster: &cluster_name,
@@ -62,6 +63,7 @@ impl Reconciliation<'_> {
                     },
                 )));
             }
+            // Asked for, without the Cluster's consent: said, and nothing written.
             (_, true) => {
                 return Ok(Some(cluster_endpoint_condition(
                     &ClusterEndpoint::NotNamed {

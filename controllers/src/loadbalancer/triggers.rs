@@ -336,17 +336,23 @@ impl Triggers {
         refs
     }
 
-    /// The LoadBalancer bound to the Service an EndpointSlice (labelled with its Service) belongs
-    /// to.
-    pub fn bound_to_slice(&self, slice: &EndpointSlice) -> Option<Ref> {
-        let namespace = slice.namespace()?;
-        let service = slice.labels().get(LABEL_SERVICE_NAME)?;
-        self.read()
+    /// The LoadBalancers that name the Service an EndpointSlice (labelled with its Service)
+    /// belongs to: their authors may name one Service in several (a LoadBalancer waiting to take it
+    /// over), and only the one the Service names is bound, which each reconcile tells.
+    pub fn bound_to_slice(&self, slice: &EndpointSlice) -> Vec<Ref> {
+        let (Some(namespace), Some(service)) =
+            (slice.namespace(), slice.labels().get(LABEL_SERVICE_NAME))
+        else {
+            return Vec::new();
+        };
+        let mut keys: Vec<Key> = self
+            .read()
             .in_namespace(&namespace)
             .filter(|(_, s)| s.service.as_ref() == Some(service))
-            .map(|(r, _)| r)
-            .min()
-            .map(to_ref)
+            .map(|(r, _)| r.clone())
+            .collect();
+        keys.sort();
+        keys.iter().map(to_ref).collect()
     }
 
     /// LoadBalancers whose `spec.clusterName` is `cluster`.
@@ -593,7 +599,7 @@ mod tests {
             "metadata": {"name": "web-x", "namespace": "a", "labels": {LABEL_SERVICE_NAME: "web"}},
             "addressType": "IPv4", "endpoints": []}))
         .unwrap();
-        assert_eq!(t.bound_to_slice(&slice).map(|r| r.name), Some("cp".into()));
+        assert_eq!(names(t.bound_to_slice(&slice)), ["a/cp"]);
     }
 
     #[test]

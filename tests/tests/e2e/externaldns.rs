@@ -392,7 +392,9 @@ async fn services_of_type_load_balancer_publish_the_names_of_their_annotation() 
         json!({"addressPools": ["203.0.113.48/28"]}),
     ))
     .await;
-    t.create(load_balancer("tenant", "tenant", json!({}))).await;
+    let mut lb = load_balancer("tenant", "tenant", json!({}));
+    lb["metadata"]["annotations"] = json!({"loadbalancer.cluster.x-k8s.io/service": "tcp"});
+    t.create(lb).await;
     t.create(json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "tcp", "annotations": {

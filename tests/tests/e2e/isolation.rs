@@ -621,7 +621,7 @@ async fn hanging_workload_clusters_and_slow_probe_targets_slow_only_their_tenant
             json!({
                 "ports": [{"name": "kube-apiserver", "port": server.port(), "targetPort": 6443}],
                 "endpoint": {"host": server.ip().to_string(), "port": server.port()},
-                "reachability": {"periodSeconds": 5, "timeoutSeconds": 30}}),
+                "reachability": {"periodSeconds": 40, "timeoutSeconds": 30}}),
         )
         .await;
         stalled.push((t, name, "Reachable"));

@@ -575,7 +575,10 @@ async fn control_plane_endpoint_and_service_class_on_a_real_apiserver() {
         json!({"addressPools": ["198.51.100.0/24"]}),
     ))
     .await;
-    t.create(load_balancer("tcp", "tcp", json!({}))).await;
+    // Its author names the Service it realises.
+    let mut lb = load_balancer("tcp", "tcp", json!({}));
+    lb["metadata"]["annotations"] = json!({"loadbalancer.cluster.x-k8s.io/service": "tcp"});
+    t.create(lb).await;
     t.create(
         json!({"apiVersion": "v1", "kind": "Service",
                     "metadata": {"name": "tcp", "annotations": {"loadbalancer.cluster.x-k8s.io/load-balancer-ref": "tcp"}},

@@ -62,6 +62,14 @@ fn control_plane_machine(name: &str) -> Value {
     machine(name, json!({"cluster.x-k8s.io/control-plane": ""}))
 }
 
+/// A LoadBalancer on the pool of the same name that realises the Service `service` of capi-lb's
+/// class (its author names it).
+fn realising(name: &str, service: &str) -> Value {
+    let mut lb = load_balancer(name, name, json!({}));
+    lb["metadata"]["annotations"] = json!({"loadbalancer.cluster.x-k8s.io/service": service});
+    lb
+}
+
 /// A Service of capi-lb's class realised by the LoadBalancer of its own name.
 fn class_service(name: &str, port: i32) -> Value {
     json!({"apiVersion": "v1", "kind": "Service",
@@ -784,9 +792,9 @@ async fn a_class_service_and_its_endpoints_drive_the_load_balancer_within_second
         t.api::<LoadBalancer>(),
     );
     t.create(pool("tcp", "198.51.100.0/24")).await;
-    t.create(load_balancer("tcp", "tcp", json!({}))).await;
+    t.create(realising("tcp", "tcp")).await;
     t.create(pool("alt", "192.0.2.0/24")).await;
-    t.create(load_balancer("alt", "alt", json!({}))).await;
+    t.create(realising("alt", "tcp")).await;
     converge("initial convergence", TIMEOUT, async || {
         for name in ["tcp", "alt"] {
             expect(
@@ -1307,7 +1315,7 @@ async fn a_converged_namespace_is_not_written_while_idle() {
     )
     .await;
     t.create(pool("tcp", "198.51.100.0/24")).await;
-    t.create(load_balancer("tcp", "tcp", json!({}))).await;
+    t.create(realising("tcp", "tcp")).await;
     t.create(class_service("tcp", 6443)).await;
     t.create(endpoint_slice("tcp-1", "tcp", &[("10.244.0.5", true)]))
         .await;
