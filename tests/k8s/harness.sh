@@ -122,7 +122,13 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../.." && pwd)"
 
-K8S_VERSION="v1.32.5"        # the minimum Kubernetes the README promises is 1.31; 1.32 is what we test
+# The management cluster's Kubernetes at both ends of what Cluster API v1.14 supports (1.33 to 1.37,
+# its release notes): the newest the Go module proxy serves runs the main, target and legacy
+# instances; the oldest served 1.33 patch runs the fresh instance, where clusterctl installs capi-lb
+# and a LoadBalancer is reconciled to Ready (tests/tests/e2e/clusterctl.rs) and which the
+# workload-endpoints test uses as a workload cluster. kubectl is the newest's everywhere.
+K8S_VERSION="v1.37.2"
+K8S_OLDEST_VERSION="v1.33.13"
 COREDNS_VERSION="v1.12.4"
 # The newest v0.15 the Go module proxy serves (it has v0.11.0, v0.13.5, v0.15.2, v0.16.2); v0.16's
 # controller wants its own Pod (--pod-name) and exits outside a cluster.
@@ -210,6 +216,15 @@ TSIG_KEY="capi-lb-harness"
 EXTERNAL_DNS_INTERVAL=2
 
 K8S_BIN="$PREFIX/kubernetes-$K8S_VERSION/bin"
+K8S_OLDEST_BIN="$PREFIX/kubernetes-$K8S_OLDEST_VERSION/bin"
+KUBECTL="$K8S_BIN/kubectl"
+# The binaries of this instance's Kubernetes (the fresh instance runs the oldest supported).
+INSTANCE_K8S_VERSION="$K8S_VERSION"
+INSTANCE_K8S_BIN="$K8S_BIN"
+if [ "$INSTANCE" = fresh ]; then
+  INSTANCE_K8S_VERSION="$K8S_OLDEST_VERSION"
+  INSTANCE_K8S_BIN="$K8S_OLDEST_BIN"
+fi
 COREDNS_BIN="$PREFIX/coredns-$COREDNS_VERSION/bin"
 METALLB_HOME="$PREFIX/metallb-$METALLB_VERSION" # bin/metallb-controller, crds/*.yaml, rbac/controller.yaml
 METALLB_BIN="$METALLB_HOME/bin"
@@ -237,7 +252,6 @@ KUBEDC_CRDS="${KUBEDC_CRDS_DIR:-$REPO/../shared/crds/kube-dc}"
 # clastix/cluster-api-control-plane-provider-kamaji at the commit of ../shared/crds/kamaji.
 KAMAJI_CONTRACT_LABEL='cluster.x-k8s.io/v1beta2: v1alpha2'
 LEGACY_CAPI_HOME="$PREFIX/cluster-api-crds-$LEGACY_CAPI_VERSION" # crds/*.yaml
-KUBECTL="$K8S_BIN/kubectl"
 SERVER="https://127.0.0.1:$APISERVER_PORT"
 
 log() { printf '[k8s-harness] %s\n' "$*" >&2; }
@@ -252,14 +266,6 @@ with_lock() {
 }
 
 # --- install -----------------------------------------------------------------------------------
-
-# The staging modules k8s.io/kubernetes requires at v0.0.0 with replace directives to ./staging; a
-# wrapper module has to replace each with its published version.
-STAGING="api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
-cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api cri-client
-csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms kube-aggregator
-kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics mount-utils
-pod-security-admission sample-apiserver sample-cli-plugin sample-controller"
 
 install_packages() {
   local missing=()
@@ -291,43 +297,58 @@ install_etcd() {
   rm -rf "$tmp"
 }
 
+# kubernetes_installed VERSION COMMAND...: the commands built for VERSION.
+kubernetes_installed() {
+  local version="$1" b; shift
+  for b in "$@"; do [ -x "$PREFIX/kubernetes-$version/bin/$b" ] || return 1; done
+}
+
+# install_kubernetes VERSION COMMAND...: build k8s.io/kubernetes/cmd/COMMAND of VERSION into
+# $PREFIX/kubernetes-VERSION/bin. k8s.io/kubernetes requires its staging modules at v0.0.0 with
+# replace directives to ./staging, which only apply in the main module: a wrapper module replaces
+# each with its published v0.MINOR.PATCH. The list of staging modules and the godebug line are read
+# from the module's own go.mod (1.37 added cri-streaming and streaming to 1.33's 31).
 install_kubernetes() {
-  [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] && [ -x "$KUBECTL" ] && return
-  local src="$PREFIX/src/kubernetes-$K8S_VERSION" staging="v0.${K8S_VERSION#v1.}"
-  log "building Kubernetes $K8S_VERSION (kube-apiserver, kube-controller-manager, kubectl) in $src; about 8 minutes the first time"
+  local version="$1"; shift
+  kubernetes_installed "$version" "$@" && return
+  local src="$PREFIX/src/kubernetes-$version" staging="v0.${version#v1.}" bin="$PREFIX/kubernetes-$version/bin"
+  local began=$SECONDS gomod modules godebug
+  log "building Kubernetes $version ($*) in $src; about 8 minutes the first time"
   mkdir -p "$src"
+  gomod="$(cd "$src" && GOTOOLCHAIN=local GOFLAGS='' go mod download -json "k8s.io/kubernetes@$version" \
+    | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
+  [ -s "$gomod" ] || die "k8s.io/kubernetes@$version: no go.mod from the module proxy"
+  modules="$(sed -n '/^replace (/,/^)/p' "$gomod" | awk '$1 ~ /^k8s\.io\// && $2 == "=>" { sub(/^k8s\.io\//, "", $1); print $1 }')"
+  [ -n "$modules" ] || die "k8s.io/kubernetes@$version: no staging modules in its go.mod"
+  godebug="$(grep -m1 '^godebug ' "$gomod" || true)"
   {
-    printf 'module capi-lb.local/k8s-harness\n\ngo 1.23.0\n\ngodebug default=go1.23\n\n'
-    printf 'require k8s.io/kubernetes %s\n\nreplace (\n' "$K8S_VERSION"
-    for m in $STAGING; do printf '\tk8s.io/%s => k8s.io/%s %s\n' "$m" "$m" "$staging"; done
+    printf 'module capi-lb.local/k8s-harness\n\n%s\n\n%s\n\n' "$(grep -m1 '^go ' "$gomod")" "$godebug"
+    printf 'require k8s.io/kubernetes %s\n\nreplace (\n' "$version"
+    local m
+    for m in $modules; do printf '\tk8s.io/%s => k8s.io/%s %s\n' "$m" "$m" "$staging"; done
     printf ')\n'
   } >"$src/go.mod"
-  cat >"$src/tools.go" <<'EOF'
-//go:build tools
-
-// Package tools keeps the commands the harness builds in the module graph.
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-EOF
-  local minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
-  local ldflags="-s -w"
+  {
+    printf '//go:build tools\n\n// Package tools keeps the commands the harness builds in the module graph.\npackage tools\n\nimport (\n'
+    local c
+    for c in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+    printf ')\n'
+  } >"$src/tools.go"
+  local minor="${version#v1.}"; minor="${minor%%.*}"
+  local ldflags="-s -w" pkg packages=()
   for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags="$ldflags -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+    ldflags="$ldflags -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
   done
+  for c in "$@"; do packages+=("k8s.io/kubernetes/cmd/$c"); done
   (
     cd "$src"
     export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
     go mod tidy
-    go build -trimpath -ldflags "$ldflags" -o "$src/bin/" \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+    go build -trimpath -ldflags "$ldflags" -o "$src/bin/" "${packages[@]}"
   )
-  mkdir -p "$K8S_BIN"
-  for b in kube-apiserver kube-controller-manager kubectl; do mv "$src/bin/$b" "$K8S_BIN/$b"; done
+  mkdir -p "$bin"
+  for c in "$@"; do mv "$src/bin/$c" "$bin/$c"; done
+  log "built Kubernetes $version ($*) in $((SECONDS - began)) s"
 }
 
 install_coredns() {
@@ -584,17 +605,18 @@ cmd_install() {
   install_coredns
   install_metallb
   install_external_dns
-  install_kubernetes
+  install_kubernetes "$K8S_VERSION" kube-apiserver kube-controller-manager kubectl
+  install_kubernetes "$K8S_OLDEST_VERSION" kube-apiserver kube-controller-manager
   install_cluster_api
   install_clusterctl_inventory
   install_template_providers
   install_legacy_capi
-  log "installed: $("$K8S_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION, MetalLB $METALLB_VERSION, ExternalDNS $EXTERNAL_DNS_VERSION, Cluster API $CAPI_VERSION (and $LEGACY_CAPI_VERSION's CRDs), the templates' provider CRDs (CAPO $CAPO_VERSION, CAPK $CAPK_VERSION, CAPD and kubeadm $CAPI_VERSION), $(named -v)"
+  log "installed: $("$K8S_BIN/kube-apiserver" --version) and $("$K8S_OLDEST_BIN/kube-apiserver" --version), etcd $("$ETCD_BIN/etcd" --version | head -1 | awk '{print $3}'), CoreDNS $COREDNS_VERSION, MetalLB $METALLB_VERSION, ExternalDNS $EXTERNAL_DNS_VERSION, Cluster API $CAPI_VERSION (and $LEGACY_CAPI_VERSION's CRDs), the templates' provider CRDs (CAPO $CAPO_VERSION, CAPK $CAPK_VERSION, CAPD and kubeadm $CAPI_VERSION), $(named -v)"
 }
 
 installed() {
-  [ -x "$ETCD_BIN/etcd" ] && [ -x "$K8S_BIN/kube-apiserver" ] && [ -x "$K8S_BIN/kube-controller-manager" ] \
-    && [ -x "$KUBECTL" ] && [ -x "$COREDNS_BIN/coredns" ] && metallb_installed && external_dns_installed \
+  [ -x "$ETCD_BIN/etcd" ] && kubernetes_installed "$K8S_VERSION" kube-apiserver kube-controller-manager kubectl kube-proxy \
+    && kubernetes_installed "$K8S_OLDEST_VERSION" kube-apiserver kube-controller-manager && [ -x "$COREDNS_BIN/coredns" ] && metallb_installed && external_dns_installed \
     && capi_installed && clusterctl_inventory_installed && template_providers_installed && command -v named >/dev/null && command -v tsig-keygen >/dev/null && command -v dig >/dev/null \
     && { [ "$INSTANCE" != legacy ] || legacy_capi_installed; }
 }
@@ -735,7 +757,7 @@ start_apiserver() {
   if [ "$INSTANCE" = fresh ]; then
     advertise=(--advertise-address=192.0.2.80 --endpoint-reconciler-type=lease)
   fi
-  launch kube-apiserver "$K8S_BIN/kube-apiserver" \
+  launch kube-apiserver "$INSTANCE_K8S_BIN/kube-apiserver" \
     --bind-address=127.0.0.1 "${advertise[@]}" --secure-port="$APISERVER_PORT" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
@@ -749,7 +771,7 @@ start_apiserver() {
 
 start_controller_manager() {
   mkdir -p "$STATE/flexvolume"
-  launch kube-controller-manager "$K8S_BIN/kube-controller-manager" \
+  launch kube-controller-manager "$INSTANCE_K8S_BIN/kube-controller-manager" \
     --kubeconfig="$STATE/controller-manager.kubeconfig" \
     --authentication-kubeconfig="$STATE/controller-manager.kubeconfig" \
     --authorization-kubeconfig="$STATE/controller-manager.kubeconfig" \
@@ -1207,7 +1229,7 @@ EOF
   if [ "$INSTANCE" = fresh ]; then
     cat >"$STATE/env.tmp" <<EOF
 CAPI_LB_E2E_FRESH_KUBECONFIG=$STATE/admin.kubeconfig
-CAPI_LB_E2E_FRESH_KUBERNETES_VERSION=$K8S_VERSION
+CAPI_LB_E2E_FRESH_KUBERNETES_VERSION=$INSTANCE_K8S_VERSION
 CAPI_LB_E2E_FRESH_CAPI_VERSION=$CAPI_VERSION
 EOF
     mv "$STATE/env.tmp" "$STATE/env"
@@ -1290,7 +1312,7 @@ cmd_start() {
   fi
   if [ "$INSTANCE" = main ]; then template_provider_crds; fi
   write_env
-  log "Kubernetes $K8S_VERSION ($INSTANCE instance) up at $SERVER in $((SECONDS - began)) s (state in $STATE)"
+  log "Kubernetes $INSTANCE_K8S_VERSION ($INSTANCE instance) up at $SERVER in $((SECONDS - began)) s (state in $STATE)"
   cat "$STATE/env"
 }
 
