@@ -417,4 +417,9 @@ pub mod event {
     /// A reconcile of the object (or a background job for it) panicked: a bug in capi-lb, caught
     /// so that it fails this object's pass alone; retried with back-off. Please report it.
     pub const INTERNAL_ERROR: &str = "InternalError";
+    /// Cluster API's cluster controller copied its infrastructure or control-plane provider's
+    /// endpoint over the one capi-lb had written into `Cluster.spec.controlPlaneEndpoint` (from a
+    /// stale read: it copies only into an empty field, with a merge patch that does not check the
+    /// resourceVersion); capi-lb wrote its own back.
+    pub const CLUSTER_ENDPOINT_RESTORED: &str = "ClusterEndpointRestored";
 }

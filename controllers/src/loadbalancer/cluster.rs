@@ -3,7 +3,7 @@
 use capi_lb_api::LoadBalancer;
 use capi_lb_api::capi::Cluster;
 use capi_lb_api::conditions::DesiredCondition;
-use capi_lb_api::constants::{ANNOTATION_PAUSED, DEFAULT_PORT};
+use capi_lb_api::constants::{ANNOTATION_PAUSED, DEFAULT_PORT, FIELD_MANAGER, event};
 use capi_lb_api::loadbalancer::EndpointHost;
 use kube::ResourceExt;
 use kube::api::{Api, Patch};
@@ -144,21 +144,145 @@ impl Reconciliation<'_> {
                 Err(e) => return Err(kube_err("set controlPlaneEndpoint of", describe)(e)),
             }
         };
+        let ours = format!("{host}:{port}");
         // Empty here means this pass set it.
         let state = if !current.is_empty() && (current.host != host || current.port != port) {
-            ClusterEndpoint::Mismatch {
-                cluster: &cluster_name,
-                current: format!("{}:{}", current.host, current.port),
-                ours: format!("{host}:{port}"),
+            let theirs = format!("{}:{}", current.host, current.port);
+            if self.held_ours_last_pass(&cluster_name, &ours)
+                && let Some(manager) = self
+                    .restore_after_stale_copy(&clusters, &cluster_name, &current, &host, port)
+                    .await?
+            {
+                self.notes.push(super::Note {
+                    warning: true,
+                    reason: event::CLUSTER_ENDPOINT_RESTORED,
+                    message: format!(
+                        "Cluster {cluster_name}'s spec.controlPlaneEndpoint was {ours}, written by \
+                         capi-lb, when {manager} (the writer of the Cluster's status: Cluster API's \
+                         cluster controller) replaced it with {theirs}, its infrastructure or \
+                         control-plane provider's endpoint, from a read that had not seen capi-lb's \
+                         write; capi-lb wrote {ours} back. A provider that reports an endpoint of its \
+                         own competes with the LoadBalancer for the Cluster's: configure it not to"
+                    ),
+                });
+                ClusterEndpoint::Set {
+                    cluster: &cluster_name,
+                    endpoint: ours,
+                }
+            } else {
+                ClusterEndpoint::Mismatch {
+                    cluster: &cluster_name,
+                    current: theirs,
+                    ours,
+                }
             }
         } else {
             ClusterEndpoint::Set {
                 cluster: &cluster_name,
-                endpoint: format!("{host}:{port}"),
+                endpoint: ours,
             }
         };
         Ok(Some(cluster_endpoint_condition(&state)))
     }
+
+    /// Whether this LoadBalancer's status says the Cluster held `ours` at its last pass.
+    fn held_ours_last_pass(&self, cluster: &str, ours: &str) -> bool {
+        let set = cluster_endpoint_condition(&ClusterEndpoint::Set {
+            cluster,
+            endpoint: ours.to_string(),
+        });
+        self.lb
+            .status
+            .as_ref()
+            .into_iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| {
+                c.type_ == set.type_
+                    && c.status == "True"
+                    && c.reason == set.reason.name
+                    && c.message == set.message
+            })
+    }
+
+    /// Cluster API's cluster controller fills an empty `spec.controlPlaneEndpoint` from its
+    /// infrastructure cluster or control plane with a merge patch computed from its cache and sent
+    /// without the resourceVersion (core/reconcilers/cluster/cluster_controller_phases.go, the
+    /// patch helper): when its cache has not seen capi-lb's write yet, it writes the provider's
+    /// endpoint over capi-lb's, which users meet too, and the certificates of later Machines would
+    /// name it. Told apart from a person's change by who holds the field now: the manager that
+    /// also writes the Cluster's status (a person does not). Then capi-lb's endpoint, which was
+    /// there first, is written back, at the resourceVersion read. Returns that manager when
+    /// restored; `None` leaves the other value alone (reported as a mismatch).
+    async fn restore_after_stale_copy(
+        &self,
+        clusters: &Api<DynamicObject>,
+        cluster_name: &str,
+        seen: &capi_lb_api::capi::ClusterEndpoint,
+        host: &str,
+        port: i32,
+    ) -> Result<Option<String>> {
+        let describe = format!("Cluster {}/{cluster_name}", self.namespace);
+        let Some(fresh) = clusters
+            .get_opt(cluster_name)
+            .await
+            .map_err(kube_err("get", describe.clone()))?
+        else {
+            return Ok(None);
+        };
+        let Some(manager) = stale_copier(&fresh) else {
+            return Ok(None);
+        };
+        let now = parse_cluster(fresh.clone(), &describe)?
+            .spec
+            .control_plane_endpoint
+            .unwrap_or_default();
+        if now != *seen {
+            // Changed again since the pass began: the next pass decides on what it is then.
+            return Ok(None);
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": fresh.resource_version()},
+            "spec": {"controlPlaneEndpoint": {"host": host, "port": port}},
+        });
+        match clusters
+            .patch(cluster_name, &patch_params(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(updated) => {
+                self.ctx.caches.wrote(&self.ctx.capi.cluster, &updated);
+                Ok(Some(manager))
+            }
+            // Written meanwhile: the Cluster's watch brings the next pass.
+            Err(e) if is_conflict(&e) => Ok(None),
+            Err(e) => Err(kube_err("restore controlPlaneEndpoint of", describe)(e)),
+        }
+    }
+}
+
+/// The field manager holding the Cluster's `spec.controlPlaneEndpoint`, when it is not capi-lb and
+/// also writes the Cluster's status subresource: Cluster API's cluster controller.
+fn stale_copier(cluster: &DynamicObject) -> Option<String> {
+    let entries = cluster
+        .metadata
+        .managed_fields
+        .as_deref()
+        .unwrap_or_default();
+    let holder = entries.iter().find(|e| {
+        e.subresource.as_deref().unwrap_or_default().is_empty()
+            && e.fields_v1
+                .as_ref()
+                .and_then(|f| {
+                    f.0.get("f:spec")?
+                        .get("f:controlPlaneEndpoint")?
+                        .get("f:host")
+                })
+                .is_some()
+    })?;
+    let manager = holder.manager.clone()?;
+    let writes_status = entries.iter().any(|e| {
+        e.manager.as_ref() == Some(&manager) && e.subresource.as_deref() == Some("status")
+    });
+    (manager != FIELD_MANAGER && writes_status).then_some(manager)
 }
 
 /// The Cluster named by `spec.clusterName`, if it exists (a missing Cluster, or Cluster API not
@@ -214,4 +338,70 @@ pub(super) fn paused(lb: &LoadBalancer, cluster: Option<&Cluster>) -> Option<Str
     cluster
         .filter(|c| c.spec.paused == Some(true))
         .map(|c| format!("Cluster {} has spec.paused set", c.name_any()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(entries: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": "demo", "namespace": "a", "managedFields": entries},
+        }))
+        .unwrap()
+    }
+
+    fn entry(
+        manager: &str,
+        subresource: Option<&str>,
+        fields: serde_json::Value,
+    ) -> serde_json::Value {
+        let mut e = json!({"manager": manager, "operation": "Update", "apiVersion": "cluster.x-k8s.io/v1beta2",
+            "fieldsType": "FieldsV1", "fieldsV1": fields});
+        if let Some(s) = subresource {
+            e["subresource"] = json!(s);
+        }
+        e
+    }
+
+    #[test]
+    fn only_the_clusters_status_writer_holding_the_endpoint_is_a_stale_copier() {
+        let endpoint = json!({"f:spec": {"f:controlPlaneEndpoint": {"f:host": {}, "f:port": {}}}});
+        let status = json!({"f:status": {"f:conditions": {}}});
+        let copied = cluster(json!([
+            entry("manager", None, endpoint.clone()),
+            entry("manager", Some("status"), status.clone()),
+        ]));
+        assert_eq!(stale_copier(&copied).as_deref(), Some("manager"));
+        // A person (no status written) holding it, or capi-lb itself: not a copier.
+        let person = cluster(json!([
+            entry("kubectl-edit", None, endpoint.clone()),
+            entry("manager", Some("status"), status.clone()),
+        ]));
+        assert_eq!(stale_copier(&person), None);
+        let ours = cluster(json!([
+            entry(FIELD_MANAGER, None, endpoint),
+            entry(FIELD_MANAGER, Some("status"), status.clone()),
+        ]));
+        assert_eq!(stale_copier(&ours), None);
+        // An earlier holder keeps the field's parent once the host moved to another manager.
+        let moved = cluster(json!([
+            entry(
+                FIELD_MANAGER,
+                None,
+                json!({"f:spec": {"f:controlPlaneEndpoint": {}}})
+            ),
+            entry(
+                "manager",
+                None,
+                json!({"f:spec": {"f:controlPlaneEndpoint": {"f:host": {}}}})
+            ),
+            entry("manager", Some("status"), status.clone()),
+        ]));
+        assert_eq!(stale_copier(&moved).as_deref(), Some("manager"));
+        // Nobody holds the endpoint.
+        let none = cluster(json!([entry("manager", Some("status"), status)]));
+        assert_eq!(stale_copier(&none), None);
+    }
 }
