@@ -422,4 +422,7 @@ pub mod event {
     /// stale read: it copies only into an empty field, with a merge patch that does not check the
     /// resourceVersion); capi-lb wrote its own back.
     pub const CLUSTER_ENDPOINT_RESTORED: &str = "ClusterEndpointRestored";
+    /// A reconcile took longer than `--reconcile-timeout-seconds` (an API server that stopped
+    /// answering, say): abandoned, its work slot given back, retried with back-off.
+    pub const RECONCILE_TIMED_OUT: &str = "ReconcileTimedOut";
 }

@@ -35,6 +35,9 @@ pub struct Config {
     pub names: NamePolicy,
     /// Which Secrets providers may use as credentials (given to the providers when they are built).
     pub credentials: capi_lb_providers::entry::CredentialsPolicy,
+    /// How long one reconcile may take, waits on providers included
+    /// (`--reconcile-timeout-seconds`): past it the reconcile is abandoned and retried.
+    pub reconcile_timeout: Duration,
 }
 
 impl Default for Config {
@@ -47,9 +50,13 @@ impl Default for Config {
             addresses: AddressPolicy::default(),
             names: NamePolicy::default(),
             credentials: Default::default(),
+            reconcile_timeout: DEFAULT_RECONCILE_TIMEOUT,
         }
     }
 }
+
+/// The default of `--reconcile-timeout-seconds`: four default provider calls' deadlines.
+pub const DEFAULT_RECONCILE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The default of `--drift-check-seconds`.
 pub const DEFAULT_DRIFT_CHECK: Duration = Duration::from_secs(60);

@@ -28,6 +28,16 @@ pub enum Error {
     /// An object lacks a field the API always sets (name, namespace, uid).
     #[error("{0} has no {1}")]
     MissingField(String, &'static str),
+    /// The reconcile of an object took longer than `--reconcile-timeout-seconds` (its own API
+    /// server not answering, say): abandoned, its work slot given back, retried with back-off and
+    /// reported (`ReconcileTimedOut`).
+    #[error("reconcile of {object} abandoned after {after:?}")]
+    TimedOut {
+        /// The object, `Kind namespace/name`.
+        object: String,
+        /// The deadline that passed.
+        after: std::time::Duration,
+    },
     /// The reconcile of an object panicked (a bug): caught at its boundary
     /// ([`crate::boundary`]), reported as `InternalError` and retried with back-off, for this
     /// object alone.

@@ -1145,6 +1145,25 @@ impl TestNs {
         });
     }
 
+    /// The API server's URL capi-lb's client uses.
+    pub fn server(&self) -> String {
+        self.controller_config.cluster_url.to_string()
+    }
+
+    /// Start the controller with the client `capi-lb run` builds (its timeouts,
+    /// `capi_lb::run::client::bounded`) as capi-lb's ServiceAccount, reaching the API server at
+    /// `server` (a proxy in front of it, say); stopped by [`TestNs::finish`].
+    pub fn start_via(&mut self, options: RunOptions, server: &str) {
+        let mut config = self.controller_config.clone();
+        config.cluster_url = server.parse().unwrap();
+        let client = kube::client::ClientBuilder::try_from(capi_lb::run::client::bounded(config))
+            .unwrap()
+            .with_layer(&self.refusals)
+            .build();
+        let handle = spawn_controller(client, options);
+        self.controllers.push(handle);
+    }
+
     /// Start the controller and hand its handle to the test (to stop or kill it).
     pub fn spawn(&self, options: RunOptions) -> ControllerHandle {
         spawn_controller(self.controller_client(), options)

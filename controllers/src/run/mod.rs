@@ -6,6 +6,7 @@
 //! A reconcile of an unchanged object writes nothing, so the resync only costs reads.
 
 mod backoff;
+pub mod client;
 mod fairness;
 mod leadership;
 mod options;
@@ -99,9 +100,11 @@ pub fn providers(
 pub async fn run(options: RunOptions) -> Result<(), RunError> {
     crate::install_crypto_provider();
     let metrics = Arc::new(Metrics::new());
-    let config = kube::Config::infer()
-        .await
-        .map_err(|e| RunError::Connect(kube::Error::InferConfig(e)))?;
+    let config = client::bounded(
+        kube::Config::infer()
+            .await
+            .map_err(|e| RunError::Connect(kube::Error::InferConfig(e)))?,
+    );
     // Every request is counted (`capi_lb_kube_requests_total`).
     let client = kube::client::ClientBuilder::try_from(config)
         .map_err(RunError::Connect)?
@@ -272,6 +275,7 @@ pub async fn run_instrumented(
                 addresses: options.address_policy(),
                 names: options.name_policy(),
                 credentials: options.credentials_policy(),
+                reconcile_timeout: options.reconcile_timeout,
             },
             clock.clone(),
             EventSink::new(client.clone(), std::env::var("POD_NAME").ok(), clock),
@@ -512,13 +516,14 @@ async fn services(
                     let Some(svc) = now(&latest, &svc) else {
                         return Ok(Action::await_change());
                     };
+                    let reference = kube::Resource::object_ref(svc.as_ref(), &());
                     let reconcile = async {
                         let timer = c.ctx.metrics.reconcile("external-endpoint");
                         let outcome = reconcile_service(svc, c.ctx.clone(), &c.reported).await?;
                         timer.succeeded();
                         Ok::<_, Error>(action(outcome, c.ctx.config.resync))
                     };
-                    WAITING.scope(slot, reconcile).await
+                    within_deadline(&c.ctx, reference, WAITING.scope(slot, reconcile)).await
                 }
             },
             |svc: Arc<Service>, error: &Error, c: Arc<ServiceContext>| {
@@ -552,13 +557,59 @@ async fn reconcile_action(
     let Some(lb) = now(&latest, &lb) else {
         return Ok(Action::await_change());
     };
+    let reference = kube::Resource::object_ref(lb.as_ref(), &());
     let reconcile = async {
         let timer = ctx.metrics.reconcile("loadbalancer");
         let outcome = reconcile_watched(lb, ctx.clone()).await?;
         timer.succeeded();
         Ok(action(outcome, ctx.config.resync))
     };
-    WAITING.scope(slot, reconcile).await
+    within_deadline(&ctx, reference, WAITING.scope(slot, reconcile)).await
+}
+
+/// `reconcile` within `--reconcile-timeout-seconds`. Every request has its own timeouts
+/// ([`client::bounded`]), but a reconcile makes many and waits on providers: past the deadline it is
+/// dropped where it waits (its work slot given back with it), reported in a Warning Event
+/// `ReconcileTimedOut` (sent apart, so that an API server that does not answer cannot hold the
+/// slot through it) and retried with the object's back-off.
+async fn within_deadline<T>(
+    ctx: &Arc<Context>,
+    reference: k8s_openapi::api::core::v1::ObjectReference,
+    reconcile: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let after = ctx.config.reconcile_timeout;
+    match tokio::time::timeout(after, reconcile).await {
+        Ok(result) => result,
+        Err(_) => {
+            let object = format!(
+                "{} {}/{}",
+                reference.kind.as_deref().unwrap_or_default(),
+                reference.namespace.as_deref().unwrap_or_default(),
+                reference.name.as_deref().unwrap_or_default()
+            );
+            // Counted as a failed reconcile (`capi_lb_reconciles_total{result="error"}`) by its
+            // timer, dropped with it.
+            let events = ctx.clone();
+            tokio::spawn(async move {
+                events
+                    .events
+                    .publish(
+                        &reference,
+                        true,
+                        capi_lb_api::constants::event::RECONCILE_TIMED_OUT,
+                        "Reconcile",
+                        format!(
+                            "this object's reconcile did not finish within {}s \
+                             (--reconcile-timeout-seconds) and was abandoned; it is retried with \
+                             back-off. The API server or a provider answered too slowly or not at all",
+                            after.as_secs()
+                        ),
+                    )
+                    .await;
+            });
+            Err(Error::TimedOut { object, after })
+        }
+    }
 }
 
 /// The object as the cache holds it now: it may have changed while its reconcile waited for a work

@@ -55,6 +55,12 @@ pub struct RunOptions {
     /// hold a reconcile slot (1 to 600).
     #[arg(long = "provider-timeout-seconds", value_name = "SECONDS", default_value = "30", value_parser = provider_timeout_seconds)]
     pub provider_timeout: Duration,
+    /// Seconds one reconcile may take, its waits on providers included, before it is abandoned,
+    /// its work slot given back and the object retried with back-off (Warning Event
+    /// ReconcileTimedOut): so that an API server that stops answering mid-reconcile holds no slot
+    /// (10 to 3600; more than --provider-timeout-seconds).
+    #[arg(long = "reconcile-timeout-seconds", value_name = "SECONDS", default_value = "120", value_parser = reconcile_timeout_seconds)]
+    pub reconcile_timeout: Duration,
     /// Ranges whose addresses are never published (comma-separated CIDRs; e.g. the cluster's
     /// Service and Pod ranges), besides the built-in refusals (loopback, link-local, unspecified,
     /// multicast, broadcast, any ClusterIP).
@@ -225,6 +231,17 @@ fn provider_timeout_seconds(value: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(seconds))
 }
 
+/// `--reconcile-timeout-seconds`: whole seconds, from 10 to 3600.
+fn reconcile_timeout_seconds(value: &str) -> Result<Duration, String> {
+    let seconds: u64 = value
+        .parse()
+        .map_err(|e| format!("{value:?} is not a number of seconds: {e}"))?;
+    if !(10..=3600).contains(&seconds) {
+        return Err(format!("{seconds} is out of range: 10 to 3600 seconds"));
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
 /// `--address-allow`: `provider=CIDR`, the provider one of capi-lb's.
 fn provider_range(value: &str) -> Result<(String, IpNet), String> {
     let (provider, range) = value
@@ -383,6 +400,7 @@ impl RunOptions {
             resync: Duration::from_secs(600),
             drift_check: crate::context::DEFAULT_DRIFT_CHECK,
             provider_timeout: capi_lb_providers::registry::DEFAULT_DEADLINE,
+            reconcile_timeout: crate::context::DEFAULT_RECONCILE_TIMEOUT,
             address_deny: Vec::new(),
             address_allow: Vec::new(),
             address_allow_loopback: false,
@@ -432,6 +450,14 @@ impl RunOptions {
 
     /// Refuse settings that contradict each other (each flag alone was checked when parsed).
     pub fn check(&self) -> Result<(), RunError> {
+        if self.reconcile_timeout <= self.provider_timeout {
+            return Err(RunError::Options(format!(
+                "--reconcile-timeout-seconds ({}) must be more than --provider-timeout-seconds ({}): \
+                 a reconcile waits on its provider",
+                self.reconcile_timeout.as_secs(),
+                self.provider_timeout.as_secs()
+            )));
+        }
         self.leader_election
             .lease()
             .map(|_| ())

@@ -35,6 +35,7 @@ mod octavia_faults;
 mod reachability;
 mod servicelb;
 mod sharding;
+mod silent_apiserver;
 mod target_health;
 mod templates;
 mod tenancy;

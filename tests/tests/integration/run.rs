@@ -15,6 +15,7 @@ fn options(providers: &[&str]) -> RunOptions {
         resync: Duration::from_secs(60),
         drift_check: Duration::from_secs(60),
         provider_timeout: Duration::from_secs(30),
+        reconcile_timeout: Duration::from_secs(120),
         address_deny: Vec::new(),
         address_allow: Vec::new(),
         address_allow_loopback: false,

@@ -1,6 +1,7 @@
 //! The LoadBalancer controller with the watches that trigger it, grouped by what they watch, over
 //! the [`Triggers`] index the LoadBalancer watch keeps, and the caches its reconciles read.
 
+use crate::run::client::watch_config;
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -72,7 +73,7 @@ pub(in crate::run) async fn loadbalancer_controller(
         reflector::reflector(
             writer,
             // No reconcile reads managedFields: not kept in the cache.
-            watcher(api::<Watched>(client, ns), lb_watch)
+            watcher(api::<Watched>(client, ns), watch_config(lb_watch))
                 .backoff(backoff::for_watch())
                 .modify(|lb: &mut Watched| lb.meta_mut().managed_fields = None),
         )
@@ -182,7 +183,7 @@ impl Watches<'_> {
         });
         self.caches.add(cache.clone());
         let failing = cache.clone();
-        watcher(api, config.page_size(LIST_PAGE))
+        watcher(api, watch_config(config.page_size(LIST_PAGE)))
             .backoff(backoff::for_watch())
             .modify(prune)
             .inspect_ok(move |event| cache.apply(event))
@@ -258,7 +259,7 @@ impl Watches<'_> {
             .watches_stream(
                 watcher(
                     api::<Service>(self.client, self.ns),
-                    watcher::Config::default(),
+                    watch_config(watcher::Config::default()),
                 )
                 .backoff(backoff::for_watch())
                 .inspect_ok(move |event| facts.service_event(event))
@@ -292,7 +293,7 @@ impl Watches<'_> {
             writer,
             watcher(
                 kube::Api::<PartialObjectMeta<Namespace>>::all(self.client.clone()),
-                config,
+                watch_config(config),
             )
             .backoff(backoff::for_watch())
             .modify(|ns| ns.metadata.managed_fields = None),

@@ -32,7 +32,7 @@ fn watch<K>(
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    watcher(api, config)
+    watcher(api, super::client::watch_config(config))
         .backoff(backoff::for_watch())
         .touched_objects()
 }
@@ -56,7 +56,7 @@ where
         + Send
         + 'static,
 {
-    watcher(api, config)
+    watcher(api, super::client::watch_config(config))
         .backoff(backoff::for_watch())
         .inspect_ok(move |event| {
             let Some(cache) = &cache else { return };

@@ -3,6 +3,7 @@
 //! `-ext` Services, EndpointSlices and DNSEndpoints it manages, mapped to their source by the
 //! `source-service` label.
 
+use crate::run::client::watch_config;
 use std::collections::BTreeMap;
 
 use capi_lb_api::constants::{
@@ -35,9 +36,12 @@ pub(in crate::run) async fn service_controller(
     let (store, writer) = reflector::store();
     let services = reflector::reflector(
         writer,
-        watcher(api::<Service>(client, ns), watcher::Config::default())
-            .backoff(backoff::for_watch())
-            .modify(crate::service::cached_view),
+        watcher(
+            api::<Service>(client, ns),
+            watch_config(watcher::Config::default()),
+        )
+        .backoff(backoff::for_watch())
+        .modify(crate::service::cached_view),
     )
     .applied_objects();
     // Each watch backs off on its own (see `backoff`).
