@@ -31,6 +31,10 @@ pub async fn client(text: &str, at: &str, limits: Limits) -> Result<kube::Client
             .map_err(|e| format!("{at}: unusable kubeconfig: {e}"))?;
     config.connect_timeout = Some(limits.connect);
     config.read_timeout = Some(limits.answer);
+    // The read timeout counts from the request's sending, not from when its pooled connection went
+    // idle: else a connection handed out near the end of its idle time fails the request early. No
+    // watch or exec goes through these clients, so no ping keeps the timeout from firing.
+    config.reset_reader_on_write = true;
     config.write_timeout = Some(limits.answer);
     // Sent once: a Retry-After is the tenant server's to choose.
     config.default_retry = false;

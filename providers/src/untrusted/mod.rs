@@ -5,8 +5,9 @@
 //! forget a bound:
 //!
 //! - **no client-side retries**: a request is sent once; a `Retry-After` is never obeyed (the
-//!   object's own back-off decides when to try again). kube-client's default retry layer obeyed any
-//!   `Retry-After`, and `18446744073709551615` made it panic on `Instant` arithmetic;
+//!   object's own back-off decides when to try again). kube-client 4's default retry layer obeyed
+//!   any `Retry-After`, and `18446744073709551615` made it panic on `Instant` arithmetic (kube 5
+//!   checks the sum, but still sleeps for any longer delay the server asks that does not overflow);
 //! - **deadlines**: connecting (TCP and TLS) within [`Limits::connect`], the **whole** answer
 //!   (headers and every byte of the body) within [`Limits::answer`], counted from the request's
 //!   start: a read timeout alone starts again with every byte, so a server trickling a byte a

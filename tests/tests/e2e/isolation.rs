@@ -18,7 +18,7 @@
 //! Every client of a tenant's server comes from one door (`capi_lb_providers::untrusted`), and the
 //! next tests try what it refuses, with the same bystander:
 //!
-//! - a kube-dc server answering `503` with `Retry-After: 18446744073709551615`: kube-client's
+//! - a kube-dc server answering `503` with `Retry-After: 18446744073709551615`: kube-client 4's
 //!   default retry layer obeyed it and panicked on `Instant` arithmetic, which ended the process for
 //!   every tenant; now the request is sent once, the tenant reports `ProviderError` naming the 503,
 //!   and the bystander is Ready;
@@ -417,7 +417,7 @@ async fn hanging_and_huge_clouds_do_not_stall_other_tenants() {
 }
 
 /// An HTTP server answering every request with a 503 whose `Retry-After` is the largest number of
-/// seconds a client could parse: kube-client's default retry layer added it to an `Instant`.
+/// seconds a client could parse: kube-client 4's default retry layer added it to an `Instant`.
 async fn retry_after_server() -> std::net::SocketAddr {
     let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                       "message": "come back later", "reason": "ServiceUnavailable", "code": 503})
