@@ -340,15 +340,10 @@ impl Triggers {
     /// belongs to: their authors may name one Service in several (a LoadBalancer waiting to take it
     /// over), and only the one the Service names is bound, which each reconcile tells.
     pub fn bound_to_slice(&self, slice: &EndpointSlice) -> Vec<Ref> {
-        let (Some(namespace), Some(service)) =
-            (slice.namespace(), slice.labels().get(LABEL_SERVICE_NAME))
-        else {
-            return Vec::new();
-        };
-        let mut keys: Vec<Key> = self
-            .read()
-            .in_namespace(&namespace)
-            .filter(|(_, s)| s.service.as_ref() == Some(service))
+        let service = slice.labels().get(LABEL_SERVICE_NAME);
+        let index = self.read();
+        let mut keys: Vec<Key> = (index.in_namespace(&slice.namespace().unwrap_or_default()))
+            .filter(|(_, s)| service.is_some() && s.service.as_ref() == service)
             .map(|(r, _)| r.clone())
             .collect();
         keys.sort();

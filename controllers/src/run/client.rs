@@ -35,6 +35,9 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(WATCH_SECONDS as u64 + 15
 pub fn bounded(mut config: kube::Config) -> kube::Config {
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.read_timeout = Some(READ_TIMEOUT);
+    // Counted from a request's sending, not from when its pooled connection went quiet: else a
+    // connection idle for nearly that long fails the next request at once.
+    config.reset_reader_on_write = true;
     config.write_timeout = Some(WRITE_TIMEOUT);
     config
 }

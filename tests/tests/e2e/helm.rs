@@ -43,7 +43,7 @@ fn chart() -> PathBuf {
 }
 
 /// The Kubernetes version `helm template` renders for: the oldest capi-lb supports.
-const KUBE_VERSION: &str = "v1.32.0";
+const KUBE_VERSION: &str = "v1.33.0";
 
 /// Labels Helm's objects carry that `config/`'s do not.
 const HELM_LABELS: &[&str] = &[
@@ -135,7 +135,7 @@ impl Helm {
     async fn template(&self, release: &str, namespace: &str, extra: &[&str]) -> Vec<Value> {
         let chart = chart().display().to_string();
         // A helm built with `go install` assumes Kubernetes v1.20.0 unless told (the chart needs
-        // 1.32).
+        // 1.33).
         let mut args = vec![
             "template",
             release,

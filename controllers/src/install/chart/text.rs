@@ -98,6 +98,6 @@ Metrics: HTTPS on port {{ .Values.metrics.port }}, only for a token bound to the
 pub(super) fn chart_yaml() -> String {
     let version = env!("CARGO_PKG_VERSION");
     format!(
-        "{HEADER}apiVersion: v2\nname: {CHART}\ndescription: Generic Cluster API load balancers with pluggable infrastructure providers and stable -ext endpoints\ntype: application\n# The chart's version and capi-lb's are one.\nversion: {version}\nappVersion: \"{version}\"\nkubeVersion: \">=1.32.0-0\"\nkeywords:\n- cluster-api\n- load-balancer\n"
+        "{HEADER}apiVersion: v2\nname: {CHART}\ndescription: Generic Cluster API load balancers with pluggable infrastructure providers and stable -ext endpoints\ntype: application\n# The chart's version and capi-lb's are one.\nversion: {version}\nappVersion: \"{version}\"\nkubeVersion: \">=1.33.0-0\"\nkeywords:\n- cluster-api\n- load-balancer\n"
     )
 }
