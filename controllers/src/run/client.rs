@@ -11,7 +11,7 @@
 //!   kube's watcher resumes it from its last resourceVersion (a request to the watch cache, no
 //!   list): a quiet watch is never silent for longer than that, so a silence of
 //!   [`READ_TIMEOUT`] means a dead connection, which is dropped and the watch started again;
-//! - a whole reconcile has a deadline, `--reconcile-timeout-seconds` (`run::within_deadline`).
+//! - a whole reconcile has a deadline, `--reconcile-timeout-seconds` ([`within_deadline`]).
 //!
 //! Clients to tenants' servers are built elsewhere, with stricter limits
 //! (`capi_lb_providers::untrusted`).
@@ -45,6 +45,51 @@ pub fn bounded(mut config: kube::Config) -> kube::Config {
 /// `config` for a watch that the API server ends after [`WATCH_SECONDS`].
 pub fn watch_config(config: watcher::Config) -> watcher::Config {
     config.timeout(WATCH_SECONDS)
+}
+
+/// `reconcile` within `--reconcile-timeout-seconds`. Every request has its own timeouts
+/// ([`bounded`]), but a reconcile makes many and waits on providers: past the deadline it is
+/// dropped where it waits (its work slot given back with it), reported in a Warning Event
+/// `ReconcileTimedOut` (sent apart, so that an API server that does not answer cannot hold the
+/// slot through it) and retried with the object's back-off.
+pub(super) async fn within_deadline<T>(
+    ctx: &std::sync::Arc<crate::context::Context>,
+    reference: k8s_openapi::api::core::v1::ObjectReference,
+    reconcile: impl std::future::Future<Output = Result<T, crate::error::Error>>,
+) -> Result<T, crate::error::Error> {
+    let after = ctx.config.reconcile_timeout;
+    match tokio::time::timeout(after, reconcile).await {
+        Ok(result) => result,
+        Err(_) => {
+            let object = format!(
+                "{} {}/{}",
+                reference.kind.as_deref().unwrap_or_default(),
+                reference.namespace.as_deref().unwrap_or_default(),
+                reference.name.as_deref().unwrap_or_default()
+            );
+            // Counted as a failed reconcile (`capi_lb_reconciles_total{result="error"}`) by its
+            // timer, dropped with it.
+            let events = ctx.clone();
+            tokio::spawn(async move {
+                events
+                    .events
+                    .publish(
+                        &reference,
+                        true,
+                        capi_lb_api::constants::event::RECONCILE_TIMED_OUT,
+                        "Reconcile",
+                        format!(
+                            "this object's reconcile did not finish within {}s \
+                             (--reconcile-timeout-seconds) and was abandoned; it is retried with \
+                             back-off. The API server or a provider answered too slowly or not at all",
+                            after.as_secs()
+                        ),
+                    )
+                    .await;
+            });
+            Err(crate::error::Error::TimedOut { object, after })
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod client;
 mod fairness;
 mod leadership;
 mod options;
+mod saver;
 mod watches;
 
 use std::net::SocketAddr;
@@ -181,7 +182,7 @@ pub async fn run_instrumented(
     let registry =
         registry.wrapped(|entry, p| Arc::new(MeteredProvider::new(entry.name, p, metrics.clone())));
     let saver = match (&options.inmemory_state, cloud) {
-        (Some(path), Some(cloud)) => Some(CloudSaver::start(cloud, path.clone())),
+        (Some(path), Some(cloud)) => Some(saver::CloudSaver::start(cloud, path.clone())),
         _ => None,
     };
     let shutdown = shutdown.shared();
@@ -345,46 +346,6 @@ pub async fn run_instrumented(
     Ok(())
 }
 
-/// Saves the in-memory cloud to its file within a second of each change, and at the end.
-struct CloudSaver {
-    task: tokio::task::JoinHandle<()>,
-    cloud: InMemoryCloud,
-    path: std::path::PathBuf,
-}
-
-impl CloudSaver {
-    fn start(cloud: InMemoryCloud, path: std::path::PathBuf) -> Self {
-        let (watched, file) = (cloud.clone(), path.clone());
-        let task = tokio::spawn(async move {
-            // A fingerprint rather than a copy of what was saved: the cloud of 1,000 load
-            // balancers is about 1 MB of JSON.
-            let mut saved = watched.fingerprint();
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tick.tick().await;
-                let now = watched.fingerprint();
-                if now != saved {
-                    match watched.save(&file) {
-                        Ok(()) => saved = now,
-                        Err(e) => {
-                            tracing::warn!(path = %file.display(), error = %e, "cannot save the in-memory cloud")
-                        }
-                    }
-                }
-            }
-        });
-        Self { task, cloud, path }
-    }
-
-    async fn stop(self) {
-        self.task.abort();
-        let _ = self.task.await;
-        if let Err(e) = self.cloud.save(&self.path) {
-            tracing::warn!(path = %self.path.display(), error = %e, "cannot save the in-memory cloud");
-        }
-    }
-}
-
 /// Refuse to start without the LoadBalancer CRD.
 /// How the workload task resolves a hostname-only load balancer (`--dns-resolver`, else
 /// /etc/resolv.conf) and checks what it resolves to: the address policy of every published
@@ -523,7 +484,7 @@ async fn services(
                         timer.succeeded();
                         Ok::<_, Error>(action(outcome, c.ctx.config.resync))
                     };
-                    within_deadline(&c.ctx, reference, WAITING.scope(slot, reconcile)).await
+                    client::within_deadline(&c.ctx, reference, WAITING.scope(slot, reconcile)).await
                 }
             },
             |svc: Arc<Service>, error: &Error, c: Arc<ServiceContext>| {
@@ -564,52 +525,7 @@ async fn reconcile_action(
         timer.succeeded();
         Ok(action(outcome, ctx.config.resync))
     };
-    within_deadline(&ctx, reference, WAITING.scope(slot, reconcile)).await
-}
-
-/// `reconcile` within `--reconcile-timeout-seconds`. Every request has its own timeouts
-/// ([`client::bounded`]), but a reconcile makes many and waits on providers: past the deadline it is
-/// dropped where it waits (its work slot given back with it), reported in a Warning Event
-/// `ReconcileTimedOut` (sent apart, so that an API server that does not answer cannot hold the
-/// slot through it) and retried with the object's back-off.
-async fn within_deadline<T>(
-    ctx: &Arc<Context>,
-    reference: k8s_openapi::api::core::v1::ObjectReference,
-    reconcile: impl std::future::Future<Output = Result<T, Error>>,
-) -> Result<T, Error> {
-    let after = ctx.config.reconcile_timeout;
-    match tokio::time::timeout(after, reconcile).await {
-        Ok(result) => result,
-        Err(_) => {
-            let object = format!(
-                "{} {}/{}",
-                reference.kind.as_deref().unwrap_or_default(),
-                reference.namespace.as_deref().unwrap_or_default(),
-                reference.name.as_deref().unwrap_or_default()
-            );
-            // Counted as a failed reconcile (`capi_lb_reconciles_total{result="error"}`) by its
-            // timer, dropped with it.
-            let events = ctx.clone();
-            tokio::spawn(async move {
-                events
-                    .events
-                    .publish(
-                        &reference,
-                        true,
-                        capi_lb_api::constants::event::RECONCILE_TIMED_OUT,
-                        "Reconcile",
-                        format!(
-                            "this object's reconcile did not finish within {}s \
-                             (--reconcile-timeout-seconds) and was abandoned; it is retried with \
-                             back-off. The API server or a provider answered too slowly or not at all",
-                            after.as_secs()
-                        ),
-                    )
-                    .await;
-            });
-            Err(Error::TimedOut { object, after })
-        }
-    }
+    client::within_deadline(&ctx, reference, WAITING.scope(slot, reconcile)).await
 }
 
 /// The object as the cache holds it now: it may have changed while its reconcile waited for a work
