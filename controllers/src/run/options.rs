@@ -222,22 +222,25 @@ fn resync_seconds(value: &str) -> Result<Duration, String> {
 
 /// `--provider-timeout-seconds`: whole seconds, from 1 to 600.
 fn provider_timeout_seconds(value: &str) -> Result<Duration, String> {
-    let seconds: u64 = value
-        .parse()
-        .map_err(|e| format!("{value:?} is not a number of seconds: {e}"))?;
-    if !(1..=600).contains(&seconds) {
-        return Err(format!("{seconds} is out of range: 1 to 600 seconds"));
-    }
-    Ok(Duration::from_secs(seconds))
+    seconds_within(value, 1..=600)
 }
 
 /// `--reconcile-timeout-seconds`: whole seconds, from 10 to 3600.
 fn reconcile_timeout_seconds(value: &str) -> Result<Duration, String> {
+    seconds_within(value, 10..=3600)
+}
+
+/// Whole seconds within `range`.
+fn seconds_within(value: &str, range: std::ops::RangeInclusive<u64>) -> Result<Duration, String> {
     let seconds: u64 = value
         .parse()
         .map_err(|e| format!("{value:?} is not a number of seconds: {e}"))?;
-    if !(10..=3600).contains(&seconds) {
-        return Err(format!("{seconds} is out of range: 10 to 3600 seconds"));
+    if !range.contains(&seconds) {
+        return Err(format!(
+            "{seconds} is out of range: {} to {} seconds",
+            range.start(),
+            range.end()
+        ));
     }
     Ok(Duration::from_secs(seconds))
 }
