@@ -25,6 +25,8 @@ use capi_lb_api::constants::GROUP;
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::{Value, json};
 
+use capi_lb_providers::catalog;
+
 use crate::install::monitoring;
 use crate::install::rbac::{self, Enabled};
 
@@ -68,8 +70,11 @@ const MANAGER_ROLE: &str = "capi-lb-manager-role";
 /// replaces it with the clusterctl variable.
 const PROVIDERS_PLACEHOLDER: &str = "__CAPI_LB_PROVIDERS__";
 /// The clusterctl variable naming the providers (the Deployment's `--providers` and the parts
-/// its role aggregates), with the shipped default.
-pub const PROVIDERS_VARIABLE: &str = "${CAPI_LB_PROVIDERS:=kubedc,octavia,service}";
+/// its role aggregates), defaulting to the shipped providers ([`catalog::DEFAULT_PROVIDERS`], the
+/// binary's default and what `config/` and the chart run: one list for every install).
+pub fn providers_variable() -> String {
+    format!("${{CAPI_LB_PROVIDERS:={}}}", catalog::DEFAULT_PROVIDERS)
+}
 
 /// The RBAC objects of an install that runs `enabled`; `parts` are the values of the aggregation
 /// selector (the controller part and the providers).
@@ -157,9 +162,10 @@ fn clusterctl_parts(text: &str) -> Result<String, serde_saphyr::ser::Error> {
             && next(2) == Some(&format!("- {PROVIDERS_PLACEHOLDER}"))
         {
             out.push(format!(
-                "{} [{}, {PROVIDERS_VARIABLE}]",
+                "{} [{}, {}]",
                 line.trim_end(),
-                rbac::CONTROLLER_PART
+                rbac::CONTROLLER_PART,
+                providers_variable()
             ));
             replaced += 1;
             i += 3;
@@ -417,7 +423,7 @@ pub fn files() -> Result<Vec<(PathBuf, String)>, serde_saphyr::ser::Error> {
         .into_iter()
         .map(|c| serde_json::to_value(c).unwrap_or(Value::Null))
         .collect();
-    let manager = manager_objects(&enabled, PROVIDERS_VARIABLE);
+    let manager = manager_objects(&enabled, &providers_variable());
     components.extend(manager.iter().take(1).cloned());
     components.extend(rbac_objects(
         &enabled,
@@ -466,7 +472,26 @@ pub fn write(dir: &Path) -> Result<Vec<String>, Box<dyn std::error::Error>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use capi_lb_providers::catalog;
+
+    /// What clusterctl does to the components with no variable set: every `${NAME:=default}`
+    /// becomes its default (other `${...}` are kept), read from the text (not the constant the generator used, so that a
+    /// default differing from the binary's shows).
+    fn clusterctl_defaults(text: &str) -> String {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let end = start + rest[start..].find('}').unwrap();
+            match rest[start + 2..end].split_once(":=") {
+                Some((_, default)) => out.push_str(default),
+                // Not a clusterctl variable (a dashboard's own placeholder): kept.
+                None => out.push_str(&rest[start..=end]),
+            }
+            rest = &rest[end + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
 
     /// Every `templates/cluster-template-*.yaml` is in the clusterctl repository, as it is: a flavor
     /// added to `templates/` but not to [`CLUSTER_TEMPLATES`] would be missing for clusterctl.
@@ -539,7 +564,7 @@ mod tests {
             .find(|(p, _)| p.ends_with("infrastructure-components.yaml"))
             .unwrap();
         // What clusterctl does first: variables replaced by their defaults.
-        let substituted = text.replace(PROVIDERS_VARIABLE, catalog::DEFAULT_PROVIDERS);
+        let substituted = clusterctl_defaults(text);
         assert!(!substituted.contains("${"), "only one variable");
         let docs: Vec<Value> = serde_saphyr::from_multiple(&substituted).unwrap();
         assert!(
@@ -547,8 +572,8 @@ mod tests {
                 .all(|d| d["metadata"]["labels"]["cluster.x-k8s.io/provider"] == PROVIDER_LABEL)
         );
         assert_eq!(docs.iter().filter(|d| d["kind"] == "Namespace").count(), 1);
-        assert!(text.contains(&format!("--providers={PROVIDERS_VARIABLE}")));
-        assert!(text.contains(&format!("values: [controller, {PROVIDERS_VARIABLE}]")));
+        assert!(text.contains(&format!("--providers={}", providers_variable())));
+        assert!(text.contains(&format!("values: [controller, {}]", providers_variable())));
         // No wildcard anywhere in the RBAC.
         for d in docs
             .iter()
@@ -589,7 +614,7 @@ mod tests {
                 continue;
             }
             seen += 1;
-            let text = text.replace(PROVIDERS_VARIABLE, catalog::DEFAULT_PROVIDERS);
+            let text = clusterctl_defaults(text);
             let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
             for doc in &docs {
                 let name = doc["metadata"]["name"].as_str().unwrap_or_default();

@@ -29,6 +29,7 @@ use capi_lb_tests::k8s::{
 };
 use capi_lb_tests::substitute;
 use capi_lb_tests::templates::{render, template_files};
+use clap::Parser;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
@@ -99,9 +100,113 @@ async fn wait_established(client: &Client, name: &str) {
 
 // --- 1. install as a user would ------------------------------------------------------------------
 
-/// clusterctl's value of the provider components' variable that gives the same Deployment as
-/// `config/manager` (so that the two installs agree and re-applying either never conflicts).
-const CLUSTERCTL_PROVIDERS: &str = "kubedc,octavia,service";
+/// The `--providers` of the one Deployment among `objects`, and the parts its manager role
+/// aggregates (the role whose aggregation selector names the controller part).
+fn providers_of(objects: &[Value], what: &str) -> (String, Vec<String>) {
+    let deployments: Vec<&Value> = objects
+        .iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .collect();
+    assert_eq!(deployments.len(), 1, "{what}: one Deployment");
+    let args = deployments[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{what}: the Deployment has no args"));
+    let providers = args
+        .iter()
+        .filter_map(|a| a.as_str()?.strip_prefix("--providers="))
+        .collect::<Vec<_>>();
+    assert_eq!(providers.len(), 1, "{what}: one --providers in {args:?}");
+    let parts = objects
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole")
+        .filter_map(|d| {
+            let values =
+                &d["aggregationRule"]["clusterRoleSelectors"][0]["matchExpressions"][0]["values"];
+            let values: Vec<String> = serde_json::from_value(values.clone()).ok()?;
+            values.contains(&"controller".to_string()).then_some(values)
+        })
+        .collect::<Vec<_>>();
+    assert_eq!(parts.len(), 1, "{what}: one manager role");
+    (providers[0].to_string(), parts[0].clone())
+}
+
+/// The three installs, rendered as their tools render them with nothing chosen (`kubectl
+/// kustomize config/default`, `helm template` of the chart with its default values, `clusterctl
+/// generate yaml` of the components with no variable set), run the providers `capi-lb run` runs
+/// by default, and their manager roles aggregate exactly those providers' parts.
+#[tokio::test]
+async fn the_three_installs_run_the_same_providers() {
+    /// `capi-lb run` with no argument, parsed as the binary parses it.
+    #[derive(Parser)]
+    struct Run {
+        #[command(flatten)]
+        options: capi_lb::run::RunOptions,
+    }
+    let binary = Run::try_parse_from(["run"])
+        .unwrap()
+        .options
+        .providers
+        .join(",");
+    let kustomize = yaml_docs(
+        &kubectl(
+            &["kustomize", repo().join("config/default").to_str().unwrap()],
+            None,
+        ),
+        "kubectl kustomize config/default",
+    );
+    let helm_bin = std::process::Command::new(repo().join("tests/tools.sh"))
+        .args(["path", "helm"])
+        .output()
+        .unwrap();
+    assert!(
+        helm_bin.status.success(),
+        "helm is missing: run `tests/tools.sh install helm`"
+    );
+    let home = std::env::temp_dir().join(format!("capi-lb-e2e-helm-{}", std::process::id()));
+    let helm = std::process::Command::new(String::from_utf8_lossy(&helm_bin.stdout).trim())
+        .args([
+            "template",
+            "capi-lb",
+            repo().join("charts/capi-lb").to_str().unwrap(),
+        ])
+        .args(["--namespace", "capi-lb-system", "--kube-version", "v1.33.0"])
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&home);
+    assert!(
+        helm.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&helm.stderr)
+    );
+    let helm = yaml_docs(&String::from_utf8_lossy(&helm.stdout), "helm template");
+    let components = repo()
+        .join("config")
+        .join(capi_lb::install::manifests::clusterctl_release_dir())
+        .join("infrastructure-components.yaml");
+    let clusterctl = yaml_docs(
+        &clusterctl_generate_yaml(&components, &[]).unwrap(),
+        "clusterctl generate yaml",
+    );
+    let expected_parts: Vec<String> = std::iter::once("controller")
+        .chain(binary.split(','))
+        .map(String::from)
+        .collect();
+    for (what, objects) in [
+        ("kubectl apply -k config/default", &kustomize),
+        ("helm install", &helm),
+        ("clusterctl init", &clusterctl),
+    ] {
+        let (providers, parts) = providers_of(objects, what);
+        assert_eq!(
+            providers, binary,
+            "{what} runs other providers than `capi-lb run`"
+        );
+        assert_eq!(parts, expected_parts, "{what}: the manager role's parts");
+    }
+}
 
 #[tokio::test]
 async fn crds_and_config_default_install_with_kubectl_and_every_generated_manifest_applies() {
@@ -192,7 +297,9 @@ async fn crds_and_config_default_install_with_kubectl_and_every_generated_manife
     // Every generated manifest (`capi-lb manifests`), server-side applied for real, file by file,
     // with kubectl (one field manager for both installs: kubectl's and these agree, so re-applying
     // either never conflicts).
-    let values = BTreeMap::from([("CAPI_LB_PROVIDERS", CLUSTERCTL_PROVIDERS)]);
+    // No variable set: the components' defaults, which are config/default's (so that re-applying
+    // either install never conflicts).
+    let values = BTreeMap::new();
     let mut applied_files = Vec::new();
     for (path, text) in capi_lb::install::manifests::files().unwrap() {
         let file = path.display().to_string();
@@ -269,7 +376,7 @@ async fn clusterctl_components_follow_the_providers_variable() {
         .join(capi_lb::install::manifests::clusterctl_release_dir())
         .join("infrastructure-components.yaml");
     for (variables, providers) in [
-        (vec![], "kubedc,octavia,service"),
+        (vec![], capi_lb_providers::catalog::DEFAULT_PROVIDERS),
         (vec![("CAPI_LB_PROVIDERS", "kubedc")], "kubedc"),
     ] {
         let text = clusterctl_generate_yaml(&file, &variables)

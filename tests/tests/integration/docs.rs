@@ -1061,6 +1061,56 @@ fn named_repository_paths_exist() {
     );
 }
 
+/// Every list of three or more provider names the documentation shows (in code or a code span;
+/// the CHANGELOG, which tells history, aside) is the default list, `capi-lb run`'s and every
+/// install's, unless it names the in-memory provider (a choice made on purpose). Two lists of the
+/// same installs once disagreed (`kubedc,octavia,service` beside `...,dns,zoned`).
+#[test]
+fn provider_lists_shown_are_the_default() {
+    let names = capi_lb_providers::catalog::names();
+    let mut findings = Vec::new();
+    let mut lists = 0;
+    for doc in documentation()
+        .into_iter()
+        .filter(|d| d.file != "CHANGELOG.md")
+    {
+        let texts = doc
+            .code
+            .iter()
+            .map(|l| (l.number, l.text.as_str()))
+            .chain(doc.spans.iter().map(|(n, s)| (*n, s.as_str())));
+        for (number, text) in texts {
+            for word in text.split(|c: char| c.is_whitespace() || "=`'\"[]{}()".contains(c)) {
+                let word = word.trim_end_matches(|c| ".;:".contains(c));
+                let parts: Vec<&str> = word.split(',').collect();
+                if parts.len() < 3 || !parts.iter().all(|p| names.contains(p)) {
+                    continue;
+                }
+                lists += 1;
+                if !parts.contains(&"inmemory")
+                    && word != capi_lb_providers::catalog::DEFAULT_PROVIDERS
+                {
+                    findings.push(format!(
+                        "{}:{number}: `{word}` is not the default `{}`",
+                        doc.file,
+                        capi_lb_providers::catalog::DEFAULT_PROVIDERS
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        lists >= 3,
+        "only {lists} lists found: is the scanner broken?"
+    );
+    report(
+        "provider lists that are not the default",
+        &findings,
+        "Say the default list (providers/src/catalog.rs DEFAULT_PROVIDERS), or name a choice with \
+         fewer providers.",
+    );
+}
+
 #[test]
 fn the_scanner_reads_code_spans_links_and_headings() {
     let text = "# Title\n\nSee [a](b.md#c), `x\ny` and `[no](z.md)`.\n\n```sh\ncargo run -- simulate \\\n  -f f.yaml   # ok\n[in](code.md)\n```\n\n## Title\n[ref]: r.md\n";
