@@ -432,6 +432,15 @@ fn kubectl_output(args: &[&str], stdin: Option<&str>) -> std::process::Output {
     kubectl_output_at(&c.kubectl, &c.kubeconfig, args, stdin)
 }
 
+/// Run the harness's `kubectl` with another instance's `kubeconfig`: its whole output.
+pub fn kubectl_output_with(
+    kubeconfig: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> std::process::Output {
+    kubectl_output_at(&cluster().kubectl, kubeconfig, args, stdin)
+}
+
 /// Run `kubectl` (the binary) with `kubeconfig` and return its whole output.
 fn kubectl_output_at(
     kubectl: &Path,

@@ -1,4 +1,4 @@
-//! What installing capi-lb takes: the CRDs (`capi-lb crds`), least-privilege RBAC as data, the
+//! What installing capi-lb takes: the CRDs (`capi-lb crds`), least-privilege RBAC as data, the tenants' roles, the
 //! manifests, the Helm chart and the flag reference (`capi-lb manifests`), and the dashboard and
 //! alerts to monitor it.
 
@@ -8,3 +8,4 @@ pub mod flags;
 pub mod manifests;
 pub mod monitoring;
 pub mod rbac;
+pub mod tenants;

@@ -22,7 +22,7 @@ use capi_lb::install::manifests::{
 use capi_lb::install::rbac::{CONTROLLER_PART, PART_LABEL};
 use capi_lb::run::RunOptions;
 use capi_lb_api::LoadBalancer;
-use capi_lb_tests::fresh::{Repository, fresh_admin_client, fresh_client_with_token};
+use capi_lb_tests::fresh::{Repository, fresh, fresh_admin_client, fresh_client_with_token};
 use capi_lb_tests::k8s::{
     TestNs, eventually, in_memory, kubectl, load_balancer, spawn_controller, unique_name,
 };
@@ -406,6 +406,9 @@ async fn clusterctl_installs_upgrades_generates_and_deletes_capi_lb() {
     )
     .await;
     handle.stop().await;
+
+    // --- the tenants' roles, aggregated into Kubernetes' edit and view ------------------------
+    capi_lb_tests::tenant::check_tenant_roles(&fresh().kubeconfig, &client, &user_ns, true).await;
 
     // --- clusterctl upgrade plan ----------------------------------------------------------------
     let (ok, out) = repository.clusterctl(&["upgrade", "plan"], &[]);

@@ -39,6 +39,7 @@ mod silent_apiserver;
 mod target_health;
 mod templates;
 mod tenancy;
+mod tenant_roles;
 mod triggers;
 mod unreadable;
 mod v1beta1;

@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 use crate::install::manifests::{self, SERVICE_ACCOUNT};
 use crate::install::rbac::{self, Enabled};
+use crate::install::tenants;
 use render::{block_entry, block_token, render};
 use text::{NOTES, chart_yaml, helpers};
 
@@ -276,11 +277,21 @@ pub fn templates() -> Result<Vec<(String, String)>, ChartError> {
         .find(|o| o["kind"] == "Deployment")
         .ok_or_else(|| ChartError::Generator("config/ has no Deployment".into()))?;
     let deployment = release_deployment(deployment)?;
+    let tenant_roles = tenants::objects(&manifests::labels(), "true")
+        .into_iter()
+        .map(|o| {
+            Ok((
+                Some(".Values.tenantRoles.enabled".to_string()),
+                release_object(o)?,
+            ))
+        })
+        .collect::<Result<Vec<_>, ChartError>>()?;
     let replicas_need_election = "{{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}\n{{- fail \"replicaCount over 1 needs leaderElection.enabled: two replicas without a lease would both reconcile\" }}\n{{- end }}\n";
     let pdb_preamble = "{{- $pdb := .Values.podDisruptionBudget.enabled }}\n{{- if kindIs \"invalid\" $pdb }}{{ $pdb = gt (int .Values.replicaCount) 1 }}{{ end }}\n";
     Ok(vec![
         ("serviceaccount.yaml".into(), template("", account)?),
         ("rbac.yaml".into(), template("", rbac_docs)?),
+        ("tenant-roles.yaml".into(), template("", tenant_roles)?),
         (
             "deployment.yaml".into(),
             template(replicas_need_election, vec![(None, deployment)])?,

@@ -269,6 +269,19 @@ pub fn tree(
             )],
         ),
         group(
+            "tenantRoles",
+            "The tenants' roles: ClusterRoles that Kubernetes' `admin` and `edit` aggregate (create, \
+             change and delete LoadBalancers and the shipped providers' kinds in a namespace) and \
+             `view` aggregates (read them); never the in-memory kind. docs/security.md says what \
+             they allow.",
+            vec![leaf(
+                "enabled",
+                "Install them; false: only the bindings you make give access to capi-lb's kinds.",
+                json!(true),
+                boolean_schema(),
+            )],
+        ),
+        group(
             "metrics",
             "/metrics (Prometheus).",
             vec![

@@ -1,0 +1,153 @@
+//! The tenants' roles (`controllers/src/install/tenants.rs`) as each install ships them, on real
+//! apiservers with kube-controller-manager's aggregation and the real authorizer: a user bound to
+//! Kubernetes' own `edit` in a namespace creates, changes and deletes LoadBalancers and the shipped
+//! providers' kinds there (never the in-memory kind, never a status), a user bound to `view` reads
+//! them; asked with `kubectl auth can-i` and by creating objects as those users
+//! (`capi_lb_tests::tenant::check_tenant_roles`).
+//!
+//! - `kubectl apply -k config/default` (its `rbac/tenant_roles.yaml`), on the main instance;
+//! - `helm install` on the second instance (the target of `clusterctl move`, where no other install
+//!   of capi-lb's roles is): with `tenantRoles.enabled=false` nobody gets anything, after `helm
+//!   upgrade` with the default the users do, and `helm uninstall` takes the roles away again;
+//! - `clusterctl init` on the fresh instance: in e2e/clusterctl.rs.
+
+use std::path::{Path, PathBuf};
+
+use capi_lb_tests::capi_move::{target, target_admin_client};
+use capi_lb_tests::k8s::{TestNs, cluster, kubectl, unique_name};
+use capi_lb_tests::tenant::check_tenant_roles;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[tokio::test]
+async fn config_defaults_tenant_roles_let_namespace_editors_and_viewers_in() {
+    // Cluster-wide and shared with the install tests: applied idempotently, never deleted.
+    kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "-f",
+            repo()
+                .join("config/rbac/tenant_roles.yaml")
+                .to_str()
+                .unwrap(),
+        ],
+        None,
+    );
+    let t = TestNs::new("tenant-roles").await;
+    check_tenant_roles(&cluster().kubeconfig, &t.client, &t.ns, true).await;
+    t.finish().await;
+}
+
+/// `helm ARGS` with a home of its own against the target instance: its stdout; panics on failure.
+async fn helm(home: &Path, args: &[&str]) -> String {
+    let path = std::process::Command::new(repo().join("tests/tools.sh"))
+        .args(["path", "helm"])
+        .output()
+        .unwrap();
+    assert!(
+        path.status.success(),
+        "helm is missing: run `tests/tools.sh install helm`"
+    );
+    let out = tokio::process::Command::new(String::from_utf8_lossy(&path.stdout).trim())
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(&target().kubeconfig)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A namespace of the target, labelled for this test.
+async fn target_namespace(client: &kube::Client, prefix: &str) -> String {
+    let name = unique_name(prefix);
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name,
+                "labels": {"capi-lb-e2e/tenant-roles": ""}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    name
+}
+
+#[tokio::test]
+async fn the_charts_tenant_roles_follow_tenant_roles_enabled() {
+    let client = target_admin_client().await;
+    let home = std::env::temp_dir().join(unique_name("capi-lb-e2e-helm-tenants"));
+    let release = unique_name("tr");
+    let release_ns = target_namespace(&client, "tr-release").await;
+    let chart = repo().join("charts/capi-lb");
+    let chart = chart.to_str().unwrap();
+    helm(
+        &home,
+        &[
+            "install",
+            &release,
+            chart,
+            "--namespace",
+            &release_ns,
+            "--set",
+            "tenantRoles.enabled=false",
+        ],
+    )
+    .await;
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let ours = || async {
+        roles
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|r| r.metadata.name)
+            .filter(|n| n.starts_with(&release) && n.contains("-tenant-"))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        ours().await.is_empty(),
+        "tenantRoles.enabled=false installs none"
+    );
+    let off = target_namespace(&client, "tr-off").await;
+    check_tenant_roles(&target().kubeconfig, &client, &off, false).await;
+
+    helm(
+        &home,
+        &["upgrade", &release, chart, "--namespace", &release_ns],
+    )
+    .await;
+    assert_eq!(ours().await.len(), 2, "the default installs the two roles");
+    let on = target_namespace(&client, "tr-on").await;
+    check_tenant_roles(&target().kubeconfig, &client, &on, true).await;
+
+    helm(&home, &["uninstall", &release, "--namespace", &release_ns]).await;
+    assert!(ours().await.is_empty(), "helm uninstall removes the roles");
+    let after = target_namespace(&client, "tr-after").await;
+    check_tenant_roles(&target().kubeconfig, &client, &after, false).await;
+
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for ns in [release_ns, off, on, after] {
+        let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+    }
+    let _ = std::fs::remove_dir_all(&home);
+}
