@@ -7,4 +7,5 @@ pub mod inmemory_api;
 pub mod render;
 pub mod simulate;
 pub mod stand_in;
+pub mod summary;
 pub mod world;

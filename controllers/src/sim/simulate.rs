@@ -33,7 +33,8 @@ use serde_json::Value;
 use crate::class;
 use crate::sim::admit::{Admitted, admit, describe};
 use crate::sim::render;
-use crate::sim::stand_in::stood_in_for;
+use crate::sim::stand_in::{self, stood_in_for};
+use crate::sim::summary;
 use crate::sim::world::{EPOCH, RunReport, World, WorldError};
 
 /// The most reconcile passes a simulation may take before it is declared unsettled.
@@ -261,8 +262,22 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
     write_header(&mut output, &sources, &stand_ins, &loaded.context);
     write_timeline(&mut output, &world, &run);
     let client = world.client();
-    let mut summary = Vec::new();
-    let not_ready = write_load_balancers(&mut output, &client, &mut summary).await?;
+    let not_ready = write_load_balancers(&mut output, &client).await?;
+    let given: Vec<(String, Option<Value>)> = loaded
+        .objects
+        .iter()
+        .filter(|o| o.get("kind").and_then(Value::as_str) == Some("Cluster"))
+        .map(|o| {
+            let meta = |k: &str| o.pointer(&format!("/metadata/{k}")).and_then(Value::as_str);
+            let key = format!(
+                "{}/{}",
+                meta("namespace").unwrap_or("default"),
+                meta("name").unwrap_or("")
+            );
+            (key, o.pointer("/spec/controlPlaneEndpoint").cloned())
+        })
+        .collect();
+    let mut summary = summary::lines(&client, &world.ctx.events.timeline(), &given).await?;
     write_load_balancer_services(&mut output, &world, &mut summary).await?;
     let _ = writeln!(output, "#\n# Summary:");
     for line in &summary {
@@ -319,8 +334,15 @@ fn stand_ins(objects: &[Value]) -> Vec<String> {
         .filter_map(|o| {
             let kind = o.get("kind").and_then(Value::as_str)?;
             let note = stood_in_for(kind)?;
+            let pinned = stand_in::pinned(kind, o.get("spec").unwrap_or(&Value::Null));
+            let addresses = if pinned.is_empty() {
+                "addresses come from the documentation range 203.0.113.0/24".to_string()
+            } else {
+                let pinned: Vec<String> = pinned.iter().map(ToString::to_string).collect();
+                format!("its address is the one it pins, {}", pinned.join(", "))
+            };
             Some(format!(
-                "{}: simulated by the in-memory provider (no cloud is contacted; {note}; addresses come from the documentation range 203.0.113.0/24)",
+                "{}: simulated by the in-memory provider (no cloud is contacted; {note}; {addresses})",
                 describe(o)
             ))
         })
@@ -368,12 +390,10 @@ fn write_timeline(output: &mut String, world: &World, run: &RunReport) {
     );
 }
 
-/// Write every LoadBalancer with what belongs to it, and a line each to `summary`; returns
-/// `namespace/name` of those not Ready.
+/// Write every LoadBalancer with what belongs to it; returns `namespace/name` of those not Ready.
 async fn write_load_balancers(
     output: &mut String,
     client: &kube::Client,
-    summary: &mut Vec<String>,
 ) -> Result<Vec<String>, SimulateError> {
     let mut lbs = Api::<LoadBalancer>::all(client.clone())
         .list(&ListParams::default())
@@ -384,40 +404,11 @@ async fn write_load_balancers(
     let mut not_ready = Vec::new();
     for lb in &lbs {
         let key = format!("{}/{}", lb.namespace().unwrap_or_default(), lb.name_any());
-        summary.push(format!("LoadBalancer {key}: {}", readiness(lb)));
         if !write_load_balancer(output, client, lb).await? {
             not_ready.push(key);
         }
     }
     Ok(not_ready)
-}
-
-/// Ready with its endpoint, or not Ready with the reason and message of its Ready condition.
-fn readiness(lb: &LoadBalancer) -> String {
-    let Some(status) = &lb.status else {
-        return "not Ready: never reconciled".into();
-    };
-    if status.ready {
-        return match &status.endpoint {
-            Some(endpoint) => format!("Ready, endpoint {}:{}", endpoint.host, endpoint.port),
-            None => "Ready".into(),
-        };
-    }
-    let Some(ready) = status.conditions.iter().find(|c| c.type_ == "Ready") else {
-        return "not Ready".into();
-    };
-    // Ready's message is the one of the condition that holds it back: name that condition.
-    match status
-        .conditions
-        .iter()
-        .find(|c| c.type_ != "Ready" && c.message == ready.message)
-    {
-        Some(cause) => format!(
-            "not Ready: {} is {} ({}): {}",
-            cause.type_, cause.status, cause.reason, cause.message
-        ),
-        None => format!("not Ready ({}): {}", ready.reason, ready.message),
-    }
 }
 
 /// Write LoadBalancer `lb`: its readiness, its target Machines, the object, its published Services

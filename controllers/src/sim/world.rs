@@ -265,7 +265,10 @@ impl World {
             for (entry, _) in STOOD_IN_FOR {
                 providers.replace(
                     entry,
-                    Arc::new(StandIn::new(InMemoryProvider::new(cloud.clone()))),
+                    Arc::new(StandIn::new(
+                        (entry.infrastructure)().kind,
+                        InMemoryProvider::new(cloud.clone()),
+                    )),
                 );
             }
         }

@@ -59,6 +59,22 @@ async fn the_quickstart_settles_ready_with_its_ext_endpoint() {
     assert!(sim.output.contains("LoadBalancerCreated"));
     // The provisioning delay of 5s per step shows in simulated time, not wall-clock time.
     assert_eq!(sim.run.elapsed.as_secs(), 10, "{:?}", sim.run);
+    // The summary, as docs/simulate.md shows it: the endpoint and where it comes from, the targets,
+    // the Warnings, and the Cluster's endpoint with who wrote it.
+    let summary = sim.output.split("\n# Summary:\n").nth(1).unwrap();
+    let doc = std::fs::read_to_string(repo("docs/simulate.md")).unwrap();
+    assert!(
+        doc.contains(&format!("# Summary:\n{summary}")),
+        "docs/simulate.md lacks:\n{summary}"
+    );
+    assert!(
+        summary.contains("3/3 targets active; no Warning"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("Cluster default/demo: spec.controlPlaneEndpoint demo-cp-ext.default.svc.cluster.local:6443, written by capi-lb"),
+        "{summary}"
+    );
 }
 
 #[tokio::test]
@@ -255,6 +271,44 @@ fn committed_flag_reference_matches_the_generated_one() {
 }
 
 /// Every shipped example simulates; each says in its comments what it shows, and this checks it.
+/// A stand-in honours the address its object pins, as the real provider would: a ServiceLoadBalancer's
+/// `loadBalancerIP` is the load balancer's address, the header says so, and the summary shows it.
+#[tokio::test]
+async fn a_stand_in_uses_the_address_its_object_pins() {
+    let text = r#"
+apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: ServiceLoadBalancer
+metadata: {name: metal, namespace: bare}
+spec:
+  loadBalancerClass: metallb.io/metallb
+  loadBalancerIP: 192.0.2.10
+---
+apiVersion: loadbalancer.cluster.x-k8s.io/v1alpha1
+kind: LoadBalancer
+metadata: {name: metal, namespace: bare}
+spec:
+  ports: [{name: kube-apiserver, port: 6443}]
+  infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: ServiceLoadBalancer, name: metal}
+"#;
+    let sim = simulate(&[source("pinned.yaml", text)], &Options::default())
+        .await
+        .unwrap();
+    assert!(sim.not_ready.is_empty(), "{}", sim.output);
+    assert!(
+        sim.output
+            .contains("its address is the one it pins, 192.0.2.10)"),
+        "{}",
+        sim.output
+    );
+    assert!(
+        sim.output.contains(
+            "#   LoadBalancer bare/metal: Ready, endpoint metal-ext.bare.svc.cluster.local:6443 (the stable -ext name, resolving to 192.0.2.10); 0/0 targets active; no Warning"
+        ),
+        "{}",
+        sim.output
+    );
+}
+
 #[tokio::test]
 async fn every_example_simulates_and_shows_what_it_says() {
     let mut seen = Vec::new();
@@ -421,12 +475,22 @@ async fn every_example_simulates_and_shows_what_it_says() {
                 );
                 // The provider's object is printed as written, with the stand-in's status.
                 let infra = docs.iter().find(|d| d["kind"] == kind).unwrap();
-                assert_eq!(infra["status"]["addresses"][0]["address"], "203.0.113.1");
+                // The address the object pins (a given floating IP), else the stand-in's first.
+                let expected = if name == "octavia/given-floating-ip.yaml" {
+                    assert!(stand_in.contains("its address is the one it pins, 203.0.113.200)"));
+                    "203.0.113.200"
+                } else {
+                    "203.0.113.1"
+                };
+                assert_eq!(
+                    infra["status"]["addresses"][0]["address"], expected,
+                    "{name}"
+                );
                 let lb = docs.iter().find(|d| d["kind"] == "LoadBalancer").unwrap();
                 assert_eq!(lb["spec"]["infrastructureRef"]["kind"], kind);
                 if name == "octavia/control-plane.yaml" {
                     assert!(
-                        stand_in.contains("floating IP are not simulated"),
+                        stand_in.contains("Octavia-specific settings are not simulated"),
                         "{stand_in}"
                     );
                     assert!(
@@ -683,7 +747,7 @@ async fn a_stand_in_says_so_at_the_top_and_the_load_balancer_becomes_ready() {
     assert_eq!(
         lines.next(),
         Some(
-            "# OctaviaLoadBalancer tenants/tenant-a-cp: simulated by the in-memory provider (no cloud is contacted; Octavia-specific settings such as the floating IP are not simulated; addresses come from the documentation range 203.0.113.0/24)"
+            "# OctaviaLoadBalancer tenants/tenant-a-cp: simulated by the in-memory provider (no cloud is contacted; Octavia-specific settings are not simulated; a floating IP or VIP address the spec gives is the address, as Octavia would make it; addresses come from the documentation range 203.0.113.0/24)"
         )
     );
     assert!(
