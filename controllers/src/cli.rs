@@ -91,6 +91,46 @@ pub enum Command {
         )]
         all: bool,
     },
+    /// Let capi-lb go without cutting clusters off, after its controller is removed and before its
+    /// CRDs are deleted: every object capi-lb's kinds own (the Service provider's Services, kube-dc's
+    /// EIps, `-ext` Services, DNSEndpoints, ...) loses that ownerReference so that deleting the CRDs
+    /// keeps it, capi-lb's finalizers are removed, and Machines lose capi-lb's deletion hooks and
+    /// target annotations. Nothing is deleted (docs/uninstall.md). Uses the cluster in KUBECONFIG.
+    Uninstall {
+        /// Say what would be changed, change nothing.
+        #[arg(
+            long,
+            value_name = "BOOL",
+            default_value_t = false,
+            num_args = 0..=1,
+            require_equals = true,
+            default_missing_value = "true",
+            action = clap::ArgAction::Set
+        )]
+        dry_run: bool,
+        /// Go on although capi-lb's leader Lease was renewed lately (a controller still running
+        /// would put back what this removes).
+        #[arg(
+            long,
+            value_name = "BOOL",
+            default_value_t = false,
+            num_args = 0..=1,
+            require_equals = true,
+            default_missing_value = "true",
+            action = clap::ArgAction::Set
+        )]
+        force: bool,
+        /// Namespace of capi-lb's leader Lease.
+        #[arg(long, value_name = "NAMESPACE", default_value = "capi-lb-system")]
+        lease_namespace: String,
+        /// Name of capi-lb's leader Lease.
+        #[arg(long, value_name = "NAME", default_value = "capi-lb-leader")]
+        lease_name: String,
+        /// Only this namespace (an install that watched one namespace, `run --namespace`);
+        /// default: every namespace.
+        #[arg(long, value_name = "NAMESPACE")]
+        namespace: Option<String>,
+    },
     /// Load manifests into an in-memory API, run the real reconcilers with the in-memory provider
     /// until nothing changes, and print a timeline and the resulting objects as YAML.
     Simulate {

@@ -94,6 +94,22 @@ async fn start() -> ExitCode {
                 },
             )
         }
+        Command::Uninstall {
+            dry_run,
+            force,
+            lease_namespace,
+            lease_name,
+            namespace,
+        } => {
+            init_logging(cli.log_format, "warn");
+            let options = capi_lb::install::uninstall::Options {
+                dry_run,
+                force,
+                lease: (lease_namespace, lease_name),
+                namespace,
+            };
+            uninstall(&options).await
+        }
         Command::Simulate {
             files,
             expect_ready,
@@ -118,6 +134,48 @@ fn manifests(
     written.extend(capi_lb::install::chart::write(chart_dir, &run)?);
     written.push(capi_lb::install::flags::write(flags_doc, &Cli::command())?);
     Ok(written)
+}
+
+/// `capi-lb uninstall`: each change on a line; 2 while the controller still runs, 1 when a change
+/// failed (the others are made; run again).
+async fn uninstall(options: &capi_lb::install::uninstall::Options) -> ExitCode {
+    use capi_lb::install::uninstall::{UninstallError, uninstall};
+    capi_lb::install_crypto_provider();
+    let config = match kube::Config::infer().await {
+        Ok(config) => capi_lb::run::client::bounded(config),
+        Err(e) => {
+            eprintln!("capi-lb uninstall: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let client = match kube::Client::try_from(config) {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("capi-lb uninstall: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let prefix = if options.dry_run { "would be: " } else { "" };
+    match uninstall(client, options).await {
+        Ok(report) => {
+            for line in &report.changes {
+                println!("{prefix}{line}");
+            }
+            println!(
+                "{prefix}{} change(s); capi-lb's CRDs can now be deleted (`kubectl delete crd -l app.kubernetes.io/name=capi-lb` or by name) without taking anything else",
+                report.changes.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e @ UninstallError::StillRunning(..)) => {
+            eprintln!("capi-lb uninstall: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("capi-lb uninstall: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// `capi-lb run`: 2 for flags that contradict each other, 1 when the controller fails.

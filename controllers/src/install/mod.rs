@@ -10,6 +10,7 @@ pub mod manifests;
 pub mod monitoring;
 pub mod rbac;
 pub mod tenants;
+pub mod uninstall;
 
 use serde_json::Value;
 

@@ -176,47 +176,37 @@ async fn release_and_delete_users(client: &Client) {
     .await;
 }
 
-/// The "Release what it holds" step of docs/operations.md's uninstall guide, extracted from the
-/// document and run with bash against the fresh instance (its admin kubeconfig, the harness's
-/// kubectl first on PATH); its output. Panics when it fails.
-fn run_release_step() -> String {
+/// The "Let go of what it holds" step of docs/operations.md's uninstall guide: `capi-lb uninstall`
+/// as the guide gives it (parsed by the binary's own command line) against the fresh instance; its
+/// changes. Panics when it fails.
+async fn run_uninstall(client: &Client) -> Vec<String> {
     let doc = std::fs::read_to_string(capi_lb_tests::repo("docs/operations.md")).unwrap();
-    let step = doc
-        .split("3. **Release what it holds**")
-        .nth(1)
-        .expect("docs/operations.md: the release step");
-    let block = step
-        .split("```sh\n")
-        .nth(1)
-        .and_then(|rest| rest.split("   ```").next())
-        .expect("the release step's shell block");
-    let script: String = block
-        .lines()
-        .map(|l| l.strip_prefix("   ").unwrap_or(l))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let kubectl = &capi_lb_tests::k8s::cluster().kubectl;
-    let path = format!(
-        "{}:{}",
-        kubectl.parent().unwrap().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let out = std::process::Command::new("bash")
-        .args(["-o", "pipefail", "-c", &script])
-        .env("PATH", path)
-        .env("KUBECONFIG", &capi_lb_tests::fresh::fresh().kubeconfig)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(
-        out.status.success(),
-        "the release step failed:\n{script}\n{text}"
+        doc.contains("3. **Let go of what it holds**") && doc.contains("\n   capi-lb uninstall\n"),
+        "docs/operations.md: the uninstall step"
     );
-    text
+    let cli =
+        <capi_lb::cli::Cli as clap::Parser>::try_parse_from(["capi-lb", "uninstall"]).unwrap();
+    let Some(capi_lb::cli::Command::Uninstall {
+        dry_run,
+        force,
+        lease_namespace,
+        lease_name,
+        namespace,
+    }) = cli.command
+    else {
+        panic!("not uninstall");
+    };
+    let options = capi_lb::install::uninstall::Options {
+        dry_run,
+        force,
+        lease: (lease_namespace, lease_name),
+        namespace,
+    };
+    capi_lb::install::uninstall::uninstall(client.clone(), &options)
+        .await
+        .unwrap_or_else(|e| panic!("capi-lb uninstall: {e}"))
+        .changes
 }
 
 /// The template of `flavor` as written.
@@ -592,7 +582,8 @@ async fn clusterctl_installs_upgrades_generates_and_deletes_capi_lb() {
             .is_some()
     );
     // The user's LoadBalancer and its infrastructure object are still held by capi-lb's finalizers:
-    // the uninstall guide's release step (docs/operations.md, run as written) lets them go.
+    // the uninstall guide's step (docs/operations.md: `capi-lb uninstall`) lets them go, and
+    // orphans what they own, so that deleting the CRDs for real keeps the `-ext` Service.
     let held = |lb: &LoadBalancer| {
         lb.finalizers()
             .iter()
@@ -602,13 +593,53 @@ async fn clusterctl_installs_upgrades_generates_and_deletes_capi_lb() {
         held(&lbs.get("users").await.unwrap()),
         "capi-lb's finalizer is there to release"
     );
-    let out = run_release_step();
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), &user_ns);
+    assert!(
+        !services
+            .get("users-ext")
+            .await
+            .unwrap()
+            .owner_references()
+            .is_empty(),
+        "the -ext Service is the LoadBalancer's"
+    );
+    let out = run_uninstall(&client).await.join("\n");
     assert!(!held(&lbs.get("users").await.unwrap()), "released:\n{out}");
     let infra: Api<capi_lb_api::InMemoryLoadBalancer> = Api::namespaced(client.clone(), &user_ns);
     assert!(
         infra.get("users").await.unwrap().finalizers().is_empty(),
         "released:\n{out}"
     );
+    assert!(
+        out.contains(&format!("Service {user_ns}/users-ext: kept")),
+        "{out}"
+    );
+    // The CRDs deleted for real (step 4): the LoadBalancers go with them, the -ext Service stays.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.delete(
+        "loadbalancers.loadbalancer.cluster.x-k8s.io",
+        &DeleteParams::default(),
+    )
+    .await
+    .unwrap();
+    eventually("the LoadBalancer CRD and its objects gone", || {
+        let crds = crds.clone();
+        async move {
+            crds.get_opt("loadbalancers.loadbalancer.cluster.x-k8s.io")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let ext = services
+        .get("users-ext")
+        .await
+        .expect("the -ext Service outlives the CRDs");
+    assert!(ext.owner_references().is_empty());
     // Nothing of capi-lb in the inventory.
     let (ok, out) = repository.clusterctl(&["upgrade", "plan"], &[]);
     assert!(ok, "{out}");

@@ -41,6 +41,7 @@ mod templates;
 mod tenancy;
 mod tenant_roles;
 mod triggers;
+mod uninstall;
 mod unreadable;
 mod v1beta1;
 mod workload_endpoints;

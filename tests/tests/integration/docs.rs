@@ -883,7 +883,7 @@ async fn run_offline(args: &[String], env: &[(String, String)], n: usize) -> Res
             let _ = std::fs::remove_dir_all(&dir);
             written.map(drop)
         }
-        Some(Command::Run(_)) => Ok(()),
+        Some(Command::Run(_) | Command::Uninstall { .. }) => Ok(()),
     }
 }
 
