@@ -2,7 +2,8 @@
 # capi-lb's container image, built on this machine from the release binary without pulling a base
 # image (no container registry is reachable here): buildah assembles it from scratch, podman runs it.
 #
-#   hack/image.sh install                # podman, buildah and runc from Debian (apt-get), when missing
+#   hack/image.sh install                # podman, buildah and runc from Debian (apt-get), when missing,
+#                                        # and the ca-certificates package the image takes
 #   hack/image.sh build [--binary PATH]  # build the release binary (cargo build --release --locked
 #                                        # -p capi-lb) or take PATH, and commit the image; idempotent:
 #                                        # nothing is done when the image holds this binary already
@@ -358,7 +359,8 @@ with_lock() {
 cmd="${1:-}"
 shift || true
 case "$cmd" in
-  install) install_tools ;;
+  # The ca-certificates package too: `build` then needs no apt (CI builds beside other apt users).
+  install) install_tools && ca_bundle ;;
   build) with_lock build "$@" ;;
   name) printf '%s\n' "$IMAGE" ;;
   rootfs)

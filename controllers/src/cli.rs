@@ -331,6 +331,8 @@ mod tests {
                 "metrics-secure",
                 "leader-elect",
                 "all",
+                "dry-run",
+                "force",
                 "expect-ready"
             ]
         );
