@@ -249,25 +249,24 @@ pub async fn uninstall(client: Client, options: &Options) -> Result<Report, Unin
         }
     }
 
-    // 1. Orphan the dependents.
+    // 1. Orphan the dependents (capi-lb's own objects in step 3, in the same patch as their
+    // finalizers).
+    let own: BTreeSet<(String, String)> = own_kinds()
+        .into_iter()
+        .map(|r| (r.api_version, r.kind))
+        .collect();
     for resource in dependent_kinds() {
+        if own.contains(&(resource.api_version.clone(), resource.kind.clone())) {
+            continue;
+        }
         for object in list_all(&client, &resource, options.namespace.as_deref()).await? {
-            let refs = object.owner_references();
-            let (ours, kept): (Vec<_>, Vec<_>) =
-                refs.iter().partition(|r| owners.contains_key(&r.uid));
-            if ours.is_empty() {
+            let Some((kept, from)) = orphaned(&object, &owners) else {
                 continue;
-            }
-            let from: BTreeSet<&str> = ours
-                .iter()
-                .filter_map(|r| owners.get(&r.uid))
-                .map(String::as_str)
-                .collect();
+            };
             let what = format!(
-                "{} {}: kept (no longer owned by {})",
+                "{} {}: kept (no longer owned by {from})",
                 resource.kind,
-                key(&object),
-                from.into_iter().collect::<Vec<_>>().join(", ")
+                key(&object)
             );
             let body = json!({"metadata": {"ownerReferences": kept}});
             work.patch(&resource, &object, body, what).await;
@@ -299,22 +298,28 @@ pub async fn uninstall(client: Client, options: &Options) -> Result<Report, Unin
         }
     }
 
-    // 3. Release capi-lb's finalizers.
+    // 3. capi-lb's own objects: its finalizers released, and orphaned from each other (an
+    // infrastructure object from its LoadBalancer, a zone from its ZonedLoadBalancer).
     for (resource, object) in &objects {
         let finalizers = object.finalizers();
         let kept: Vec<&String> = finalizers
             .iter()
             .filter(|f| *f != LOADBALANCER_FINALIZER && *f != INFRASTRUCTURE_FINALIZER)
             .collect();
-        if kept.len() == finalizers.len() {
+        let mut body = json!({"metadata": {}});
+        let mut said = Vec::new();
+        if kept.len() != finalizers.len() {
+            body["metadata"]["finalizers"] = json!(kept);
+            said.push("capi-lb's finalizer removed".to_string());
+        }
+        if let Some((refs, from)) = orphaned(object, &owners) {
+            body["metadata"]["ownerReferences"] = json!(refs);
+            said.push(format!("no longer owned by {from}"));
+        }
+        if said.is_empty() {
             continue;
         }
-        let what = format!(
-            "{} {}: capi-lb's finalizer removed",
-            resource.kind,
-            key(object)
-        );
-        let body = json!({"metadata": {"finalizers": kept}});
+        let what = format!("{} {}: {}", resource.kind, key(object), said.join("; "));
         work.patch(resource, object, body, what).await;
     }
 
@@ -323,6 +328,31 @@ pub async fn uninstall(client: Client, options: &Options) -> Result<Report, Unin
     } else {
         Err(UninstallError::Incomplete(work.failed))
     }
+}
+
+/// The ownerReferences `object` keeps and the owners it loses (`Kind namespace/name`, joined),
+/// when some of its owners are capi-lb's objects (`owners`: their UIDs).
+fn orphaned(
+    object: &DynamicObject,
+    owners: &BTreeMap<String, String>,
+) -> Option<(
+    Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+    String,
+)> {
+    let (ours, kept): (Vec<_>, Vec<_>) = object
+        .owner_references()
+        .iter()
+        .cloned()
+        .partition(|r| owners.contains_key(&r.uid));
+    if ours.is_empty() {
+        return None;
+    }
+    let from: BTreeSet<&str> = ours
+        .iter()
+        .filter_map(|r| owners.get(&r.uid))
+        .map(String::as_str)
+        .collect();
+    Some((kept, from.into_iter().collect::<Vec<_>>().join(", ")))
 }
 
 /// Whether the Machine annotation `key` = `value` is capi-lb's: a target state or its time, or a

@@ -131,9 +131,18 @@ async fn the_charts_tenant_roles_follow_tenant_roles_enabled() {
     let off = target_namespace(&client, "tr-off").await;
     check_tenant_roles(&target().kubeconfig, &client, &off, false).await;
 
+    // --reset-values: with no value given, helm upgrade would keep the release's
+    // tenantRoles.enabled=false.
     helm(
         &home,
-        &["upgrade", &release, chart, "--namespace", &release_ns],
+        &[
+            "upgrade",
+            &release,
+            chart,
+            "--namespace",
+            &release_ns,
+            "--reset-values",
+        ],
     )
     .await;
     assert_eq!(ours().await.len(), 2, "the default installs the two roles");
