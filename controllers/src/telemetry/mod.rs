@@ -81,6 +81,7 @@ pub struct Metrics {
     kube_reach: Arc<kube_requests::Reach>,
     rss: Gauge,
     peak_rss: Gauge,
+    memory_limit: Gauge,
     cpu: Gauge<f64, AtomicU64>,
     panics: Family<Labels, Counter>,
     /// The fleet's metrics.
@@ -135,6 +136,12 @@ impl Metrics {
             kube_requests.clone(),
         );
         let (rss, peak_rss, cpu) = (Gauge::default(), Gauge::default(), Gauge::default());
+        let memory_limit = Gauge::default();
+        registry.register(
+            "process_memory_limit_bytes",
+            "Memory limit of the process' cgroup (the container's limit); 0 without one",
+            memory_limit.clone(),
+        );
         registry.register(
             "process_resident_memory_bytes",
             "Resident memory of the process",
@@ -218,6 +225,7 @@ impl Metrics {
             kube_reach: Arc::default(),
             rss,
             peak_rss,
+            memory_limit,
             cpu,
             panics,
             fleet,
@@ -252,6 +260,9 @@ impl Metrics {
                 .set(i64::try_from(p.peak_rss_bytes).unwrap_or(i64::MAX));
             self.cpu.set(p.cpu_seconds);
         }
+        self.memory_limit.set(
+            process::memory_limit().map_or(0, |l| i64::try_from(l).unwrap_or(i64::MAX)),
+        );
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);

@@ -1,5 +1,6 @@
 //! The process' own figures, read from `/proc` when the metrics are scraped (Linux; elsewhere the
-//! gauges stay 0): resident memory, its peak (`VmHWM`) and CPU time.
+//! gauges stay 0): resident memory, its peak (`VmHWM`) and CPU time; and the memory limit of its
+//! cgroup (a container's `resources.limits.memory`), so that an alert can fire before it.
 
 /// Memory and CPU time of a process.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -26,6 +27,25 @@ pub fn of(pid: &str) -> Option<Sample> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     Some(parse(&status, &stat))
+}
+
+/// The memory limit of this process' cgroup in bytes: cgroup v2's `memory.max` (in a container,
+/// `/sys/fs/cgroup` is its own cgroup), else cgroup v1's `memory.limit_in_bytes`; `None` without a
+/// limit.
+pub fn memory_limit() -> Option<u64> {
+    ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+        .iter()
+        .find_map(|path| std::fs::read_to_string(path).ok())
+        .and_then(|text| parse_limit(&text))
+}
+
+/// A cgroup memory limit: `max` (v2) and v1's "no limit" (a page-rounded `i64::MAX`) are none.
+fn parse_limit(text: &str) -> Option<u64> {
+    let text = text.trim();
+    if text == "max" {
+        return None;
+    }
+    text.parse::<u64>().ok().filter(|&v| v > 0 && v < 1 << 60)
 }
 
 fn parse(status: &str, stat: &str) -> Sample {
@@ -67,6 +87,14 @@ mod tests {
         assert_eq!(s.rss_bytes, 40960 * 1024);
         assert_eq!(s.peak_rss_bytes, 51200 * 1024);
         assert!((s.cpu_seconds - 3.0).abs() < 1e-9, "{}", s.cpu_seconds);
+    }
+
+    #[test]
+    fn cgroup_limits_are_parsed() {
+        assert_eq!(parse_limit("268435456\n"), Some(268_435_456));
+        assert_eq!(parse_limit("max\n"), None);
+        assert_eq!(parse_limit("9223372036854771712\n"), None);
+        assert_eq!(parse_limit("garbage"), None);
     }
 
     #[cfg(target_os = "linux")]
