@@ -260,9 +260,8 @@ impl Metrics {
                 .set(i64::try_from(p.peak_rss_bytes).unwrap_or(i64::MAX));
             self.cpu.set(p.cpu_seconds);
         }
-        self.memory_limit.set(
-            process::memory_limit().map_or(0, |l| i64::try_from(l).unwrap_or(i64::MAX)),
-        );
+        self.memory_limit
+            .set(process::memory_limit().map_or(0, |l| i64::try_from(l).unwrap_or(i64::MAX)));
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);

@@ -33,10 +33,13 @@ pub fn of(pid: &str) -> Option<Sample> {
 /// `/sys/fs/cgroup` is its own cgroup), else cgroup v1's `memory.limit_in_bytes`; `None` without a
 /// limit.
 pub fn memory_limit() -> Option<u64> {
-    ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
-        .iter()
-        .find_map(|path| std::fs::read_to_string(path).ok())
-        .and_then(|text| parse_limit(&text))
+    [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|path| std::fs::read_to_string(path).ok())
+    .and_then(|text| parse_limit(&text))
 }
 
 /// A cgroup memory limit: `max` (v2) and v1's "no limit" (a page-rounded `i64::MAX`) are none.
