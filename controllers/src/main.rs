@@ -161,10 +161,12 @@ async fn uninstall(options: &capi_lb::install::uninstall::Options) -> ExitCode {
             for line in &report.changes {
                 println!("{prefix}{line}");
             }
-            println!(
-                "{prefix}{} change(s); capi-lb's CRDs can now be deleted (`kubectl delete crd -l app.kubernetes.io/name=capi-lb` or by name) without taking anything else",
-                report.changes.len()
-            );
+            println!("{prefix}{} change(s)", report.changes.len());
+            if options.namespace.is_none() && !options.dry_run {
+                println!(
+                    "capi-lb's CRDs can now be deleted without taking anything else: `capi-lb crds --all | kubectl delete -f -`"
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(e @ UninstallError::StillRunning(..)) => {
