@@ -25,6 +25,7 @@ use clap::{CommandFactory, Parser};
 /// line of their tool): (tool, flag). Such a flag must be capi-lb's, capi-lb-bench's or one of
 /// these.
 const OTHER_TOOLS: &[(&str, &str)] = &[
+    ("cargo test", "--test-threads"),
     ("clusterctl", "--config"),
     ("clusterctl", "--control-plane-machine-count"),
     ("clusterctl", "--flavor"),
