@@ -35,7 +35,7 @@
 //! - a bounded number of writes: at most [`WRITES_PER_OBJECT`] to any one object in a round (to a
 //!   Machine, which every LoadBalancer may select, [`WRITES_PER_MACHINE_PER_LB`] per LoadBalancer),
 //!   and at most [`EVENTS_PER_LOAD_BALANCER`] Events per LoadBalancer;
-//! - every condition has a reason that docs/operations.md documents and a message, and every
+//! - every condition has a reason that docs/troubleshooting.md documents and a message, and every
 //!   `False` one says what is wrong;
 //! - every Ready LoadBalancer that publishes has its Service, and its EndpointSlices list exactly its
 //!   IP addresses (an ExternalName Service when it only has a hostname);
@@ -664,7 +664,7 @@ async fn converge(t: &TestNs, round: &str, from: usize, cases: &[Case]) -> Vec<S
 async fn check_state(t: &TestNs, round: &str, cases: &[Case]) {
     let docs = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../docs/operations.md"
+        "/../docs/troubleshooting.md"
     ))
     .unwrap();
     let services = t.api::<Service>();
@@ -682,7 +682,7 @@ async fn check_state(t: &TestNs, round: &str, cases: &[Case]) {
             }
             assert!(
                 docs.contains(&format!("`{}`", c.reason)),
-                "{round}: {}: condition {} reason {} is not in docs/operations.md",
+                "{round}: {}: condition {} reason {} is not in docs/troubleshooting.md",
                 case.name,
                 c.type_,
                 c.reason
