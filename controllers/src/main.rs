@@ -1,6 +1,7 @@
 //! The `capi-lb` binary: `run` (the controller), `crds` (print or write the CRDs), `manifests`
-//! (write the install manifests, the Helm chart and the flag reference) and `simulate` (run the
-//! real reconcilers offline against an in-memory API and the in-memory provider). Without a
+//! (write the install manifests, the Helm chart and the flag reference), `uninstall` (let capi-lb go
+//! without taking the clusters' endpoints with it) and `simulate` (run the real reconcilers offline
+//! against an in-memory API and the in-memory provider). Without a
 //! command it simulates the embedded quickstart. The command line itself is `capi_lb::cli`. The
 //! benchmarks are a binary of their own, `capi-lb-bench` (the `bench` crate).
 
