@@ -432,6 +432,37 @@ fn kubectl_output(args: &[&str], stdin: Option<&str>) -> std::process::Output {
     kubectl_output_at(&c.kubectl, &c.kubeconfig, args, stdin)
 }
 
+/// `helm ARGS --kubeconfig KUBECONFIG` with a helm home of its own under `home` (the real helm of
+/// `tests/tools.sh`, never the user's configuration): its stdout; panics when it fails.
+pub async fn helm_on(kubeconfig: &Path, home: &Path, args: &[&str]) -> String {
+    let path = Command::new(repo().join("tests/tools.sh"))
+        .args(["path", "helm"])
+        .output()
+        .unwrap();
+    assert!(
+        path.status.success(),
+        "helm is missing: run `tests/tools.sh install helm`"
+    );
+    let out = tokio::process::Command::new(String::from_utf8_lossy(&path.stdout).trim())
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env_remove("KUBECONFIG")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Run the harness's `kubectl` with another instance's `kubeconfig`: its whole output.
 pub fn kubectl_output_with(
     kubeconfig: &Path,

@@ -45,34 +45,9 @@ async fn config_defaults_tenant_roles_let_namespace_editors_and_viewers_in() {
     t.finish().await;
 }
 
-/// `helm ARGS` with a home of its own against the target instance: its stdout; panics on failure.
-async fn helm(home: &Path, args: &[&str]) -> String {
-    let path = std::process::Command::new(repo().join("tests/tools.sh"))
-        .args(["path", "helm"])
-        .output()
-        .unwrap();
-    assert!(
-        path.status.success(),
-        "helm is missing: run `tests/tools.sh install helm`"
-    );
-    let out = tokio::process::Command::new(String::from_utf8_lossy(&path.stdout).trim())
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(&target().kubeconfig)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .env_remove("KUBECONFIG")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "helm {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+/// `helm ARGS` against this test's instance, with a helm home of its own.
+async fn helm(home: &Path, args: &[&str]) {
+    capi_lb_tests::k8s::helm_on(&target().kubeconfig, home, args).await;
 }
 
 /// A namespace of the target, labelled for this test.

@@ -40,34 +40,9 @@ fn on_service(name: &str, class: &str) -> (Value, Value) {
     (infra, lb)
 }
 
-/// `helm ARGS` against the main instance with a home of its own: panics on failure.
+/// `helm ARGS` against this test's instance, with a helm home of its own.
 async fn helm(home: &Path, args: &[&str]) {
-    let repo = capi_lb_tests::repo("");
-    let path = std::process::Command::new(repo.join("tests/tools.sh"))
-        .args(["path", "helm"])
-        .output()
-        .unwrap();
-    assert!(
-        path.status.success(),
-        "helm is missing: run `tests/tools.sh install helm`"
-    );
-    let out = tokio::process::Command::new(String::from_utf8_lossy(&path.stdout).trim())
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(&cluster().kubeconfig)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .env_remove("KUBECONFIG")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "helm {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    capi_lb_tests::k8s::helm_on(&cluster().kubeconfig, home, args).await;
 }
 
 fn capi_lb_annotations(m: &Machine) -> Vec<String> {

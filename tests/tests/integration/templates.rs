@@ -21,6 +21,21 @@ const REQUIRED_PROVIDER: &[&str] = &[
     "CAPI_LB_KUBEDC_EIP_ADDRESS",
 ];
 
+/// No Warning: a flavor as shipped raises none (the Kamaji flavors once raised a spurious
+/// ControlPlaneUnreadable), and the summary names the Cluster's endpoint or why there is none.
+fn assert_quiet_with_a_cluster_line(file: &str, output: &str) {
+    assert!(
+        !output
+            .lines()
+            .any(|l| l.starts_with("#   +") && l.contains(" Warning ")),
+        "{file}: {output}"
+    );
+    assert!(
+        output.contains("; no Warning\n") && output.contains("\n#   Cluster default/demo: "),
+        "{file}: {output}"
+    );
+}
+
 #[tokio::test]
 async fn every_template_substitutes_parses_and_simulates_to_a_ready_control_plane_endpoint() {
     let mut checked = 0;
@@ -92,21 +107,7 @@ async fn every_template_substitutes_parses_and_simulates_to_a_ready_control_plan
         .await
         .unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(sim.not_ready.is_empty(), "{file}: {}", sim.output);
-        // No Warning: a flavor as shipped raises none (the Kamaji flavors once raised a spurious
-        // ControlPlaneUnreadable), and the summary names the Cluster's endpoint or why there is none.
-        assert!(
-            !sim.output
-                .lines()
-                .any(|l| l.starts_with("#   +") && l.contains(" Warning ")),
-            "{file}: {}",
-            sim.output
-        );
-        assert!(
-            sim.output.contains("; no Warning\n")
-                && sim.output.contains("\n#   Cluster default/demo: "),
-            "{file}: {}",
-            sim.output
-        );
+        assert_quiet_with_a_cluster_line(&file, &sim.output);
         let out: Vec<Value> = serde_saphyr::from_multiple(&sim.output).unwrap();
         let lb = out.iter().find(|d| d["kind"] == "LoadBalancer").unwrap();
         // A control-plane LoadBalancer (the Cluster names it) publishes the Cluster's endpoint; in
@@ -224,21 +225,7 @@ async fn every_template_simulates_as_it_is_with_its_variables_set() {
         .await
         .unwrap_or_else(|e| panic!("{file}: {e}"));
         assert!(sim.not_ready.is_empty(), "{file}: {}", sim.output);
-        // No Warning: a flavor as shipped raises none (the Kamaji flavors once raised a spurious
-        // ControlPlaneUnreadable), and the summary names the Cluster's endpoint or why there is none.
-        assert!(
-            !sim.output
-                .lines()
-                .any(|l| l.starts_with("#   +") && l.contains(" Warning ")),
-            "{file}: {}",
-            sim.output
-        );
-        assert!(
-            sim.output.contains("; no Warning\n")
-                && sim.output.contains("\n#   Cluster default/demo: "),
-            "{file}: {}",
-            sim.output
-        );
+        assert_quiet_with_a_cluster_line(&file, &sim.output);
         let out: Vec<Value> = serde_saphyr::from_multiple(&sim.output).unwrap();
         let lb = out.iter().find(|d| d["kind"] == "LoadBalancer").unwrap();
         let infra_kind = lb["spec"]["infrastructureRef"]["kind"].as_str().unwrap();
