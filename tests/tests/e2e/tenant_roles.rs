@@ -69,6 +69,21 @@ async fn target_namespace(client: &kube::Client, prefix: &str) -> String {
 #[tokio::test]
 async fn the_charts_tenant_roles_follow_tenant_roles_enabled() {
     let client = target_admin_client().await;
+    // Tenant roles an interrupted run of this test left on the target (its release never
+    // uninstalled) would aggregate into edit and view and make the "off" check below pass or fail
+    // for the wrong reason: the target holds no other install of them, so they go.
+    let all_roles: Api<ClusterRole> = Api::all(client.clone());
+    for role in all_roles
+        .list(&ListParams::default().labels("app.kubernetes.io/name=capi-lb"))
+        .await
+        .unwrap()
+        .items
+    {
+        let name = role.metadata.name.unwrap_or_default();
+        if name.ends_with("-tenant-edit") || name.ends_with("-tenant-view") {
+            let _ = all_roles.delete(&name, &DeleteParams::default()).await;
+        }
+    }
     let home = std::env::temp_dir().join(unique_name("capi-lb-e2e-helm-tenants"));
     let release = unique_name("tr");
     let release_ns = target_namespace(&client, "tr-release").await;
