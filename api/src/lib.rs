@@ -9,6 +9,7 @@ pub mod control_plane;
 pub mod dnslb;
 pub mod externaldns;
 pub mod inmemory;
+pub mod kinds;
 pub mod kubedc;
 pub mod loadbalancer;
 pub mod naming;
@@ -29,17 +30,8 @@ pub use servicelb::{ServiceLoadBalancer, ServiceLoadBalancerSpec, ServiceLoadBal
 pub use zoned::{ZonedLoadBalancer, ZonedLoadBalancerSpec, ZonedLoadBalancerStatus};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::CustomResourceExt;
 
 /// Every CRD capi-lb defines, in the order `capi-lb crds` prints them.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
-        LoadBalancer::crd(),
-        InMemoryLoadBalancer::crd(),
-        KubeDCLoadBalancer::crd(),
-        OctaviaLoadBalancer::crd(),
-        ServiceLoadBalancer::crd(),
-        DNSLoadBalancer::crd(),
-        ZonedLoadBalancer::crd(),
-    ]
+    kinds::all().iter().map(|k| (k.crd)()).collect()
 }

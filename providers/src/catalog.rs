@@ -86,6 +86,26 @@ mod tests {
         assert!(!shipped().contains(&"inmemory"));
     }
 
+    #[test]
+    fn the_entries_and_capi_lb_api_kinds_agree() {
+        // Each provider's infrastructure kind is one of capi-lb's kinds, shipped alike, and each
+        // infrastructure kind has its provider.
+        let kinds = capi_lb_api::kinds::all();
+        let infrastructure: Vec<_> = kinds
+            .iter()
+            .filter(|k| (k.resource)().group == capi_lb_api::constants::INFRASTRUCTURE_GROUP)
+            .collect();
+        assert_eq!(infrastructure.len(), CATALOG.len());
+        for entry in CATALOG {
+            let r = (entry.infrastructure)();
+            let kind = kinds
+                .iter()
+                .find(|k| (k.resource)() == r)
+                .unwrap_or_else(|| panic!("{}: {r:?} is not in kinds::all()", entry.name));
+            assert_eq!(kind.shipped, entry.shipped, "{}", entry.name);
+        }
+    }
+
     use std::collections::BTreeSet;
     use std::path::Path;
 

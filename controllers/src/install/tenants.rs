@@ -9,8 +9,7 @@
 //! `CAPI_LB_TENANT_ROLES` (the value of the aggregation labels: `false` keeps the roles but
 //! aggregates them nowhere).
 
-use capi_lb_api::constants::GROUP;
-use capi_lb_providers::catalog;
+use capi_lb_api::kinds;
 use serde_json::{Value, json};
 
 /// The role Kubernetes' `admin` and `edit` aggregate.
@@ -34,15 +33,12 @@ pub const WRITE_VERBS: &[&str] = &["create", "delete", "deletecollection", "patc
 /// The resources a tenant works with, as (API group, plural): LoadBalancers and the
 /// infrastructure kind of every shipped provider (never the in-memory one).
 pub fn resources() -> Vec<(String, String)> {
-    let mut out = vec![(GROUP.to_string(), "loadbalancers".to_string())];
-    out.extend(
-        catalog::CATALOG
-            .iter()
-            .filter(|e| e.shipped)
-            .map(|e| (e.infrastructure)())
-            .map(|r| (r.group, r.plural)),
-    );
-    out
+    kinds::all()
+        .iter()
+        .filter(|k| k.shipped)
+        .map(|k| (k.resource)())
+        .map(|r| (r.group, r.plural))
+        .collect()
 }
 
 /// The rules granting `verbs` on [`resources`], one per API group; `status` adds the read of the

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use capi_lb_api::constants::{
-    GROUP, INFRASTRUCTURE_FINALIZER, LOADBALANCER_FINALIZER, PRE_DRAIN_HOOK_PREFIX,
+    INFRASTRUCTURE_FINALIZER, LOADBALANCER_FINALIZER, PRE_DRAIN_HOOK_PREFIX,
     PRE_TERMINATE_HOOK_PREFIX, TARGET_SINCE_PREFIX, TARGET_STATE_PREFIX,
 };
 use capi_lb_providers::catalog;
@@ -75,15 +75,10 @@ pub struct Report {
 
 /// The kinds capi-lb defines: LoadBalancers and every provider's infrastructure kind.
 fn own_kinds() -> Vec<ApiResource> {
-    let mut out = vec![ApiResource {
-        group: GROUP.into(),
-        version: "v1alpha1".into(),
-        api_version: format!("{GROUP}/v1alpha1"),
-        kind: "LoadBalancer".into(),
-        plural: "loadbalancers".into(),
-    }];
-    out.extend(catalog::CATALOG.iter().map(|e| (e.infrastructure)()));
-    out
+    capi_lb_api::kinds::all()
+        .iter()
+        .map(|k| (k.resource)())
+        .collect()
 }
 
 /// Kinds whose objects capi-lb's kinds may own: Services, EndpointSlices, ExternalDNS's

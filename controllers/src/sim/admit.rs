@@ -4,28 +4,29 @@
 //! and other built-in kinds, refused (pure).
 
 use capi_lb_api::constants::{GROUP as LOADBALANCER_GROUP, INFRASTRUCTURE_GROUP};
-use capi_lb_api::validation::{FieldErrors, parse};
-use capi_lb_api::{
-    DNSLoadBalancer, InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer,
-    ServiceLoadBalancer, ZonedLoadBalancer,
-};
+use capi_lb_api::kinds;
+use capi_lb_api::validation::FieldErrors;
 use serde_json::{Value, json};
 
-/// Kinds a manifest may contain to be simulated.
-const SUPPORTED: &str = "LoadBalancer (loadbalancer.cluster.x-k8s.io/v1alpha1); InMemoryLoadBalancer, KubeDCLoadBalancer, OctaviaLoadBalancer, ServiceLoadBalancer, DNSLoadBalancer and ZonedLoadBalancer (infrastructure.cluster.x-k8s.io/v1alpha1); Machine and Cluster (cluster.x-k8s.io/v1beta2); Service (v1); EndpointSlice (discovery.k8s.io/v1); as context, not simulated: Secret, ConfigMap and Namespace (v1) and the kinds of other projects (e.g. OpenStackCluster, KamajiControlPlane, KubeadmControlPlane)";
+/// Kinds a manifest may contain to be simulated: capi-lb's own ([`kinds::all`]), then the others.
+fn supported() -> String {
+    let of = |group: &str| {
+        let names = kinds::names_in(group);
+        match names.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+            None => String::new(),
+        }
+    };
+    format!(
+        "{} ({LOADBALANCER_GROUP}/v1alpha1); {} ({INFRASTRUCTURE_GROUP}/v1alpha1); Machine and Cluster (cluster.x-k8s.io/v1beta2); Service (v1); EndpointSlice (discovery.k8s.io/v1); as context, not simulated: Secret, ConfigMap and Namespace (v1) and the kinds of other projects (e.g. OpenStackCluster, KamajiControlPlane, KubeadmControlPlane)",
+        of(LOADBALANCER_GROUP),
+        of(INFRASTRUCTURE_GROUP)
+    )
+}
 
 /// capi-lb's API groups.
 const GROUPS: [&str; 2] = [LOADBALANCER_GROUP, INFRASTRUCTURE_GROUP];
-/// capi-lb's kinds and the group of each.
-const KINDS: [(&str, &str); 7] = [
-    ("LoadBalancer", LOADBALANCER_GROUP),
-    ("InMemoryLoadBalancer", INFRASTRUCTURE_GROUP),
-    ("KubeDCLoadBalancer", INFRASTRUCTURE_GROUP),
-    ("OctaviaLoadBalancer", INFRASTRUCTURE_GROUP),
-    ("ServiceLoadBalancer", INFRASTRUCTURE_GROUP),
-    ("DNSLoadBalancer", INFRASTRUCTURE_GROUP),
-    ("ZonedLoadBalancer", INFRASTRUCTURE_GROUP),
-];
 
 pub(super) fn describe(doc: &Value) -> String {
     let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("object");
@@ -72,14 +73,10 @@ pub(super) enum Admitted {
     Context,
 }
 
-/// Check a document of capi-lb's kind `T` against its CRD schema and CEL rules; returns it with
+/// Check a document of capi-lb's kind against its CRD schema and CEL rules; returns it with
 /// defaults applied and without status.
-fn validated<T>(doc: &Value) -> Result<Admitted, Vec<String>>
-where
-    T: capi_lb_api::validation::Validated + serde::Serialize,
-{
-    let parsed: T = parse(doc).map_err(field_errors)?;
-    let mut value = serde_json::to_value(parsed).map_err(|e| vec![e.to_string()])?;
+fn validated(kind: &kinds::Kind, doc: &Value) -> Result<Admitted, Vec<String>> {
+    let mut value = (kind.validate)(doc).map_err(field_errors)?;
     if let Some(map) = value.as_object_mut() {
         map.remove("status");
     }
@@ -91,17 +88,22 @@ where
 fn refusal(group: &str, api_version: &str, kind: &str) -> Option<String> {
     let unsupported = || {
         format!(
-            "apiVersion/kind: {api_version:?}/{kind:?} is not supported; supported: {SUPPORTED}"
+            "apiVersion/kind: {api_version:?}/{kind:?} is not supported; supported: {}",
+            supported()
         )
     };
-    if let Some((ours, ours_group)) = KINDS
+    if let Some(ours) = kinds::all()
         .iter()
-        .find(|(k, g)| *k == kind || (*g == group && distance(k, kind) <= 3))
+        .map(|k| (k.resource)())
+        .find(|r| r.kind == kind || (r.group == group && distance(&r.kind, kind) <= 3))
     {
-        return Some(if *ours == kind {
-            format!("apiVersion: {kind} is {ours_group}/v1alpha1")
+        return Some(if ours.kind == kind {
+            format!("apiVersion: {kind} is {}", ours.api_version)
         } else {
-            format!("kind: {kind:?} is not a kind of {group}; did you mean {ours}?")
+            format!(
+                "kind: {kind:?} is not a kind of {group}; did you mean {}?",
+                ours.kind
+            )
         });
     }
     if group == LOADBALANCER_GROUP
@@ -143,28 +145,10 @@ pub(super) fn admit(mut doc: Value) -> Result<Admitted, Vec<String>> {
     if doc.pointer("/metadata/namespace").is_none() {
         doc["metadata"]["namespace"] = json!("default");
     }
+    if let Some(ours) = kinds::find(&api_version, &kind) {
+        return validated(&ours, &doc);
+    }
     match (api_version.as_str(), kind.as_str()) {
-        ("loadbalancer.cluster.x-k8s.io/v1alpha1", "LoadBalancer") => {
-            validated::<LoadBalancer>(&doc)
-        }
-        ("infrastructure.cluster.x-k8s.io/v1alpha1", "InMemoryLoadBalancer") => {
-            validated::<InMemoryLoadBalancer>(&doc)
-        }
-        ("infrastructure.cluster.x-k8s.io/v1alpha1", "KubeDCLoadBalancer") => {
-            validated::<KubeDCLoadBalancer>(&doc)
-        }
-        ("infrastructure.cluster.x-k8s.io/v1alpha1", "OctaviaLoadBalancer") => {
-            validated::<OctaviaLoadBalancer>(&doc)
-        }
-        ("infrastructure.cluster.x-k8s.io/v1alpha1", "ServiceLoadBalancer") => {
-            validated::<ServiceLoadBalancer>(&doc)
-        }
-        ("infrastructure.cluster.x-k8s.io/v1alpha1", "DNSLoadBalancer") => {
-            validated::<DNSLoadBalancer>(&doc)
-        }
-        ("infrastructure.cluster.x-k8s.io/v1alpha1", "ZonedLoadBalancer") => {
-            validated::<ZonedLoadBalancer>(&doc)
-        }
         ("cluster.x-k8s.io/v1beta2", "Machine") => {
             let mut problems = Vec::new();
             for (i, a) in doc

@@ -114,7 +114,7 @@ impl OctaviaProvider {
         if let Some(id) = &infra.status.load_balancer_id {
             self.forget_tree(id);
             if let Ok(mut verified) = self.verified.lock() {
-                verified.retain(|(_, verified_id)| verified_id != id);
+                verified.retain(|(_, verified_id), _| verified_id != id);
             }
             if let Ok(mut checked) = self.fip_checked.lock() {
                 checked.remove(id);

@@ -243,7 +243,16 @@ impl OctaviaProvider {
 
     fn mark_fip_checked(&self, key: &str) {
         if let Ok(mut c) = self.fip_checked.lock() {
-            c.insert(key.to_string(), Instant::now());
+            let now = Instant::now();
+            crate::bounded::insert(
+                &mut c,
+                key.to_string(),
+                now,
+                super::MAX_CACHED,
+                FIP_FRESH,
+                now,
+                |at| *at,
+            );
         }
     }
 

@@ -57,7 +57,7 @@ impl OctaviaProvider {
             let trusted = self
                 .verified
                 .lock()
-                .is_ok_and(|v| v.contains(&(owner, id.clone())))
+                .is_ok_and(|v| v.contains_key(&(owner, id.clone())))
                 || self.verify(session, call, &id).await?;
             if trusted {
                 if let Some(tree) = self.tree(session, &id, false).await? {
@@ -91,7 +91,17 @@ impl OctaviaProvider {
     /// Remember that `id` carries the tags of the owner of `call`.
     fn mark_verified(&self, call: &Call<'_>, id: &str) {
         if let Ok(mut verified) = self.verified.lock() {
-            verified.insert((owner_key(call), id.to_string()));
+            let now = std::time::Instant::now();
+            let key = (owner_key(call), id.to_string());
+            crate::bounded::insert(
+                &mut verified,
+                key,
+                now,
+                super::MAX_CACHED,
+                super::VERIFIED_FOR,
+                now,
+                |at| *at,
+            );
         }
     }
 

@@ -64,9 +64,7 @@ impl OctaviaProvider {
             "member.list",
         )?;
         members.sort();
-        if let Ok(mut known) = self.members.lock() {
-            known.insert(pool.id.clone(), (Instant::now(), members.clone()));
-        }
+        self.remember_members(&pool.id, members.clone());
         Ok(members)
     }
 
@@ -74,13 +72,26 @@ impl OctaviaProvider {
     /// the create shows them (as a batch update remembers what it wrote): once the load balancer
     /// is ACTIVE, they need not be read back.
     pub(super) fn remember_created_members(&self, record: &LbRecord) {
-        let Ok(mut known) = self.members.lock() else {
-            return;
-        };
         for pool in &record.pools {
             let mut members = pool.members.clone();
             members.sort();
-            known.insert(pool.id.clone(), (Instant::now(), members));
+            self.remember_members(&pool.id, members);
+        }
+    }
+
+    /// Remember `members` as those of pool `id`, now.
+    fn remember_members(&self, id: &str, members: Vec<PoolMember>) {
+        if let Ok(mut known) = self.members.lock() {
+            let now = Instant::now();
+            crate::bounded::insert(
+                &mut known,
+                id.to_string(),
+                (now, members),
+                super::MAX_CACHED,
+                MEMBERS_FRESH,
+                now,
+                |(at, _)| *at,
+            );
         }
     }
 
@@ -225,9 +236,7 @@ impl OctaviaProvider {
                 ),
             )
             .await?;
-        if let Ok(mut known) = self.members.lock() {
-            known.insert(pool.id.clone(), (Instant::now(), wanted.to_vec()));
-        }
+        self.remember_members(&pool.id, wanted.to_vec());
         Ok(())
     }
 }

@@ -55,9 +55,9 @@ mod settings;
 mod stop;
 mod tree;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use capi_lb_api::OctaviaLoadBalancer;
@@ -123,6 +123,15 @@ pub const ENTRY: Entry = Entry {
     records: crate::entry::no_records,
 };
 
+/// The most entries each of the provider's caches keeps (status trees, pool members, floating-IP
+/// checks, verified IDs; locks nobody holds): their keys are the UIDs and Octavia IDs of the
+/// LoadBalancers tenants create, so how many there are is the tenants' to choose. Past it the
+/// least recently stored entry goes, and is read from Octavia again when next needed.
+pub const MAX_CACHED: usize = 4096;
+
+/// How long an ownership check of an Octavia load balancer is trusted.
+const VERIFIED_FOR: Duration = Duration::from_secs(3600);
+
 /// The Octavia provider.
 pub struct OctaviaProvider {
     client: kube::Client,
@@ -139,8 +148,8 @@ pub struct OctaviaProvider {
     fip_checked: Mutex<HashMap<String, Instant>>,
     /// Load balancers whose ownership tags this process has seen, by owner (the LoadBalancer's
     /// and the infrastructure object's UIDs, as [`relook::key`] writes them) and Octavia ID: an ID
-    /// verified for one LoadBalancer is not trusted when another's status names it.
-    verified: Mutex<HashSet<(String, String)>>,
+    /// verified for one LoadBalancer is not trusted when another's status names it. With when.
+    verified: Mutex<HashMap<(String, String), Instant>>,
     /// When each LoadBalancer's current wait on Octavia began (the re-look schedule's measure).
     waits: Waits,
 }
@@ -163,7 +172,7 @@ impl OctaviaProvider {
             trees: Mutex::new(HashMap::new()),
             members: Mutex::new(HashMap::new()),
             fip_checked: Mutex::new(HashMap::new()),
-            verified: Mutex::new(HashSet::new()),
+            verified: Mutex::new(HashMap::new()),
             waits: Waits::default(),
         }
     }
@@ -186,7 +195,13 @@ impl OctaviaProvider {
 
     async fn lock(&self, key: &str) -> tokio::sync::OwnedMutexGuard<()> {
         let lock = match self.locks.lock() {
-            Ok(mut locks) => locks.entry(key.to_string()).or_default().clone(),
+            Ok(mut locks) => {
+                if locks.len() >= MAX_CACHED && !locks.contains_key(key) {
+                    // Only the map holds a lock nobody holds or waits for: it can go.
+                    locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+                }
+                locks.entry(key.to_string()).or_default().clone()
+            }
             Err(_) => Arc::new(tokio::sync::Mutex::new(())),
         };
         lock.lock_owned().await

@@ -49,7 +49,17 @@ impl OctaviaProvider {
             .statuses
             .loadbalancer;
         if let Ok(mut trees) = self.trees.lock() {
-            trees.insert(id.to_string(), (Instant::now(), tree.clone()));
+            let now = Instant::now();
+            let value = (now, tree.clone());
+            crate::bounded::insert(
+                &mut trees,
+                id.to_string(),
+                value,
+                super::MAX_CACHED,
+                TREE_FRESH,
+                now,
+                |(at, _)| *at,
+            );
         }
         Ok(Some(tree))
     }

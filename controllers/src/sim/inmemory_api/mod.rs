@@ -55,10 +55,6 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use capi_lb_api::capi::{Cluster, Machine};
-use capi_lb_api::{
-    DNSLoadBalancer, InMemoryLoadBalancer, KubeDCLoadBalancer, LoadBalancer, OctaviaLoadBalancer,
-    ServiceLoadBalancer, ZonedLoadBalancer,
-};
 use capi_lb_providers::clock::SharedClock;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -225,20 +221,19 @@ impl InMemoryApiBuilder {
     /// A builder with capi-lb's and Cluster API's kinds known. `clock` stamps creation and deletion
     /// timestamps.
     pub fn new(clock: SharedClock) -> Self {
-        Self {
+        let mut builder = Self {
             clock,
             kinds: Kinds::builtin(),
             objects: Vec::new(),
+        };
+        for kind in capi_lb_api::kinds::all() {
+            let r = (kind.resource)();
+            // Every kind of capi-lb's is namespaced.
+            builder.kinds.register(&r.group, &r.kind, &r.plural, true);
         }
-        .with_resource::<LoadBalancer>()
-        .with_resource::<InMemoryLoadBalancer>()
-        .with_resource::<KubeDCLoadBalancer>()
-        .with_resource::<ServiceLoadBalancer>()
-        .with_resource::<OctaviaLoadBalancer>()
-        .with_resource::<DNSLoadBalancer>()
-        .with_resource::<ZonedLoadBalancer>()
-        .with_resource::<Machine>()
-        .with_resource::<Cluster>()
+        builder
+            .with_resource::<Machine>()
+            .with_resource::<Cluster>()
     }
 
     /// Add initial objects (each a full object with `apiVersion` and `kind`).

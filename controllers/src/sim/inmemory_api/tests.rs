@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use capi_lb_api::LoadBalancer;
 use capi_lb_providers::clock::ManualClock;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
