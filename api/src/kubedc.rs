@@ -6,12 +6,9 @@
 //! is named), a selectorless Service of `type: LoadBalancer` bound to it, and the members as that
 //! Service's endpoints; kube-dc's controller programs OVN from them. See `docs/providers/kubedc.md`.
 
-use std::collections::BTreeMap;
-
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// kube-dc's external network types.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -143,7 +140,9 @@ pub struct KubeDCLoadBalancerStatus {
     pub waiting_for: Option<String>,
 }
 
-/// The fields of kube-dc's `EIp` spec that capi-lb reads and writes.
+/// The fields of kube-dc's `EIp` spec that capi-lb reads and writes. An EIp may come from a
+/// tenant's kube-dc cluster (`spec.cluster`): every other field of its answer is dropped while it
+/// is parsed, never kept (capi-lb creates EIps and deletes them, and never writes one back whole).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "kube-dc.com",
@@ -159,9 +158,6 @@ pub struct EIpSpec {
     /// `public` or `cloud`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_network_type: Option<String>,
-    /// Every other spec field, unchanged.
-    #[serde(flatten)]
-    pub rest: BTreeMap<String, Value>,
 }
 
 /// The fields of kube-dc's `EIp` status that capi-lb reads.
@@ -174,12 +170,54 @@ pub struct EIpStatus {
     /// True once the EIp is usable.
     #[serde(default)]
     pub ready: bool,
-    /// kube-dc's conditions (type, status, reason, message).
+    /// kube-dc's conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub conditions: Vec<Value>,
-    /// Every other status field, unchanged.
-    #[serde(flatten)]
-    pub rest: BTreeMap<String, Value>,
+    pub conditions: Vec<EIpCondition>,
+}
+
+/// A condition of kube-dc's `EIp`: what capi-lb quotes of it when an EIp stays not ready.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct EIpCondition {
+    /// The condition's type.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// `True`, `False` or `Unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// kube-dc's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// kube-dc's message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 crate::validation::validated!(KubeDCLoadBalancer);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_eip_keeps_only_what_capi_lb_reads() {
+        // A (possibly tenant-controlled) kube-dc answer with fields capi-lb does not read: they are
+        // dropped while parsing, so they cost nothing after it.
+        let answer = json!({
+            "apiVersion": "kube-dc.com/v1", "kind": "EIp",
+            "metadata": {"name": "e", "namespace": "n"},
+            "spec": {"externalNetworkType": "public", "padding": vec![0; 1000]},
+            "status": {"ipAddress": "203.0.113.5", "ready": false, "owners": [{"ownerRef": "x"}],
+                       "conditions": [{"type": "Ready", "status": "False", "reason": "Quota",
+                                       "message": "no", "extra": {"deep": [1, 2, 3]}}]}
+        });
+        let eip: EIp = serde_json::from_value(answer).unwrap();
+        let back = serde_json::to_value(&eip).unwrap();
+        assert_eq!(back["spec"], json!({"externalNetworkType": "public"}));
+        assert_eq!(
+            back["status"],
+            json!({"ipAddress": "203.0.113.5", "ready": false,
+                   "conditions": [{"type": "Ready", "status": "False", "reason": "Quota", "message": "no"}]})
+        );
+    }
+}

@@ -35,7 +35,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use capi_lb::sim::world::World;
-use capi_lb_api::kubedc::EIp;
 use capi_lb_providers::clock::Clock;
 use k8s_openapi::api::core::v1::{Endpoints, Namespace, Service};
 use kube::ResourceExt;
@@ -43,6 +42,59 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::NS;
+
+/// kube-dc's `EIp` as kube-dc's own controller (this stand-in) reads and writes it, every field
+/// kept. capi-lb's type ([`capi_lb_api::kubedc::EIp`]) drops whatever capi-lb does not read while it
+/// parses a (possibly tenant-controlled) answer; the stand-in writes kube-dc's status fields
+/// (`ovnEIpRef`, `ownershipType`, `owners`) and the tests read them through this type.
+pub mod full {
+    use std::collections::BTreeMap;
+
+    use kube::CustomResource;
+    use serde::{Deserialize, Serialize};
+    use serde_json::Value;
+
+    /// kube-dc's EIp spec, whole.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+    #[kube(
+        group = "kube-dc.com",
+        version = "v1",
+        kind = "EIp",
+        plural = "eips",
+        namespaced,
+        status = "EIpStatus",
+        schema = "disabled"
+    )]
+    #[serde(rename_all = "camelCase")]
+    pub struct EIpSpec {
+        /// `public` or `cloud`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub external_network_type: Option<String>,
+        /// Every other spec field.
+        #[serde(flatten)]
+        pub rest: BTreeMap<String, Value>,
+    }
+
+    /// kube-dc's EIp status, whole.
+    #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    pub struct EIpStatus {
+        /// The allocated external IP.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub ip_address: Option<String>,
+        /// True once the EIp is usable.
+        #[serde(default)]
+        pub ready: bool,
+        /// kube-dc's conditions.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub conditions: Vec<Value>,
+        /// Every other status field (`ovnEIpRef`, `ownershipType`, `owners`).
+        #[serde(flatten)]
+        pub rest: BTreeMap<String, Value>,
+    }
+}
+
+use full::EIp;
 
 /// The finalizer kube-dc's controller puts on every EIp it sees.
 pub const EIP_FINALIZER: &str = "eip.kube-dc.com/finalizer";

@@ -2,7 +2,6 @@
 //! while kube-dc has not allocated its address (or never will: a namespace that is not a kube-dc
 //! Project's, an EIp of the wrong network).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use capi_lb_api::kubedc::{EIp, EIpSpec};
@@ -10,7 +9,6 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
-use serde_json::Value;
 
 use super::KubeDcProvider;
 use super::infra::{Infra, Slot, meta, ours};
@@ -138,7 +136,6 @@ impl KubeDcProvider {
                     metadata: meta(&name, infra, identity),
                     spec: EIpSpec {
                         external_network_type: Some(wanted.to_string()),
-                        rest: BTreeMap::new(),
                     },
                     status: None,
                 };
@@ -242,10 +239,10 @@ impl KubeDcProvider {
             .status
             .iter()
             .flat_map(|s| s.conditions.iter())
-            .filter(|c| c.get("status").and_then(Value::as_str) != Some("True"))
+            .filter(|c| c.status.as_deref() != Some("True"))
             .filter_map(|c| {
-                let reason = c.get("reason").and_then(Value::as_str).unwrap_or_default();
-                let message = c.get("message").and_then(Value::as_str).unwrap_or_default();
+                let reason = c.reason.as_deref().unwrap_or_default();
+                let message = c.message.as_deref().unwrap_or_default();
                 (!(reason.is_empty() && message.is_empty())).then(|| format!("{reason}: {message}"))
             })
             .collect();

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use capi_lb::sim::world::World;
 use capi_lb_api::capi::Machine;
-use capi_lb_api::kubedc::EIp;
 use capi_lb_api::{KubeDCLoadBalancer, LoadBalancer};
 use capi_lb_providers::clock::Clock;
+use capi_lb_tests::kubedc_sim::full::EIp;
 use capi_lb_tests::kubedc_sim::{EIP_FINALIZER, KubeDcSim, project_namespace};
 use capi_lb_tests::*;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
