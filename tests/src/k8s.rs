@@ -1204,6 +1204,24 @@ impl TestNs {
         self.controllers.push(handle);
     }
 
+    /// Start the controller as [`Self::start`] does, each of its providers wrapped by `wrap`
+    /// (`capi_lb::run::run_wrapped`; e.g. [`crate::hostile`]'s); stopped by [`TestNs::finish`].
+    pub fn start_wrapped(&mut self, options: RunOptions, wrap: capi_lb::run::ProviderWrap) {
+        let client = self.controller_client();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let metrics = std::sync::Arc::new(capi_lb::telemetry::Metrics::new());
+            capi_lb::run::run_wrapped(client, metrics, options, Some(wrap), async move {
+                let _ = stopped.await;
+            })
+            .await
+        });
+        self.controllers.push(ControllerHandle {
+            stop: Some(stop),
+            task,
+        });
+    }
+
     /// Start the controller and hand its handle to the test (to stop or kill it).
     pub fn spawn(&self, options: RunOptions) -> ControllerHandle {
         spawn_controller(self.controller_client(), options)

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 
 pub mod capi_move;
 pub mod fresh;
+pub mod hostile;
 pub mod imports;
 pub mod k8s;
 pub mod kubedc_sim;

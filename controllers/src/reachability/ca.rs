@@ -57,6 +57,16 @@ impl Prober {
             .unwrap_or_else(PoisonError::into_inner)
             .len()
     }
+
+    /// The bytes of the CAs kept now (for tests of the bound).
+    pub fn ca_bytes_kept(&self) -> usize {
+        self.cas
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .map(|(_, pem)| pem.as_ref().map_or(0, Vec::len))
+            .sum()
+    }
 }
 
 /// Keep `pem` for `key` read at `now` in `cas`: stale entries go first, then the oldest while

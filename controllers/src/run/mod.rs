@@ -22,9 +22,10 @@ use capi_lb_api::loadbalancer::LoadBalancerAddress;
 use capi_lb_providers::ProviderRegistry;
 use capi_lb_providers::catalog::{self, UnknownProvider};
 use capi_lb_providers::clock::{SharedClock, SystemClock};
-use capi_lb_providers::entry::Dependencies;
+use capi_lb_providers::entry::{Dependencies, Entry};
 use capi_lb_providers::inmemory::{self, InMemoryCloud, InMemoryProvider};
 use capi_lb_providers::observe::ApiObserver;
+use capi_lb_providers::provider::Provider;
 use capi_lb_providers::registry::WAITING;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Service;
@@ -155,6 +156,24 @@ pub async fn run_instrumented(
     options: RunOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), RunError> {
+    run_wrapped(client, metrics, options, None, shutdown).await
+}
+
+/// Wraps each enabled provider (its catalog entry, the provider) in another: what
+/// [`run_wrapped`] takes to put a provider that answers as a hostile cloud would in front of a
+/// real one (the end-to-end tests of the address policy).
+pub type ProviderWrap =
+    Arc<dyn Fn(&'static Entry, Arc<dyn Provider>) -> Arc<dyn Provider> + Send + Sync>;
+
+/// [`run_instrumented`] with each provider wrapped by `wrap` (inside the metering): the rest of
+/// the controller (every gate, the publication stage, the writes) is the one `capi-lb run` runs.
+pub async fn run_wrapped(
+    client: kube::Client,
+    metrics: Arc<Metrics>,
+    options: RunOptions,
+    wrap: Option<ProviderWrap>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), RunError> {
     options.check()?;
     require_crds(&client).await?;
     let clock: SharedClock = Arc::new(SystemClock);
@@ -178,6 +197,9 @@ pub async fn run_instrumented(
             &inmemory::ENTRY,
             Arc::new(InMemoryProvider::new(cloud.clone())),
         );
+    }
+    if let Some(wrap) = &wrap {
+        registry = registry.wrapped(|entry, p| wrap(entry, p));
     }
     let registry =
         registry.wrapped(|entry, p| Arc::new(MeteredProvider::new(entry.name, p, metrics.clone())));

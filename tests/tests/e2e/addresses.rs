@@ -243,3 +243,159 @@ async fn refused_addresses_are_published_nowhere_and_nothing_else_is_lost() {
 
     t.finish().await;
 }
+
+/// The IPv4-mapped IPv6 form of an address is that address, on the real apiserver with the real
+/// controller: a provider answering `::ffff:169.254.169.254`, `::ffff:127.0.0.1` and
+/// `::ffff:203.0.113.200` (denied) for a tenant's LoadBalancers (as a tenant's remote kube-dc server
+/// or a cloud could) has them refused by the one check of the publication stage, with publication
+/// on and off: no `-ext` address, no DNS record, not the Cluster's endpoint, not a class Service's
+/// ingress, not `status.endpoint`, and `status.addresses` in the canonical form. The mapped form of
+/// an allowed address is published in its IPv4 form. (The same in the in-memory world, and the
+/// DNS provider's path with Machines reporting mapped forms: `integration/isolation.rs`,
+/// `e2e/consent.rs`.)
+#[tokio::test]
+async fn mapped_forms_of_refused_addresses_are_refused_on_every_destination() {
+    let mut t = TestNs::new("addr-mapped").await;
+    install_capi_crds(&t.client).await;
+    let mut mapped = std::collections::BTreeMap::new();
+    for on in [true, false] {
+        let suffix = if on { "on" } else { "off" };
+        let lb_of = |base: &str| format!("{base}-{suffix}");
+        let cases = [
+            ("metadata", "169.254.169.254"),
+            ("loopback", "127.0.0.1"),
+            ("denied", "203.0.113.200"),
+            ("svc", "127.0.0.2"),
+            ("fine", "203.0.113.5"),
+        ];
+        t.create(capi_lb_tests::k8s::capi_cluster_naming(
+            &format!("demo-{suffix}"),
+            &lb_of("metadata"),
+        ))
+        .await;
+        for (base, address) in cases {
+            let name = lb_of(base);
+            mapped.insert(name.clone(), address.to_string());
+            t.create(in_memory(
+                &name,
+                json!({"addressPools": ["203.0.113.0/28"]}),
+            ))
+            .await;
+            let mut doc = load_balancer(&name, &name, json!({}));
+            doc["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": FILTER});
+            doc["spec"]["dns"] = json!({"hostnames": [format!("{name}.{}.capi-lb.test", t.ns)]});
+            doc["spec"]["publication"] = json!({"enabled": on});
+            if base == "metadata" {
+                doc["spec"]["clusterName"] = json!(format!("demo-{suffix}"));
+                doc["spec"]["controlPlane"] = json!({"endpointHost": "ProviderAddress"});
+            }
+            if base == "svc" {
+                doc["metadata"]["annotations"] =
+                    json!({"loadbalancer.cluster.x-k8s.io/service": format!("svc-{suffix}")});
+                t.create(json!({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": format!("svc-{suffix}"),
+                                 "annotations": {"loadbalancer.cluster.x-k8s.io/load-balancer-ref": name}},
+                    "spec": {"type": "LoadBalancer", "loadBalancerClass": "loadbalancer.cluster.x-k8s.io/capi-lb",
+                             "ports": [{"name": "https", "port": 6443, "targetPort": 6443}]}}))
+                    .await;
+            }
+            t.create(doc).await;
+        }
+    }
+    let mut options = t.options(&["inmemory"]);
+    options.watch_filter = Some(FILTER.into());
+    options.external.enabled = false;
+    options.address_allow = vec![("inmemory".into(), "203.0.113.0/24".parse().unwrap())];
+    options.address_deny = vec!["203.0.113.128/25".parse().unwrap()];
+    let answers = mapped.clone();
+    t.start_wrapped(
+        options,
+        std::sync::Arc::new(move |_, real| {
+            std::sync::Arc::new(capi_lb_tests::hostile::MappedAddresses {
+                real,
+                mapped: answers.clone(),
+            })
+        }),
+    );
+
+    let lbs: Api<LoadBalancer> = t.api();
+    for on in [true, false] {
+        let suffix = if on { "on" } else { "off" };
+        let fine = format!("fine-{suffix}");
+        wait_for(&lbs, &fine, "the allowed LoadBalancer Ready", |l| {
+            l.and_then(|l| l.status.as_ref()).is_some_and(|s| s.ready)
+        })
+        .await
+        .unwrap();
+        let status = lbs.get(&fine).await.unwrap().status.unwrap();
+        assert_eq!(status.addresses[0].address, "203.0.113.5", "canonical");
+        if on {
+            assert_eq!(published(&t, &fine).await, ["203.0.113.5"]);
+        } else {
+            let endpoint = status.endpoint.unwrap();
+            assert_eq!(endpoint.host, "203.0.113.5", "{fine}: the canonical form");
+        }
+    }
+    let dns = capi_lb_tests::k8s::dynamic_api(
+        &t.client,
+        Some(&t.ns),
+        &json!({"apiVersion": "externaldns.k8s.io/v1alpha1", "kind": "DNSEndpoint"}),
+    )
+    .await
+    .unwrap();
+    for (name, address) in mapped.iter().filter(|(n, _)| !n.starts_with("fine")) {
+        wait_for(&lbs, name, "EndpointPublished False AddressRefused", |l| {
+            l.and_then(|l| condition(l, "EndpointPublished"))
+                .is_some_and(|(s, r)| s == "False" && r == "AddressRefused")
+        })
+        .await
+        .unwrap();
+        let lb = lbs.get(name).await.unwrap();
+        let status = lb.status.unwrap();
+        let (_, _, message) = condition_of(&t, name, "EndpointPublished").await;
+        assert!(message.contains(address.as_str()), "{name}: {message}");
+        assert_eq!(
+            status
+                .addresses
+                .iter()
+                .map(|a| a.address.as_str())
+                .collect::<Vec<_>>(),
+            [address.as_str()],
+            "{name}: canonical in the status"
+        );
+        assert!(!status.ready, "{name}");
+        // Never the refused address in either form.
+        if let Some(endpoint) = &status.endpoint {
+            assert!(
+                !endpoint.host.contains(address.as_str()),
+                "{name}: status.endpoint {endpoint:?}"
+            );
+        }
+        assert!(published(&t, name).await.is_empty(), "{name}: -ext");
+        if let Some(endpoint) = dns.get_opt(name).await.unwrap() {
+            let records = endpoint.data["spec"]["endpoints"].as_array().cloned();
+            assert!(
+                records.unwrap_or_default().is_empty(),
+                "{name}: DNS records {endpoint:?}"
+            );
+        }
+    }
+    let clusters = capi_api(&t.client, &t.ns, "Cluster").await.unwrap();
+    let services: Api<Service> = t.api();
+    for suffix in ["on", "off"] {
+        let demo = clusters.get(&format!("demo-{suffix}")).await.unwrap();
+        let endpoint = &demo.data["spec"]["controlPlaneEndpoint"];
+        assert!(
+            endpoint.get("host").is_none_or(|h| h.as_str() == Some("")),
+            "demo-{suffix}'s endpoint: {endpoint}"
+        );
+        let svc = services.get(&format!("svc-{suffix}")).await.unwrap();
+        let ingress = svc
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|l| l.ingress)
+            .unwrap_or_default();
+        assert!(ingress.is_empty(), "svc-{suffix}'s ingress: {ingress:?}");
+    }
+    t.finish().await;
+}

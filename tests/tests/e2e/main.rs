@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod addresses;
+mod ca_cache;
 mod capi;
 mod clusterctl;
 mod clusterctl_move;

@@ -7,14 +7,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use async_trait::async_trait;
 use capi_lb_api::capi::Machine;
-use capi_lb_api::loadbalancer::LoadBalancerAddress;
 use capi_lb_api::target::TargetKeys;
-use capi_lb_providers::{
-    DeleteOutcome, DeleteRequest, EnsureOutcome, EnsureRequest, MembersOutcome, MembersRequest,
-    Provider, ProviderError,
-};
 use capi_lb_tests::*;
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
@@ -94,38 +88,6 @@ async fn workload_endpoints_need_the_clusters_consent() {
     );
 }
 
-/// The in-memory provider, answering each LoadBalancer's address in the IPv4-mapped IPv6 form of
-/// the address `mapped` names for it: what a tenant's remote kube-dc server, a cloud or a Machine's
-/// status may report (the in-memory provider's own pools refuse such CIDRs, as the apiserver's
-/// CEL does).
-struct MappedAddresses {
-    real: Arc<dyn Provider>,
-    mapped: BTreeMap<&'static str, &'static str>,
-}
-
-#[async_trait]
-impl Provider for MappedAddresses {
-    async fn ensure(&self, request: EnsureRequest<'_>) -> Result<EnsureOutcome, ProviderError> {
-        let name = request.identity.name.clone();
-        let mut outcome = self.real.ensure(request).await?;
-        if let Some(address) = self.mapped.get(name.as_str()) {
-            outcome.addresses = vec![LoadBalancerAddress::ip(format!("::ffff:{address}"))];
-        }
-        Ok(outcome)
-    }
-
-    async fn converge_members(
-        &self,
-        request: MembersRequest<'_>,
-    ) -> Result<MembersOutcome, ProviderError> {
-        self.real.converge_members(request).await
-    }
-
-    async fn delete(&self, request: DeleteRequest<'_>) -> Result<DeleteOutcome, ProviderError> {
-        self.real.delete(request).await
-    }
-}
-
 /// LoadBalancer `name` (with a DNS name), optionally a control-plane one of Cluster `demo` (which
 /// names it) and with publication switched off.
 fn tenant(name: &str, publication: bool, control_plane: bool) -> Vec<Value> {
@@ -160,11 +122,12 @@ async fn an_ipv4_mapped_form_of_a_refused_address_is_refused_on_every_destinatio
                 .build(),
         );
         objects.push(infra("svc-lb").build());
-        let mapped: BTreeMap<&'static str, &'static str> = [
+        let mapped: BTreeMap<String, String> = [
             ("metadata", "169.254.169.254"),
             ("loopback", "127.0.0.1"),
             ("svc-lb", "127.0.0.2"),
         ]
+        .map(|(n, a)| (n.to_string(), a.to_string()))
         .into();
         let world = capi_lb::sim::world::World::with_builder(objects, |b| {
             b.with_resource::<capi_lb_api::externaldns::DNSEndpoint>()
@@ -173,7 +136,7 @@ async fn an_ipv4_mapped_form_of_a_refused_address_is_refused_on_every_destinatio
         .unwrap()
         .playing_external_dns()
         .wrapping_providers(|_, real| {
-            Arc::new(MappedAddresses {
+            Arc::new(capi_lb_tests::hostile::MappedAddresses {
                 real,
                 mapped: mapped.clone(),
             })
@@ -191,7 +154,7 @@ async fn an_ipv4_mapped_form_of_a_refused_address_is_refused_on_every_destinatio
                     .iter()
                     .map(|a| a.address.as_str())
                     .collect::<Vec<_>>(),
-                [*address],
+                [address.as_str()],
                 "{name} (publication {publication})"
             );
             let published = condition(&lb, "EndpointPublished");
