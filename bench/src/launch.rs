@@ -159,19 +159,19 @@ pub(crate) async fn install(client: &Client, options: &Launch) -> Result<(), Ben
         apply_crd(client, &crd).await?;
     }
     if options.controller_kubeconfig.is_some() {
-        let files = capi_lb::install::manifests::files()
-            .map_err(|e| BenchError::Setup(format!("generating the RBAC: {e}")))?;
-        let text = files
-            .iter()
-            .find(|(p, _)| p.ends_with("rbac/rbac.yaml"))
-            .map(|(_, t)| t.clone())
-            .ok_or_else(|| BenchError::Setup("no rbac/rbac.yaml generated".into()))?;
+        // The RBAC of what the benchmark's controller runs (`--providers inmemory`, the `-ext`
+        // publisher), as an install that enables it would have: the shipped rbac.yaml has no
+        // in-memory part, and a controller on a clean apiserver got 403 with it.
+        use capi_lb::install::rbac::{CONTROLLER_PART, Enabled};
+        let enabled = Enabled {
+            providers: vec!["inmemory".into()],
+            ..Enabled::all()
+        };
+        let parts = vec![CONTROLLER_PART.to_string(), "inmemory".to_string()];
         let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
                                "metadata": {"name": "capi-lb-system"}});
         apply(client, &namespace).await?;
-        let docs: Vec<Value> = serde_saphyr::from_multiple(&text)
-            .map_err(|e| BenchError::Setup(format!("the generated RBAC: {e}")))?;
-        for doc in docs {
+        for doc in capi_lb::install::manifests::rbac_objects(&enabled, parts) {
             apply(client, &doc).await?;
         }
     }
