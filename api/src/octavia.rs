@@ -261,16 +261,19 @@ impl Default for HealthMonitor {
 }
 
 /// A floating IP in front of the VIP: allocated from a network (and released on delete), or a
-/// given address (kept on delete).
+/// given address (kept on delete). With both, the given address is used, and must be on that
+/// network (so a template can name the network and take an owned address when one is given).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("has(self.networkID) != has(self.address)").message("set exactly one of networkID (allocate) and address (use this one)"))]
+#[x_kube(validation = Rule::new("has(self.networkID) || has(self.address)").message("set networkID (allocate a floating IP from it), address (use this floating IP), or both (use this floating IP, which must be on that network)"))]
 pub struct FloatingIp {
-    /// External network to allocate a floating IP from.
+    /// External network to allocate a floating IP from; with `address`, the network that floating
+    /// IP must be on.
     #[serde(default, rename = "networkID", skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 64))]
     pub network_id: Option<String>,
-    /// An existing floating IP to use; it is kept when the load balancer is deleted.
+    /// An existing floating IP to use (instead of allocating one); it is kept when the load
+    /// balancer is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 2, max = 45))]
     #[x_kube(validation = Rule::new("isIP(self)").message("must be an IP address"))]

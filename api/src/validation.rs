@@ -125,6 +125,7 @@ impl SchemaValidator {
         if let Some(map) = object.as_object_mut() {
             map.remove("status");
         }
+        prune_nulls(&self.schema, &mut object, false);
         let defaulted = kube::core::cel::apply_defaults(&self.schema, &object);
         let mut errors = Vec::new();
         unknown_fields(&self.schema, &defaulted, "", &mut errors);
@@ -152,8 +153,14 @@ impl SchemaValidator {
         // field missing, a value not of the enum, too long, too many items or properties, a wrong
         // type: `hasBlockingErr` in k8s.io/apiextensions-apiserver); other schema errors (patterns,
         // ranges, formats) are reported together with the failed rules.
+        // A rule is not evaluated on a null value (a nullable field's), and `has()` of a field
+        // holding null is false: what the apiserver does (a KubeDCLoadBalancer or
+        // OctaviaLoadBalancer with `address: null` is stored as is, its `isIP` rule not run).
+        let mut seen_by_rules = defaulted.clone();
+        prune_nulls(&self.schema, &mut seen_by_rules, true);
         if !blocking
-            && let Err(cel_errors) = Validator::new().validate_compiled(&self.cel, &defaulted, None)
+            && let Err(cel_errors) =
+                Validator::new().validate_compiled(&self.cel, &seen_by_rules, None)
         {
             for e in cel_errors.iter() {
                 // kube-cel reports `<path of the rule's node><fieldPath>`. With the fieldPaths
@@ -437,6 +444,39 @@ fn join(path: &str, key: &str) -> String {
         key.to_string()
     } else {
         format!("{path}.{key}")
+    }
+}
+
+/// Drop the `null` values of fields whose schema is not `nullable`, as the apiserver does before
+/// defaulting (with `all`, of every field: what the CEL rules see).
+fn prune_nulls(schema: &Value, value: &mut Value, all: bool) {
+    match value {
+        Value::Object(map) => {
+            let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+                return;
+            };
+            map.retain(|key, child| {
+                let nullable = props
+                    .get(key)
+                    .and_then(|s| s.get("nullable"))
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                !(child.is_null() && props.contains_key(key) && (all || !nullable))
+            });
+            for (key, child) in map.iter_mut() {
+                if let Some(child_schema) = props.get(key) {
+                    prune_nulls(child_schema, child, all);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for item in items {
+                    prune_nulls(item_schema, item, all);
+                }
+            }
+        }
+        _ => {}
     }
 }
 

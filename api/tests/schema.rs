@@ -525,12 +525,22 @@ fn octavia_defaults_and_rules() {
     rejected(
         json!({"credentials": {"secretName": "cloud"}, "vip": {"subnetID": "s"},
                "floatingIP": {}}),
-        "exactly one of networkID (allocate) and address",
+        "set networkID (allocate a floating IP from it), address",
     );
+    // Both: the given address, which must be on that network (a template names the network and
+    // takes an owned address when one is given); null is no value, as the apiserver prunes it.
+    for floating_ip in [
+        json!({"networkID": "ext", "address": "192.0.2.7"}),
+        json!({"networkID": "ext", "address": null}),
+    ] {
+        parse::<OctaviaLoadBalancer>(&obj(json!({"credentials": {"secretName": "cloud"},
+            "vip": {"subnetID": "s"}, "floatingIP": floating_ip})))
+        .unwrap_or_else(|e| panic!("{floating_ip}: {e}"));
+    }
     rejected(
         json!({"credentials": {"secretName": "cloud"}, "vip": {"subnetID": "s"},
-               "floatingIP": {"networkID": "ext", "address": "192.0.2.7"}}),
-        "exactly one of networkID (allocate) and address",
+               "floatingIP": {"networkID": null, "address": null}}),
+        "set networkID (allocate a floating IP from it), address",
     );
     rejected(
         json!({"credentials": {"secretName": "cloud"}, "vip": {"subnetID": "s"},

@@ -103,6 +103,8 @@ pub(super) struct FloatingIp {
     pub(super) id: String,
     pub(super) floating_ip_address: String,
     #[serde(default)]
+    pub(super) floating_network_id: Option<String>,
+    #[serde(default)]
     pub(super) port_id: Option<String>,
     #[serde(default)]
     pub(super) description: Option<String>,

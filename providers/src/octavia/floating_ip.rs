@@ -29,7 +29,7 @@ fn in_place(call: &Call<'_>, wanted: &Option<WantedFloatingIp>) -> bool {
                 && w.address
                     .as_ref()
                     .is_none_or(|a| call.status.floating_ip.as_ref() == Some(a))
-                && (w.network_id.is_some() == call.status.floating_ip_allocated)
+                && (w.address.is_none() == call.status.floating_ip_allocated)
         }
     }
 }
@@ -131,7 +131,10 @@ impl OctaviaProvider {
             return Ok(Progress::Done);
         };
         let fip = if let Some(address) = &wanted.address {
-            let fip = self.given_fip(session, call, address, &port).await?;
+            let network = wanted.network_id.as_deref();
+            let fip = self
+                .given_fip(session, call, address, network, &port)
+                .await?;
             call.status.floating_ip_allocated = false;
             fip
         } else {
@@ -148,13 +151,14 @@ impl OctaviaProvider {
         Ok(Progress::Done)
     }
 
-    /// The floating IP the spec names by `address`, associated with the VIP `port`; one on another
-    /// port is never taken.
+    /// The floating IP the spec names by `address` (on `network`, when the spec names one too),
+    /// associated with the VIP `port`; one on another port or network is never taken.
     async fn given_fip(
         &self,
         session: &Session,
         call: &mut Call<'_>,
         address: &str,
+        network: Option<&str>,
         port: &str,
     ) -> Result<FloatingIp, Stop> {
         let found = self
@@ -167,6 +171,17 @@ impl OctaviaProvider {
                 Duration::from_secs(60),
             )));
         };
+        if let (Some(wanted), Some(actual)) = (network, fip.floating_network_id.as_deref())
+            && wanted != actual
+        {
+            return Err(Stop::Wait(Progress::pending_because(
+                reason::FLOATING_IP_NOT_FOUND,
+                format!(
+                    "floating IP {address} is on network {actual}, not on floatingIP.networkID {wanted}; name a floating IP of that network, or the network it is on"
+                ),
+                Duration::from_secs(60),
+            )));
+        }
         match fip.port_id.as_deref() {
             Some(p) if p == port => {}
             Some(other) => {

@@ -1160,18 +1160,19 @@ fn cel_cases() -> Vec<CelCase> {
         case(
             "OctaviaLoadBalancer",
             "spec.floatingIP",
-            "networkID (allocate) and address",
+            "set networkID (allocate a floating IP from it)",
             "spec.floatingIP",
         )
         .spec(octavia_spec(json!({"floatingIP": {}}))),
+        // Null is no value: `has()` is false for it, as for an absent field.
         case(
             "OctaviaLoadBalancer",
             "spec.floatingIP",
-            "networkID (allocate) and address",
+            "set networkID (allocate a floating IP from it)",
             "spec.floatingIP",
         )
         .spec(octavia_spec(
-            json!({"floatingIP": {"networkID": "ext", "address": "192.0.2.7"}}),
+            json!({"floatingIP": {"networkID": null, "address": null}}),
         )),
         case(
             "OctaviaLoadBalancer",

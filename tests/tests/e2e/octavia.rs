@@ -1182,9 +1182,27 @@ async fn a_given_floating_ip_is_used_never_stolen_and_kept_on_delete() {
     .await;
     assert_eq!(fip(&h, &busy_id).1["port_id"], "someone-elses-port");
 
-    // A free one: associated with the VIP, published, and kept (disassociated) on delete.
+    // A free one, named with a network it is not on: not taken.
     let (free_id, free) = create(None);
-    patch_olb(&world, json!({"floatingIP": {"address": free}})).await;
+    patch_olb(
+        &world,
+        json!({"floatingIP": {"networkID": "not-its-network", "address": free}}),
+    )
+    .await;
+    let lb = reconcile_cp_until(&world, "FloatingIPNotFound", |lb| {
+        cond(lb, "InfrastructureReady").1 == "FloatingIPNotFound"
+    })
+    .await;
+    let c = condition(&lb, "InfrastructureReady");
+    assert!(c.message.contains("not on floatingIP.networkID"), "{c:?}");
+    assert!(fip(&h, &free_id).1["port_id"].is_null());
+    // With its own network (as the kamaji-octavia flavor names both): associated with the VIP,
+    // published, and kept (disassociated) on delete.
+    patch_olb(
+        &world,
+        json!({"floatingIP": {"networkID": network, "address": free}}),
+    )
+    .await;
     let lb = reconcile_cp_until(&world, "Ready", is_ready).await;
     let status = octavia_status(&world, "cp").await;
     assert_eq!(status.floating_ip.as_deref(), Some(free.as_str()));
