@@ -262,7 +262,13 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
     write_header(&mut output, &sources, &stand_ins, &loaded.context);
     write_timeline(&mut output, &world, &run);
     let client = world.client();
-    let not_ready = write_load_balancers(&mut output, &client).await?;
+    let mut lbs = Api::<LoadBalancer>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Box::new)?
+        .items;
+    lbs.sort_by_key(|lb| (lb.namespace(), lb.name_any()));
+    let not_ready = write_load_balancers(&mut output, &client, &lbs).await?;
     let given: Vec<(String, Option<Value>)> = loaded
         .objects
         .iter()
@@ -277,7 +283,7 @@ pub async fn simulate(sources: &[Source], options: &Options) -> Result<Simulatio
             (key, o.pointer("/spec/controlPlaneEndpoint").cloned())
         })
         .collect();
-    let mut summary = summary::lines(&client, &world.ctx.events.timeline(), &given).await?;
+    let mut summary = summary::lines(&client, &lbs, &world.ctx.events.timeline(), &given).await?;
     write_load_balancer_services(&mut output, &world, &mut summary).await?;
     let _ = writeln!(output, "#\n# Summary:");
     for line in &summary {
@@ -394,15 +400,10 @@ fn write_timeline(output: &mut String, world: &World, run: &RunReport) {
 async fn write_load_balancers(
     output: &mut String,
     client: &kube::Client,
+    lbs: &[LoadBalancer],
 ) -> Result<Vec<String>, SimulateError> {
-    let mut lbs = Api::<LoadBalancer>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(Box::new)?
-        .items;
-    lbs.sort_by_key(|lb| (lb.namespace(), lb.name_any()));
     let mut not_ready = Vec::new();
-    for lb in &lbs {
+    for lb in lbs {
         let key = format!("{}/{}", lb.namespace().unwrap_or_default(), lb.name_any());
         if !write_load_balancer(output, client, lb).await? {
             not_ready.push(key);

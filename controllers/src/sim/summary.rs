@@ -106,21 +106,17 @@ fn warnings(timeline: &[TimelineEntry], object: &str) -> String {
     }
 }
 
-/// One line per LoadBalancer, then one per Cluster; `given` are the Clusters as the input wrote
-/// them (`namespace/name` and their `spec.controlPlaneEndpoint`, if any).
+/// One line per LoadBalancer of `lbs` (every one, in order), then one per Cluster; `given` are the
+/// Clusters as the input wrote them (`namespace/name` and their `spec.controlPlaneEndpoint`, if
+/// any).
 pub async fn lines(
     client: &kube::Client,
+    lbs: &[LoadBalancer],
     timeline: &[TimelineEntry],
     given: &[(String, Option<Value>)],
 ) -> Result<Vec<String>, Box<kube::Error>> {
-    let mut lbs = Api::<LoadBalancer>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(Box::new)?
-        .items;
-    lbs.sort_by_key(|lb| (lb.namespace(), lb.name_any()));
     let mut out = Vec::new();
-    for lb in &lbs {
+    for lb in lbs {
         out.push(format!(
             "LoadBalancer {}/{}: {}; {}; {}",
             lb.namespace().unwrap_or_default(),
@@ -137,7 +133,7 @@ pub async fn lines(
         .items;
     clusters.sort_by_key(|c| (c.namespace(), c.name_any()));
     for cluster in &clusters {
-        out.push(cluster_line(cluster, &lbs, given));
+        out.push(cluster_line(cluster, lbs, given));
     }
     Ok(out)
 }
@@ -208,10 +204,21 @@ fn cluster_line(
             c.reason,
             c.message
         ),
-        None if lb.annotations().contains_key(class::ANNOTATION_SERVICE) => format!(
-            "LoadBalancer {} realises a Service of capi-lb's class, whose owner (Kamaji) writes the endpoint from the Service's ingress; that controller does not run here",
-            lb.name_any()
-        ),
+        None if lb.annotations().contains_key(class::ANNOTATION_SERVICE) => {
+            let owner = match cluster.control_plane_ref() {
+                Some((_, kind, _)) if kind == "KamajiControlPlane" => {
+                    "its control plane (Kamaji)".to_string()
+                }
+                Some((_, kind, _)) => {
+                    format!("its control plane ({kind}) or whoever made the Service")
+                }
+                None => "whoever made the Service".to_string(),
+            };
+            format!(
+                "LoadBalancer {} realises a Service of capi-lb's class; {owner} writes the endpoint from the Service's ingress, and does not run here",
+                lb.name_any()
+            )
+        }
         None if !cluster
             .annotations()
             .contains_key(ANNOTATION_LOAD_BALANCER_REF) =>
