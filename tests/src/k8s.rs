@@ -463,6 +463,63 @@ pub async fn helm_on(kubeconfig: &Path, home: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A Helm release a test installed: uninstalled when dropped unless the test did it (a test that
+/// fails midway leaves no release, and no cluster-scoped objects of the chart, behind).
+pub struct HelmRelease {
+    /// The release's name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    kubeconfig: PathBuf,
+    home: PathBuf,
+    done: bool,
+}
+
+impl HelmRelease {
+    /// The release `name` in `namespace` of the instance of `kubeconfig`, with helm home `home`.
+    pub fn new(name: &str, namespace: &str, kubeconfig: &Path, home: &Path) -> Self {
+        Self {
+            name: name.into(),
+            namespace: namespace.into(),
+            kubeconfig: kubeconfig.into(),
+            home: home.into(),
+            done: false,
+        }
+    }
+
+    /// `helm uninstall` it now, as the test's step.
+    pub async fn uninstall(mut self) {
+        helm_on(
+            &self.kubeconfig,
+            &self.home,
+            &["uninstall", &self.name, "--namespace", &self.namespace],
+        )
+        .await;
+        self.done = true;
+    }
+}
+
+impl Drop for HelmRelease {
+    fn drop(&mut self) {
+        if !self.done
+            && let Ok(path) = Command::new(repo().join("tests/tools.sh"))
+                .args(["path", "helm"])
+                .output()
+        {
+            let _ = Command::new(String::from_utf8_lossy(&path.stdout).trim())
+                .args(["uninstall", &self.name, "--namespace", &self.namespace])
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .env("HELM_CACHE_HOME", self.home.join("cache"))
+                .env("HELM_CONFIG_HOME", self.home.join("config"))
+                .env("HELM_DATA_HOME", self.home.join("data"))
+                .env_remove("KUBECONFIG")
+                .output();
+        }
+        let _ = std::fs::remove_dir_all(&self.home);
+    }
+}
+
 /// Run the harness's `kubectl` with another instance's `kubeconfig`: its whole output.
 pub fn kubectl_output_with(
     kubeconfig: &Path,

@@ -77,6 +77,8 @@ async fn helm_uninstall_then_capi_lb_uninstall_keeps_the_metallb_service_and_rel
         ],
     )
     .await;
+    let installed =
+        capi_lb_tests::k8s::HelmRelease::new(&release, &t.ns, &cluster().kubeconfig, &home);
 
     t.create(capi_cluster_naming("demo", "kept")).await;
     let (infra, lb) = on_service("kept", &class);
@@ -116,8 +118,7 @@ async fn helm_uninstall_then_capi_lb_uninstall_keeps_the_metallb_service_and_rel
 
     // The controller goes, then the release.
     controller.stop().await;
-    helm(&home, &["uninstall", &release, "--namespace", &t.ns]).await;
-    let _ = std::fs::remove_dir_all(&home);
+    installed.uninstall().await;
 
     // The control: deleted with no controller, it waits on capi-lb's finalizer; with the finalizers
     // removed by hand (the old uninstall guide's step), the garbage collector takes its Service:
