@@ -615,7 +615,7 @@ cmd_install() {
 }
 
 installed() {
-  [ -x "$ETCD_BIN/etcd" ] && kubernetes_installed "$K8S_VERSION" kube-apiserver kube-controller-manager kubectl kube-proxy \
+  [ -x "$ETCD_BIN/etcd" ] && kubernetes_installed "$K8S_VERSION" kube-apiserver kube-controller-manager kubectl \
     && kubernetes_installed "$K8S_OLDEST_VERSION" kube-apiserver kube-controller-manager && [ -x "$COREDNS_BIN/coredns" ] && metallb_installed && external_dns_installed \
     && capi_installed && clusterctl_inventory_installed && template_providers_installed && command -v named >/dev/null && command -v tsig-keygen >/dev/null && command -v dig >/dev/null \
     && { [ "$INSTANCE" != legacy ] || legacy_capi_installed; }
