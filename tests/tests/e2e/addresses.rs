@@ -33,6 +33,9 @@ use serde_json::{Value, json};
 /// The watch filter of this test's controller, which watches every namespace (so that it sees the
 /// ClusterIP of `default/kubernetes`) but reconciles only this test's LoadBalancers.
 const FILTER: &str = "addresses-test";
+/// The watch filter of the mapped-forms test's controller (the first test's watches every
+/// namespace).
+const MAPPED_FILTER: &str = "addresses-mapped-test";
 
 /// The addresses of LoadBalancer `lb`'s `-ext` EndpointSlices.
 async fn published(t: &TestNs, lb: &str) -> Vec<String> {
@@ -282,7 +285,7 @@ async fn mapped_forms_of_refused_addresses_are_refused_on_every_destination() {
             ))
             .await;
             let mut doc = load_balancer(&name, &name, json!({}));
-            doc["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": FILTER});
+            doc["metadata"]["labels"] = json!({"cluster.x-k8s.io/watch-filter": MAPPED_FILTER});
             doc["spec"]["dns"] = json!({"hostnames": [format!("{name}.{}.capi-lb.test", t.ns)]});
             doc["spec"]["publication"] = json!({"enabled": on});
             if base == "metadata" {
@@ -303,7 +306,7 @@ async fn mapped_forms_of_refused_addresses_are_refused_on_every_destination() {
         }
     }
     let mut options = t.options(&["inmemory"]);
-    options.watch_filter = Some(FILTER.into());
+    options.watch_filter = Some(MAPPED_FILTER.into());
     options.external.enabled = false;
     options.address_allow = vec![("inmemory".into(), "203.0.113.0/24".parse().unwrap())];
     options.address_deny = vec!["203.0.113.128/25".parse().unwrap()];
