@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 use capi_lb_api::LoadBalancer;
 use capi_lb_tests::capi_move::{lock_target_default_kubernetes, target};
 use capi_lb_tests::k8s::{
-    TestNs, capi_cluster, capi_cluster_naming, external_dns, in_memory, install_capi_crds,
-    load_balancer, merge, nsupdate, wait_for, warning_event,
+    TestNs, capi_cluster, capi_cluster_naming, eventually, external_dns, in_memory,
+    install_capi_crds, load_balancer, merge, nsupdate, wait_for, warning_event,
 };
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Endpoints, Secret};
@@ -740,12 +740,13 @@ async fn a_hostname_only_load_balancer_is_resolved_and_followed_through_its_reco
     )
     .await;
     println!("AAAA changed: followed within {took:?}");
-    let (status, message) = workload_condition(&t, "cp", "WorkloadEndpointsSynced").await;
-    assert_eq!(status, "True", "{message}");
-    assert!(
-        message.contains(&format!("{host} resolves to 2001:db8::42")),
-        "{message}"
-    );
+    // The condition is written after the workload cluster's objects: it may lag them a moment.
+    let expected = format!("{host} resolves to 2001:db8::42");
+    eventually("WorkloadEndpointsSynced names the new address", || async {
+        let (status, message) = workload_condition(&t, "cp", "WorkloadEndpointsSynced").await;
+        (status == "True" && message.contains(&expected)).then_some(())
+    })
+    .await;
 
     // An address the admin's --address-deny refuses: reported, never written.
     set(&[("A", "198.51.100.7")]);

@@ -12,6 +12,7 @@ mod dns;
 mod dnslb;
 mod docs;
 mod external_endpoints;
+mod helm_values;
 mod isolation;
 mod kubedc;
 mod kubedc_network;
