@@ -435,22 +435,10 @@ fn kubectl_output(args: &[&str], stdin: Option<&str>) -> std::process::Output {
 /// `helm ARGS --kubeconfig KUBECONFIG` with a helm home of its own under `home` (the real helm of
 /// `tests/tools.sh`, never the user's configuration): its stdout; panics when it fails.
 pub async fn helm_on(kubeconfig: &Path, home: &Path, args: &[&str]) -> String {
-    let path = Command::new(repo().join("tests/tools.sh"))
-        .args(["path", "helm"])
-        .output()
-        .unwrap();
-    assert!(
-        path.status.success(),
-        "helm is missing: run `tests/tools.sh install helm`"
-    );
-    let out = tokio::process::Command::new(String::from_utf8_lossy(&path.stdout).trim())
+    let helm =
+        helm_command(kubeconfig, home).expect("helm is missing: run `tests/tools.sh install helm`");
+    let out = tokio::process::Command::from(helm)
         .args(args)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .env_remove("KUBECONFIG")
         .output()
         .await
         .unwrap();
@@ -461,6 +449,24 @@ pub async fn helm_on(kubeconfig: &Path, home: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The tools' `helm` for the instance of `kubeconfig`, with helm home `home` (its cache, config and
+/// data), never the environment's KUBECONFIG; `None` when helm is not installed.
+fn helm_command(kubeconfig: &Path, home: &Path) -> Option<Command> {
+    let path = Command::new(repo().join("tests/tools.sh"))
+        .args(["path", "helm"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let mut helm = Command::new(String::from_utf8_lossy(&path.stdout).trim());
+    helm.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env_remove("KUBECONFIG");
+    Some(helm)
 }
 
 /// A Helm release a test installed: uninstalled when dropped unless the test did it (a test that
@@ -502,18 +508,10 @@ impl HelmRelease {
 impl Drop for HelmRelease {
     fn drop(&mut self) {
         if !self.done
-            && let Ok(path) = Command::new(repo().join("tests/tools.sh"))
-                .args(["path", "helm"])
-                .output()
+            && let Some(mut helm) = helm_command(&self.kubeconfig, &self.home)
         {
-            let _ = Command::new(String::from_utf8_lossy(&path.stdout).trim())
+            let _ = helm
                 .args(["uninstall", &self.name, "--namespace", &self.namespace])
-                .arg("--kubeconfig")
-                .arg(&self.kubeconfig)
-                .env("HELM_CACHE_HOME", self.home.join("cache"))
-                .env("HELM_CONFIG_HOME", self.home.join("config"))
-                .env("HELM_DATA_HOME", self.home.join("data"))
-                .env_remove("KUBECONFIG")
                 .output();
         }
         let _ = std::fs::remove_dir_all(&self.home);

@@ -51,6 +51,24 @@ async fn published(t: &TestNs, lb: &str) -> Vec<String> {
         .collect()
 }
 
+/// LoadBalancer `name`'s DNSEndpoint, if there is one, holds no record.
+async fn assert_no_dns_records(t: &TestNs, name: &str) {
+    let dns = capi_lb_tests::k8s::dynamic_api(
+        &t.client,
+        Some(&t.ns),
+        &json!({"apiVersion": "externaldns.k8s.io/v1alpha1", "kind": "DNSEndpoint"}),
+    )
+    .await
+    .unwrap();
+    if let Some(endpoint) = dns.get_opt(name).await.unwrap() {
+        let records = endpoint.data["spec"]["endpoints"].as_array().cloned();
+        assert!(
+            records.unwrap_or_default().is_empty(),
+            "{name}: DNS records {endpoint:?}"
+        );
+    }
+}
+
 /// Status, reason and message of condition `type_` of LoadBalancer `name`.
 async fn condition_of(t: &TestNs, name: &str, type_: &str) -> (String, String, String) {
     let lb = t.api::<LoadBalancer>().get(name).await.unwrap();
@@ -182,20 +200,7 @@ async fn refused_addresses_are_published_nowhere_and_nothing_else_is_lost() {
             "{name}: published {:?}",
             published(&t, name).await
         );
-        let dns = capi_lb_tests::k8s::dynamic_api(
-            &t.client,
-            Some(&t.ns),
-            &json!({"apiVersion": "externaldns.k8s.io/v1alpha1", "kind": "DNSEndpoint"}),
-        )
-        .await
-        .unwrap();
-        if let Some(endpoint) = dns.get_opt(name).await.unwrap() {
-            let records = endpoint.data["spec"]["endpoints"].as_array().cloned();
-            assert!(
-                records.unwrap_or_default().is_empty(),
-                "{name}: DNS records {endpoint:?}"
-            );
-        }
+        assert_no_dns_records(&t, name).await;
         eventually(
             &format!("a Warning Event AddressRefused for {name}"),
             || async {
@@ -339,13 +344,6 @@ async fn mapped_forms_of_refused_addresses_are_refused_on_every_destination() {
             assert_eq!(endpoint.host, "203.0.113.5", "{fine}: the canonical form");
         }
     }
-    let dns = capi_lb_tests::k8s::dynamic_api(
-        &t.client,
-        Some(&t.ns),
-        &json!({"apiVersion": "externaldns.k8s.io/v1alpha1", "kind": "DNSEndpoint"}),
-    )
-    .await
-    .unwrap();
     for (name, address) in mapped.iter().filter(|(n, _)| !n.starts_with("fine")) {
         wait_for(&lbs, name, "EndpointPublished False AddressRefused", |l| {
             l.and_then(|l| condition(l, "EndpointPublished"))
@@ -375,13 +373,7 @@ async fn mapped_forms_of_refused_addresses_are_refused_on_every_destination() {
             );
         }
         assert!(published(&t, name).await.is_empty(), "{name}: -ext");
-        if let Some(endpoint) = dns.get_opt(name).await.unwrap() {
-            let records = endpoint.data["spec"]["endpoints"].as_array().cloned();
-            assert!(
-                records.unwrap_or_default().is_empty(),
-                "{name}: DNS records {endpoint:?}"
-            );
-        }
+        assert_no_dns_records(&t, name).await;
     }
     let clusters = capi_api(&t.client, &t.ns, "Cluster").await.unwrap();
     let services: Api<Service> = t.api();
