@@ -49,6 +49,12 @@
 #   IPAddressPool $METALLB_NAMESPACE/harness on $METALLB_POOL (RFC 5737 documentation range), serving
 #   only Services with spec.loadBalancerClass $METALLB_CLASS (class-less LoadBalancer Services other
 #   tests create stay pending), as its own user bound to MetalLB's controller ClusterRole and Role.
+#   The data plane: kube-proxy ($K8S_VERSION, nftables mode, as system:kube-proxy, which the
+#   apiserver's bootstrap policy binds to system:node-proxier) on this host as Node $NODE_NAME, so a
+#   Service's cluster IP and its MetalLB-assigned ingress IP really forward to its EndpointSlices'
+#   endpoints (from this host: nothing announces the IPs to other machines), and $DATA_PLANE_RANGE on
+#   lo for the API servers the data-plane tests start (tests/tests/e2e/rollout.rs). Needs root
+#   (CAP_NET_ADMIN) and Debian's nftables; `stop` removes kube-proxy's tables.
 #   BIND9 on 127.0.0.1:$BIND_PORT (UDP and TCP), primary for $DNS_ZONE, which only the TSIG key in
 #   $STATE/tsig.key may update or transfer; the zone is reset to its SOA, NS and ns A records whenever
 #   named starts. ExternalDNS publishing the externaldns.k8s.io/v1alpha1 DNSEndpoints of every namespace
@@ -178,9 +184,22 @@ EXTERNAL_DNS_PORT="${CAPI_LB_K8S_EXTERNAL_DNS_PORT:-17979}" # ExternalDNS's /hea
 CAPI_WEBHOOK_PORT="${CAPI_LB_K8S_CAPI_WEBHOOK_PORT:-19443}"         # Cluster API's webhooks (all interfaces: no host flag)
 CAPI_HEALTH_PORT="${CAPI_LB_K8S_CAPI_HEALTH_PORT:-19440}"           # its /healthz and /readyz
 CAPI_DIAGNOSTICS_PORT="${CAPI_LB_K8S_CAPI_DIAGNOSTICS_PORT:-18443}" # its /metrics (plain HTTP)
+# The data plane (main instance only): kube-proxy in nftables mode on this host, as Node
+# $NODE_NAME, forwarding Services' cluster IPs and their status.loadBalancer.ingress IPs (MetalLB's
+# pool) to their endpoints, and the private range $DATA_PLANE_RANGE on lo, whose addresses the
+# data-plane tests and benchmarks give their API servers ($NODE_IP is the node's own). nftables'
+# tables are per network namespace: one main instance per machine runs it; CAPI_LB_K8S_KUBE_PROXY=off
+# leaves it out (another main instance beside the first, e.g. a probe).
+KUBE_PROXY="${CAPI_LB_K8S_KUBE_PROXY:-on}"
+KUBE_PROXY_HEALTH_PORT="${CAPI_LB_K8S_KUBE_PROXY_HEALTH_PORT:-10356}"
+KUBE_PROXY_METRICS_PORT="${CAPI_LB_K8S_KUBE_PROXY_METRICS_PORT:-10349}"
+NODE_NAME="capi-lb-harness"
+DATA_PLANE_RANGE="10.199.0.0/24"
+NODE_IP="10.199.0.1"
 # What an instance runs (`running` checks each): everything, or for the target only what a
 # management cluster needs.
 COMPONENTS="etcd kube-apiserver kube-controller-manager coredns metallb-controller named external-dns cluster-api-manager"
+if [ "$KUBE_PROXY" = on ]; then COMPONENTS="$COMPONENTS kube-proxy"; fi
 if [ "$INSTANCE" = target ]; then
   # Derived from the first instance's state folder, so a test run with its own CAPI_LB_K8S_STATE
   # gets its own target too (and `stop`'s pkill of "$STATE/" never matches the other instance).
@@ -274,6 +293,8 @@ install_packages() {
   command -v flock >/dev/null || missing+=(util-linux)
   { command -v named && command -v tsig-keygen; } >/dev/null || missing+=(bind9)
   command -v dig >/dev/null || missing+=(bind9-dnsutils)
+  command -v nft >/dev/null || missing+=(nftables) # kube-proxy's nftables mode runs nft
+  command -v ip >/dev/null || missing+=(iproute2)   # the data plane's addresses on lo
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]}"
     apt-get update -qq
@@ -605,7 +626,7 @@ cmd_install() {
   install_coredns
   install_metallb
   install_external_dns
-  install_kubernetes "$K8S_VERSION" kube-apiserver kube-controller-manager kubectl
+  install_kubernetes "$K8S_VERSION" kube-apiserver kube-controller-manager kubectl kube-proxy
   install_kubernetes "$K8S_OLDEST_VERSION" kube-apiserver kube-controller-manager
   install_cluster_api
   install_clusterctl_inventory
@@ -615,9 +636,10 @@ cmd_install() {
 }
 
 installed() {
-  [ -x "$ETCD_BIN/etcd" ] && kubernetes_installed "$K8S_VERSION" kube-apiserver kube-controller-manager kubectl \
+  [ -x "$ETCD_BIN/etcd" ] && kubernetes_installed "$K8S_VERSION" kube-apiserver kube-controller-manager kubectl kube-proxy \
     && kubernetes_installed "$K8S_OLDEST_VERSION" kube-apiserver kube-controller-manager && [ -x "$COREDNS_BIN/coredns" ] && metallb_installed && external_dns_installed \
     && capi_installed && clusterctl_inventory_installed && template_providers_installed && command -v named >/dev/null && command -v tsig-keygen >/dev/null && command -v dig >/dev/null \
+    && command -v nft >/dev/null && command -v ip >/dev/null \
     && { [ "$INSTANCE" != legacy ] || legacy_capi_installed; }
 }
 
@@ -660,6 +682,8 @@ pki() {
   cert external-dns "/CN=capi-lb-harness:external-dns"
   cert capi-manager "/CN=capi-lb-harness:capi-manager"
   cert capi-webhook "/CN=cluster-api-webhook" "IP:127.0.0.1,DNS:localhost"
+  # Bound to system:node-proxier by the apiserver's own bootstrap policy, as kubeadm's kube-proxy.
+  cert kube-proxy "/CN=system:kube-proxy"
   if [ ! -s "$PKI/sa.key" ]; then
     openssl ecparam -name prime256v1 -genkey -noout -out "$PKI/sa.key" 2>/dev/null
     openssl ec -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
@@ -890,6 +914,46 @@ start_metallb() {
     --namespace="$METALLB_NAMESPACE" --webhook-mode=disabled --port="$METALLB_PORT" \
     --lb-class="$METALLB_CLASS" --log-level=info
   wait_until metallb-controller 30 metallb_ready
+}
+
+# The Node kube-proxy runs as (no kubelet: kube-controller-manager marks it NotReady and taints it,
+# which no test schedules anything on), and the data plane's range on lo: a /24 on lo makes each of
+# its addresses local, so a server can bind any of them.
+data_plane_objects() {
+  kubectl_admin apply --server-side --force-conflicts --field-manager=capi-lb-harness -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $NODE_NAME
+  labels: {kubernetes.io/hostname: $NODE_NAME, capi-lb.dev/harness: data-plane}
+EOF
+  # kube-proxy waits (30 s) for the Node's addresses, as a kubelet would report them.
+  kubectl_admin patch node "$NODE_NAME" --subresource=status --type=merge \
+    -p "{\"status\": {\"addresses\": [{\"type\": \"InternalIP\", \"address\": \"$NODE_IP\"}, {\"type\": \"Hostname\", \"address\": \"$NODE_NAME\"}]}}" >/dev/null
+  ip -4 -o addr show dev lo | grep -q " ${NODE_IP}/${DATA_PLANE_RANGE#*/} " \
+    || ip addr add "$NODE_IP/${DATA_PLANE_RANGE#*/}" dev lo
+}
+
+kube_proxy_ready() { curl -fsS "http://127.0.0.1:$KUBE_PROXY_HEALTH_PORT/healthz" >/dev/null; }
+
+# kube-proxy in nftables mode (table ip kube-proxy), no conntrack sysctl of its own (0 keeps the
+# machine's), node ports only on $NODE_IP.
+start_kube_proxy() {
+  data_plane_objects
+  launch kube-proxy "$K8S_BIN/kube-proxy" --kubeconfig="$STATE/kube-proxy.kubeconfig" \
+    --proxy-mode=nftables --hostname-override="$NODE_NAME" --bind-address="$NODE_IP" \
+    --nodeport-addresses="$NODE_IP/32" \
+    --healthz-bind-address="127.0.0.1:$KUBE_PROXY_HEALTH_PORT" \
+    --metrics-bind-address="127.0.0.1:$KUBE_PROXY_METRICS_PORT" \
+    --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0s \
+    --conntrack-tcp-timeout-close-wait=0s --profiling=false
+  wait_until kube-proxy 30 kube_proxy_ready
+}
+
+# Its tables, after it stopped (`kube-proxy --cleanup` also asks for iptables, which is not here).
+kube_proxy_cleanup() {
+  local family
+  for family in ip ip6; do nft delete table "$family" kube-proxy 2>/dev/null || true; done
 }
 
 # BIND9 serving $DNS_ZONE on 127.0.0.1:$BIND_PORT, updated only with the TSIG key $TSIG_KEY (made once,
@@ -1303,6 +1367,10 @@ cmd_start() {
     start_metallb
     start_bind
     start_external_dns
+    if [ "$KUBE_PROXY" = on ]; then
+      kubeconfig "$STATE/kube-proxy.kubeconfig" kube-proxy
+      start_kube_proxy
+    fi
   fi
   if [ "$INSTANCE" = legacy ]; then
     legacy_capi_crds
@@ -1332,7 +1400,8 @@ stop_one() {
 cmd_stop() {
   rm -f "$STATE/env"
   # Every component either instance may run (a missing pid file is nothing to stop).
-  for name in cluster-api-manager external-dns named metallb-controller coredns kube-controller-manager kube-apiserver etcd; do stop_one "$name"; done
+  for name in cluster-api-manager kube-proxy external-dns named metallb-controller coredns kube-controller-manager kube-apiserver etcd; do stop_one "$name"; done
+  if [ "$INSTANCE" = main ] && [ "$KUBE_PROXY" = on ]; then kube_proxy_cleanup; fi
   # Anything still running from this state folder (a pid file lost by hand) goes too.
   pkill -KILL -f -- "$STATE/" 2>/dev/null || true
   log "stopped"
