@@ -21,5 +21,6 @@ pub mod converge;
 pub mod external;
 pub mod launch;
 pub mod propagation;
+pub mod rollout;
 pub mod scrape;
 pub mod writecost;

@@ -53,6 +53,8 @@ pub struct Cluster {
     pub external_dns: Option<ExternalDns>,
     /// The Cluster API core manager serving the cluster (its version), and clusterctl.
     pub capi: Option<Capi>,
+    /// A data plane on this host (kube-proxy) and what the data-plane tests start API servers with.
+    pub data_plane: Option<DataPlane>,
     /// Where the cluster came from, for messages.
     pub source: String,
 }
@@ -81,6 +83,47 @@ pub fn capi() -> &'static Capi {
     cluster().capi.as_ref().unwrap_or_else(|| {
         panic!(
             "no Cluster API manager on {}: set CAPI_LB_E2E_CAPI_VERSION to the release of the Cluster API core manager (with its webhooks) running there",
+            cluster().source
+        )
+    })
+}
+
+/// The cluster's data plane on this host: kube-proxy forwards its Services' cluster and ingress IPs,
+/// and `range` is on `lo` for the API servers the data-plane tests start, with these binaries.
+#[derive(Clone, Debug)]
+pub struct DataPlane {
+    /// Addresses on `lo` (`CAPI_LB_E2E_DATA_PLANE_RANGE`).
+    pub range: ipnet::Ipv4Net,
+    /// etcd (`CAPI_LB_E2E_ETCD_BINARY`).
+    pub etcd: PathBuf,
+    /// kube-apiserver (`CAPI_LB_E2E_KUBE_APISERVER`).
+    pub kube_apiserver: PathBuf,
+}
+
+impl DataPlane {
+    fn from(
+        range: Option<String>,
+        etcd: Option<String>,
+        kube_apiserver: Option<String>,
+    ) -> Result<Option<Self>, String> {
+        match (range, etcd, kube_apiserver) {
+            (Some(range), Some(etcd), Some(kube_apiserver)) => Ok(Some(Self {
+                range: range
+                    .parse()
+                    .map_err(|e| format!("CAPI_LB_E2E_DATA_PLANE_RANGE={range}: {e}"))?,
+                etcd: etcd.into(),
+                kube_apiserver: kube_apiserver.into(),
+            })),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// The data plane of the cluster under test; panics when there is none.
+pub fn data_plane() -> &'static DataPlane {
+    cluster().data_plane.as_ref().unwrap_or_else(|| {
+        panic!(
+            "no data plane on {}: set CAPI_LB_E2E_DATA_PLANE_RANGE, CAPI_LB_E2E_ETCD_BINARY and CAPI_LB_E2E_KUBE_APISERVER (kube-proxy must forward the cluster's Services on this host)",
             cluster().source
         )
     })
@@ -285,6 +328,11 @@ fn resolve_cluster() -> Result<Cluster, String> {
                 std::env::var("CAPI_LB_E2E_CAPI_VERSION").ok(),
                 std::env::var("CAPI_LB_E2E_CLUSTERCTL").ok(),
             ),
+            data_plane: DataPlane::from(
+                std::env::var("CAPI_LB_E2E_DATA_PLANE_RANGE").ok(),
+                std::env::var("CAPI_LB_E2E_ETCD_BINARY").ok(),
+                std::env::var("CAPI_LB_E2E_KUBE_APISERVER").ok(),
+            )?,
             source: "CAPI_LB_E2E_KUBECONFIG".into(),
         });
     }
@@ -324,6 +372,12 @@ fn resolve_cluster() -> Result<Cluster, String> {
             Some(get("CAPI_LB_E2E_CAPI_VERSION")?),
             Some(get("CAPI_LB_E2E_CLUSTERCTL")?),
         ),
+        // Absent when the harness runs without kube-proxy (CAPI_LB_K8S_KUBE_PROXY=off).
+        data_plane: DataPlane::from(
+            env.get("CAPI_LB_E2E_DATA_PLANE_RANGE").cloned(),
+            env.get("CAPI_LB_E2E_ETCD_BINARY").cloned(),
+            env.get("CAPI_LB_E2E_KUBE_APISERVER").cloned(),
+        )?,
         source: "tests/k8s/harness.sh".into(),
     })
 }

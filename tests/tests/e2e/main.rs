@@ -34,6 +34,7 @@ mod names;
 mod octavia;
 mod octavia_faults;
 mod reachability;
+mod rollout;
 mod servicelb;
 mod sharding;
 mod silent_apiserver;

@@ -1,0 +1,210 @@
+//! The clients of the rollout: each sends `GET /api/v1/namespaces/default` (with the Cluster's admin
+//! certificate) through the load balancer's published endpoint at a steady rate, and counts what it
+//! sent and what failed (an error, a timeout or any status but 2xx), with the first failures' times
+//! and messages.
+//!
+//! Two kinds, as the clients of a control plane behave: a new TCP and TLS connection per request
+//! (HTTP/1.1, nothing kept: a script, a health checker, `curl`), and one long-lived HTTP/2
+//! connection per client (client-go's and controllers' behaviour: every request on one connection
+//! until the server sends GOAWAY or it breaks, then a new one).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use super::fleet::Pki;
+use crate::launch::BenchError;
+
+/// How a client connects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ClientKind {
+    /// A new connection (TCP, TLS, HTTP/1.1) per request.
+    NewConnection,
+    /// One long-lived HTTP/2 connection, replaced only when it ends.
+    LongLived,
+}
+
+impl ClientKind {
+    /// Both kinds.
+    pub const ALL: [ClientKind; 2] = [ClientKind::NewConnection, ClientKind::LongLived];
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientKind::NewConnection => "new TLS connection per request",
+            ClientKind::LongLived => "one long-lived HTTP/2 connection",
+        }
+    }
+}
+
+/// Where the clients send their requests: the endpoint's name (the TLS server name, which the
+/// serving certificate holds) and the address it resolved to.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// The published name.
+    pub host: String,
+    /// What it resolved to.
+    pub address: SocketAddr,
+}
+
+/// What one kind of client saw.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tally {
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests that failed.
+    pub failed: u64,
+    /// The first failures: when (from the start of the load) and why.
+    pub failures: Vec<(Duration, String)>,
+}
+
+/// Failures kept per kind, with their messages.
+const KEPT_FAILURES: usize = 10;
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.sent += other.sent;
+        self.failed += other.failed;
+        for f in other.failures {
+            if self.failures.len() < KEPT_FAILURES {
+                self.failures.push(f);
+            }
+        }
+        self.failures.sort_by_key(|f| f.0);
+    }
+}
+
+/// The running clients.
+pub struct Load {
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<(ClientKind, Tally)>>,
+}
+
+/// An error with its sources, one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// The HTTP client of one client of `kind`.
+fn client(kind: ClientKind, endpoint: &Endpoint, pki: &Pki) -> Result<reqwest::Client, BenchError> {
+    let ca = reqwest::Certificate::from_pem(pki.ca_pem.as_bytes())
+        .map_err(|e| BenchError::Setup(format!("the rollout CA: {e}")))?;
+    let identity = reqwest::Identity::from_pem(pki.client_pem.as_bytes())
+        .map_err(|e| BenchError::Setup(format!("the rollout client: {e}")))?;
+    let builder = reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .identity(identity)
+        .resolve(&endpoint.host, endpoint.address)
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10));
+    let builder = match kind {
+        ClientKind::NewConnection => builder.http1_only().pool_max_idle_per_host(0),
+        ClientKind::LongLived => builder.http2_prior_knowledge(),
+    };
+    builder
+        .build()
+        .map_err(|e| BenchError::Setup(format!("a rollout client: {e}")))
+}
+
+impl Load {
+    /// Start `per_kind` clients of each kind, each sending `rate` requests a second to `endpoint`.
+    pub fn start(
+        endpoint: &Endpoint,
+        pki: &Pki,
+        per_kind: usize,
+        rate: f64,
+    ) -> Result<Self, BenchError> {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let began = Instant::now();
+        let url = format!(
+            "https://{}:{}/api/v1/namespaces/default",
+            endpoint.host,
+            endpoint.address.port()
+        );
+        let period = Duration::from_secs_f64(1.0 / rate.max(0.1));
+        let mut tasks = Vec::new();
+        for kind in ClientKind::ALL {
+            for _ in 0..per_kind {
+                let http = client(kind, endpoint, pki)?;
+                let url = url.clone();
+                let mut stopped = stopped.clone();
+                tasks.push(tokio::spawn(async move {
+                    let mut tally = Tally::default();
+                    let mut tick = tokio::time::interval(period);
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    loop {
+                        tokio::select! {
+                            _ = stopped.changed() => break,
+                            _ = tick.tick() => {}
+                        }
+                        tally.sent += 1;
+                        let failure = match http.get(&url).send().await {
+                            Ok(r) if r.status().is_success() => {
+                                // The body too: a response cut off is a failure.
+                                match r.bytes().await {
+                                    Ok(_) => None,
+                                    Err(e) => Some(chain(&e)),
+                                }
+                            }
+                            Ok(r) => Some(format!("HTTP {}", r.status())),
+                            Err(e) => Some(chain(&e)),
+                        };
+                        if let Some(why) = failure {
+                            tally.failed += 1;
+                            if tally.failures.len() < KEPT_FAILURES {
+                                tally.failures.push((began.elapsed(), why));
+                            }
+                        }
+                    }
+                    (kind, tally)
+                }));
+            }
+        }
+        Ok(Load { stop, tasks })
+    }
+
+    /// Stop the clients (each ends its request in flight) and add up what each kind saw.
+    pub async fn finish(self) -> BTreeMap<ClientKind, Tally> {
+        let _ = self.stop.send(true);
+        let mut out: BTreeMap<ClientKind, Tally> = BTreeMap::new();
+        for task in self.tasks {
+            if let Ok((kind, tally)) = task.await {
+                out.entry(kind).or_default().add(tally);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tallies_add_up_and_keep_the_first_failures_in_order() {
+        let mut a = Tally {
+            sent: 5,
+            failed: 1,
+            failures: vec![(Duration::from_secs(3), "late".into())],
+        };
+        a.add(Tally {
+            sent: 7,
+            failed: 2,
+            failures: vec![
+                (Duration::from_secs(1), "early".into()),
+                (Duration::from_secs(2), "middle".into()),
+            ],
+        });
+        assert_eq!((a.sent, a.failed), (12, 3));
+        let whens: Vec<_> = a.failures.iter().map(|f| f.1.as_str()).collect();
+        assert_eq!(whens, ["early", "middle", "late"]);
+    }
+}

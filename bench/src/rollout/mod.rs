@@ -1,0 +1,625 @@
+//! `capi-lb-bench rollout`: requests through a control-plane load balancer capi-lb manages while
+//! every control-plane Machine is replaced, as KubeadmControlPlane replaces them (a new Machine up
+//! and active in the load balancer, then the oldest deleted), and how many of them failed.
+//!
+//! Everything on the path is real: the Machines are Cluster API's (its manager runs the deletion,
+//! honouring capi-lb's hooks), each Machine's infrastructure is a real kube-apiserver on its own
+//! address of the harness's data-plane range (all sharing one etcd of the run, on the first address),
+//! started before its BenchMachine is provisioned and stopped with SIGTERM only when Cluster API
+//! deletes the BenchMachine (after the hooks: [`fleet`]); the load balancer is the Service provider
+//! on MetalLB, whose address kube-proxy (nftables) forwards to the EndpointSlice capi-lb writes;
+//! the clients resolve the published name `<lb>-ext.<namespace>.svc.cluster.local` through
+//! CoreDNS and send `GET /api/v1/namespaces/default` with the Cluster's admin certificate
+//! ([`load`]). The controller runs beside (the caller's: a child process for the benchmark, in
+//! the test process for the end-to-end test).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use capi_lb_api::constants::ANNOTATION_LOAD_BALANCER_REF;
+use capi_lb_api::target::TargetKeys;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+pub mod dns;
+pub mod fleet;
+pub mod load;
+
+use crate::capi::provider;
+use crate::launch::{BenchError, api_err, apply};
+use fleet::{ApiServer, Etcd, Pki, Settings};
+use load::{ClientKind, Endpoint, Load, Tally};
+
+/// The Cluster, its LoadBalancer and their infrastructure objects are all named this.
+pub const NAME: &str = "rollout";
+/// The finalizer the benchmark keeps on each BenchMachine until its API server stopped.
+pub const FINALIZER: &str = "bench.capi-lb.dev/api-server";
+const BOOTSTRAP_SECRET: &str = "rollout-bootstrap";
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// How the API servers run.
+    pub fleet: Settings,
+    /// The addresses of the run (on `lo`): etcd's, then one per Machine ever created.
+    pub addresses: Vec<IpAddr>,
+    /// Control-plane Machines.
+    pub machines: usize,
+    /// Machines replaced, one at a time (the oldest first).
+    pub replacements: usize,
+    /// Clients of each kind.
+    pub clients_per_kind: usize,
+    /// Requests a second per client.
+    pub rate: f64,
+    /// MetalLB's `loadBalancerClass`.
+    pub service_class: String,
+    /// The cluster's DNS server (CoreDNS), which the clients resolve the published name with.
+    pub dns: SocketAddr,
+    /// The cluster's domain.
+    pub cluster_domain: String,
+    /// The LoadBalancer's `drainSeconds`.
+    pub drain_seconds: i32,
+    /// Load before the first replacement and after the last.
+    pub settle: Duration,
+    /// Give up on a step (a Machine active, a Machine gone) after this long.
+    pub step_timeout: Duration,
+}
+
+/// One Machine replaced.
+#[derive(Clone, Debug)]
+pub struct Replacement {
+    /// The Machine deleted.
+    pub old: String,
+    /// The Machine that took its place.
+    pub new: String,
+    /// From starting the new API server to its Machine `active` in the load balancer.
+    pub new_active: Duration,
+    /// From deleting the old Machine to Cluster API deleting its BenchMachine (capi-lb's hooks
+    /// released, the Machine out of the load balancer).
+    pub left: Duration,
+    /// From SIGTERM to the old API server's exit.
+    pub stopped: Duration,
+    /// From deleting the old Machine to it being gone.
+    pub gone: Duration,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The provider.
+    pub provider: String,
+    /// The published name the clients used.
+    pub endpoint: String,
+    /// Requests a second per client, clients per kind.
+    pub rate: f64,
+    pub clients_per_kind: usize,
+    /// What each kind of client saw.
+    pub tallies: BTreeMap<ClientKind, Tally>,
+    /// The replacements, in order.
+    pub replacements: Vec<Replacement>,
+    /// How long the load ran.
+    pub load: Duration,
+}
+
+impl Report {
+    /// Requests failed, all kinds.
+    pub fn failed(&self) -> u64 {
+        self.tallies.values().map(|t| t.failed).sum()
+    }
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// The report as the lines docs/benchmarks.md shows.
+pub fn render(r: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "rollout through {} ({}): {} Machines replaced one at a time, {} client(s) of each kind at {} requests/s each, load for {}",
+        r.endpoint,
+        r.provider,
+        r.replacements.len(),
+        r.clients_per_kind,
+        r.rate,
+        secs(r.load)
+    );
+    let _ = writeln!(out, "| client | requests | failed |");
+    let _ = writeln!(out, "|---|---:|---:|");
+    for (kind, t) in &r.tallies {
+        let _ = writeln!(out, "| {} | {} | {} |", kind.name(), t.sent, t.failed);
+    }
+    let _ = writeln!(
+        out,
+        "| Machine replaced | new one active | left the load balancer | API server stopped | Machine gone |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|");
+    for x in &r.replacements {
+        let _ = writeln!(
+            out,
+            "| {} by {} | {} | {} | {} | {} |",
+            x.old,
+            x.new,
+            secs(x.new_active),
+            secs(x.left),
+            secs(x.stopped),
+            secs(x.gone)
+        );
+    }
+    for (kind, t) in &r.tallies {
+        for (at, why) in &t.failures {
+            let _ = writeln!(out, "failed ({}) at {}: {why}", kind.name(), secs(*at));
+        }
+    }
+    out
+}
+
+/// The APIs the run writes to.
+struct Apis {
+    machines: Api<DynamicObject>,
+    bench_machines: Api<DynamicObject>,
+    bench_clusters: Api<DynamicObject>,
+    load_balancers: Api<DynamicObject>,
+    client: Client,
+    ns: String,
+}
+
+impl Apis {
+    fn new(client: &Client, ns: &str) -> Self {
+        let gvk =
+            |g: &str, v: &str, k: &str| ApiResource::from_gvk(&GroupVersionKind::gvk(g, v, k));
+        Apis {
+            machines: Api::namespaced_with(
+                client.clone(),
+                ns,
+                &gvk("cluster.x-k8s.io", "v1beta2", "Machine"),
+            ),
+            bench_machines: Api::namespaced_with(
+                client.clone(),
+                ns,
+                &provider::resource(provider::MACHINE_KIND),
+            ),
+            bench_clusters: Api::namespaced_with(
+                client.clone(),
+                ns,
+                &provider::resource(provider::CLUSTER_KIND),
+            ),
+            load_balancers: Api::namespaced_with(
+                client.clone(),
+                ns,
+                &gvk("loadbalancer.cluster.x-k8s.io", "v1alpha1", "LoadBalancer"),
+            ),
+            client: client.clone(),
+            ns: ns.to_string(),
+        }
+    }
+
+    async fn create(&self, mut doc: Value) -> Result<(), BenchError> {
+        doc["metadata"]["namespace"] = json!(self.ns);
+        apply(&self.client, &doc).await
+    }
+}
+
+/// The objects of the Cluster and its load balancer (before any Machine).
+fn cluster_documents(options: &Options) -> Vec<Value> {
+    vec![
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": BOOTSTRAP_SECRET},
+               "stringData": {"value": "#!/bin/sh\n# capi-lb-bench rollout: no bootstrap runs\n"}}),
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+               "metadata": {"name": NAME, "annotations": {ANNOTATION_LOAD_BALANCER_REF: NAME}},
+               "spec": {"infrastructureRef": {"apiGroup": provider::GROUP,
+                                              "kind": provider::CLUSTER_KIND, "name": NAME}}}),
+        provider::object(provider::CLUSTER_KIND, NAME, json!({})),
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+               "kind": "ServiceLoadBalancer", "metadata": {"name": NAME},
+               "spec": {"loadBalancerClass": options.service_class,
+                        "allocateLoadBalancerNodePorts": false}}),
+        json!({"apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
+               "metadata": {"name": NAME},
+               "spec": {"clusterName": NAME, "controlPlane": {},
+                        "drainSeconds": options.drain_seconds,
+                        "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                              "kind": "ServiceLoadBalancer", "name": NAME}}}),
+    ]
+}
+
+/// Machine `name` and its BenchMachine (with the benchmark's finalizer and `address`).
+fn machine_documents(name: &str, address: IpAddr) -> Vec<Value> {
+    let mut bench = provider::object(
+        provider::MACHINE_KIND,
+        name,
+        json!({provider::ADDRESS_ANNOTATION: address.to_string()}),
+    );
+    bench["metadata"]["finalizers"] = json!([FINALIZER]);
+    vec![
+        bench,
+        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+               "metadata": {"name": name, "labels": {
+                   "cluster.x-k8s.io/cluster-name": NAME,
+                   "cluster.x-k8s.io/control-plane": ""}},
+               "spec": {"clusterName": NAME,
+                        "bootstrap": {"dataSecretName": BOOTSTRAP_SECRET},
+                        "infrastructureRef": {"apiGroup": provider::GROUP,
+                                              "kind": provider::MACHINE_KIND, "name": name}}}),
+    ]
+}
+
+/// Poll `check` every 100 ms until it gives a value, or fail naming `what` after `within`.
+async fn until<T, F, Fut>(what: &str, within: Duration, mut check: F) -> Result<T, BenchError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>, BenchError>>,
+{
+    let began = Instant::now();
+    loop {
+        if let Some(v) = check().await? {
+            return Ok(v);
+        }
+        if began.elapsed() > within {
+            return Err(BenchError::Setup(format!("{what}: not after {within:?}")));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The rollout's state: the API servers by Machine name, the addresses not used yet.
+struct Fleet {
+    etcd: Etcd,
+    pki: Pki,
+    settings: Settings,
+    servers: BTreeMap<String, ApiServer>,
+    free: std::vec::IntoIter<IpAddr>,
+}
+
+impl Fleet {
+    /// Start Machine `name`: its API server, then (once that serves) its objects, provisioned as
+    /// an infrastructure provider would once the server is up.
+    async fn add(&mut self, apis: &Apis, name: &str, within: Duration) -> Result<(), BenchError> {
+        let address = self.free.next().ok_or_else(|| {
+            BenchError::Setup("no address left for another API server (--addresses)".into())
+        })?;
+        let mut server = ApiServer::start(&self.settings, &self.etcd, &self.pki, address)?;
+        server.wait_ready(&self.pki, within).await?;
+        self.servers.insert(name.to_string(), server);
+        for doc in machine_documents(name, address) {
+            apis.create(doc).await?;
+        }
+        let provision = [
+            (
+                false,
+                json!({"spec": {"providerID": format!("bench://{}/{name}", apis.ns)}}),
+            ),
+            (
+                true,
+                json!({"status": {"initialization": {"provisioned": true},
+                                     "addresses": [{"type": "InternalIP", "address": address.to_string()}]}}),
+            ),
+        ];
+        for (status, patch) in provision {
+            let params = PatchParams::default();
+            if status {
+                apis.bench_machines
+                    .patch_status(name, &params, &Patch::Merge(&patch))
+                    .await
+            } else {
+                apis.bench_machines
+                    .patch(name, &params, &Patch::Merge(&patch))
+                    .await
+            }
+            .map_err(api_err(format!("provisioning BenchMachine {name}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Machine `name`'s state in the LoadBalancer, as capi-lb annotates it.
+async fn target_state(
+    apis: &Apis,
+    keys: &TargetKeys,
+    name: &str,
+) -> Result<Option<String>, BenchError> {
+    Ok(apis
+        .machines
+        .get_opt(name)
+        .await
+        .map_err(api_err(format!("reading Machine {name}")))?
+        .and_then(|m| m.annotations().get(&keys.state).cloned()))
+}
+
+/// Stop Machine `name`'s API server once Cluster API deletes its BenchMachine, then let the
+/// BenchMachine go: (time from `deleted` to the BenchMachine's deletion, SIGTERM to exit).
+async fn stop_when_deleted(
+    apis: &Apis,
+    server: ApiServer,
+    name: &str,
+    deleted: Instant,
+    within: Duration,
+) -> Result<(Duration, Duration), BenchError> {
+    let api = apis.bench_machines.clone();
+    until(
+        &format!("Cluster API deletes BenchMachine {name}"),
+        within,
+        || {
+            let api = api.clone();
+            async move {
+                let o = api
+                    .get_opt(name)
+                    .await
+                    .map_err(api_err(format!("reading BenchMachine {name}")))?;
+                Ok(match o {
+                    Some(o) if o.metadata.deletion_timestamp.is_none() => None,
+                    _ => Some(()),
+                })
+            }
+        },
+    )
+    .await?;
+    let left = deleted.elapsed();
+    let stopped = server.terminate(within).await?;
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .map_err(api_err(format!("releasing BenchMachine {name}")))?;
+    Ok((left, stopped))
+}
+
+/// Run the rollout in namespace `ns` (which the caller made, with capi-lb's CRDs, the benchmark's
+/// infrastructure kinds ([`provider::install`]) and a controller running the Service provider).
+pub async fn run(client: &Client, ns: &str, options: &Options) -> Result<Report, BenchError> {
+    let apis = Apis::new(client, ns);
+    let ext = format!("{NAME}-ext.{ns}.svc.{}", options.cluster_domain);
+    let mut dir = options.fleet.log_dir.clone();
+    dir.push(ns);
+    let settings = Settings {
+        log_dir: dir.clone(),
+        ..options.fleet.clone()
+    };
+    let mut free = options.addresses.clone().into_iter();
+    let etcd_address = free
+        .next()
+        .ok_or_else(|| BenchError::Setup("no address for etcd (--addresses)".into()))?;
+    let pki = Pki::create(
+        &dir.join("pki"),
+        std::slice::from_ref(&ext),
+        &options.addresses,
+    )?;
+    let etcd = Etcd::start(&settings, etcd_address, options.step_timeout).await?;
+    let mut fleet = Fleet {
+        etcd,
+        pki,
+        settings,
+        servers: BTreeMap::new(),
+        free,
+    };
+    let result = rollout(&apis, options, &mut fleet, &ext).await;
+    // Whatever happened: the servers stop (dropping one kills it), the BenchMachines lose the
+    // benchmark's finalizer (so the namespace can go), etcd stops and its data goes.
+    let servers = std::mem::take(&mut fleet.servers);
+    for (_, server) in servers {
+        server.kill().await;
+    }
+    if let Ok(list) = apis.bench_machines.list(&Default::default()).await {
+        for o in list.items {
+            if o.finalizers().iter().any(|f| f == FINALIZER) {
+                let _ = apis
+                    .bench_machines
+                    .patch(
+                        &o.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+                    )
+                    .await;
+            }
+        }
+    }
+    let Fleet { etcd, settings, .. } = fleet;
+    etcd.stop(&settings).await;
+    result
+}
+
+async fn rollout(
+    apis: &Apis,
+    options: &Options,
+    fleet: &mut Fleet,
+    ext: &str,
+) -> Result<Report, BenchError> {
+    let ns = apis.ns.as_str();
+    let ext = ext.to_string();
+    let keys = TargetKeys::new(ns, NAME);
+
+    for doc in cluster_documents(options) {
+        apis.create(doc).await?;
+    }
+    apis.bench_clusters
+        .patch_status(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"initialization": {"provisioned": true}}})),
+        )
+        .await
+        .map_err(api_err("provisioning the BenchCluster"))?;
+    let mut order: Vec<String> = Vec::new();
+    for i in 0..options.machines {
+        let name = format!("{NAME}-{i}");
+        fleet.add(apis, &name, options.step_timeout).await?;
+        order.push(name);
+    }
+    // Every Machine active, and the published name answering the load balancer's address.
+    for name in &order {
+        until(
+            &format!("Machine {name} active"),
+            options.step_timeout,
+            || async {
+                Ok(
+                    (target_state(apis, &keys, name).await?.as_deref() == Some("active"))
+                        .then_some(()),
+                )
+            },
+        )
+        .await?;
+    }
+    let lb_address: IpAddr = until(
+        "the LoadBalancer's address",
+        options.step_timeout,
+        || async {
+            let lb = apis
+                .load_balancers
+                .get_opt(NAME)
+                .await
+                .map_err(api_err("reading the LoadBalancer"))?;
+            Ok(lb
+                .and_then(|lb| {
+                    lb.data["status"]["addresses"][0]["address"]
+                        .as_str()
+                        .map(str::to_string)
+                })
+                .and_then(|a| a.parse().ok()))
+        },
+    )
+    .await?;
+    let resolved = until(
+        &format!("{ext} resolves to {lb_address}"),
+        options.step_timeout,
+        || async {
+            let ips = dns::lookup_a(options.dns, &ext).await?;
+            Ok(ips
+                .first()
+                .map(|ip| IpAddr::V4(*ip))
+                .filter(|ip| *ip == lb_address))
+        },
+    )
+    .await?;
+    let endpoint = Endpoint {
+        host: ext.clone(),
+        address: SocketAddr::new(resolved, fleet::PORT),
+    };
+
+    let load_began = Instant::now();
+    let load = Load::start(
+        &endpoint,
+        &fleet.pki,
+        options.clients_per_kind,
+        options.rate,
+    )?;
+    tokio::time::sleep(options.settle).await;
+    let mut replacements = Vec::new();
+    for next in options.machines..options.machines + options.replacements {
+        let old = order.remove(0);
+        let new = format!("{NAME}-{next}");
+        let began = Instant::now();
+        fleet.add(apis, &new, options.step_timeout).await?;
+        until(
+            &format!("Machine {new} active"),
+            options.step_timeout,
+            || async {
+                Ok(
+                    (target_state(apis, &keys, &new).await?.as_deref() == Some("active"))
+                        .then_some(()),
+                )
+            },
+        )
+        .await?;
+        let new_active = began.elapsed();
+        order.push(new.clone());
+
+        let server = fleet
+            .servers
+            .remove(&old)
+            .ok_or_else(|| BenchError::Setup(format!("no API server for Machine {old}")))?;
+        let deleted = Instant::now();
+        apis.machines
+            .delete(&old, &DeleteParams::default())
+            .await
+            .map_err(api_err(format!("deleting Machine {old}")))?;
+        let (left, stopped) =
+            stop_when_deleted(apis, server, &old, deleted, options.step_timeout).await?;
+        until(
+            &format!("Machine {old} gone"),
+            options.step_timeout,
+            || async {
+                Ok(apis
+                    .machines
+                    .get_opt(&old)
+                    .await
+                    .map_err(api_err(format!("reading Machine {old}")))?
+                    .is_none()
+                    .then_some(()))
+            },
+        )
+        .await?;
+        replacements.push(Replacement {
+            old,
+            new,
+            new_active,
+            left,
+            stopped,
+            gone: deleted.elapsed(),
+        });
+    }
+    tokio::time::sleep(options.settle).await;
+    let tallies = load.finish().await;
+    let report = Report {
+        provider: format!(
+            "Service provider, MetalLB class {}, kube-proxy nftables",
+            options.service_class
+        ),
+        endpoint: ext,
+        rate: options.rate,
+        clients_per_kind: options.clients_per_kind,
+        tallies,
+        replacements,
+        load: load_began.elapsed(),
+    };
+    // The Machines go; their servers are stopped by the caller.
+    for name in order {
+        let _ = apis.machines.delete(&name, &DeleteParams::default()).await;
+    }
+    Ok(report)
+}
+
+/// The default addresses of a run: `count` addresses of `range` from its 16th on (the harness's
+/// node has the first).
+pub fn addresses(range: ipnet::Ipv4Net, count: usize) -> Vec<IpAddr> {
+    range.hosts().skip(15).take(count).map(IpAddr::V4).collect()
+}
+
+/// The folder the API servers' logs and PKI go to by default.
+pub fn default_log_dir() -> PathBuf {
+    std::env::temp_dir().join("capi-lb-bench-rollout")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_addresses_skip_the_node_and_stay_in_the_range() {
+        let a = addresses("10.199.0.0/24".parse().unwrap(), 3);
+        assert_eq!(
+            a,
+            ["10.199.0.16", "10.199.0.17", "10.199.0.18"].map(|s| s.parse::<IpAddr>().unwrap())
+        );
+        assert_eq!(addresses("10.199.0.0/28".parse().unwrap(), 8).len(), 0);
+    }
+
+    #[test]
+    fn a_bench_machine_keeps_its_finalizer_and_address() {
+        let docs = machine_documents("rollout-0", "10.199.0.16".parse().unwrap());
+        assert_eq!(docs[0]["metadata"]["finalizers"], json!([FINALIZER]));
+        assert_eq!(
+            docs[0]["metadata"]["annotations"][provider::ADDRESS_ANNOTATION],
+            "10.199.0.16"
+        );
+        assert_eq!(docs[1]["spec"]["infrastructureRef"]["name"], "rollout-0");
+    }
+}

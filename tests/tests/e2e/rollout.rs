@@ -1,0 +1,70 @@
+//! The data plane through a control-plane rollout (`capi-lb-bench rollout` at CI's size): three
+//! real kube-apiservers behind a Service-provider LoadBalancer on MetalLB, forwarded by the
+//! harness's kube-proxy (nftables), each the infrastructure of a real Cluster API Machine; each
+//! Machine is replaced in turn as KubeadmControlPlane replaces it (a new one up and active, then the old
+//! one deleted; Cluster API deletes its infrastructure, and so stops its API server with SIGTERM,
+//! only after capi-lb released its hooks) while clients of both kinds (a new TLS connection per
+//! request; one long-lived HTTP/2 connection) send requests through the published name
+//! `rollout-ext.<ns>.svc.cluster.local`, resolved through CoreDNS. Not one request may fail.
+//!
+//! Checked by switching the feature off (docs/testing.md): with `drainSeconds: 0` and capi-lb's
+//! hooks removed by hand the old server stops while it is still a member.
+
+use std::time::Duration;
+
+use capi_lb_bench::rollout::{self, Options, fleet::Settings, load::ClientKind};
+use capi_lb_tests::k8s::{TestNs, cluster, data_plane, install_capi_crds, metallb};
+
+#[tokio::test]
+async fn a_control_plane_rollout_fails_no_request_through_the_service_provider() {
+    let mut t = TestNs::new("e2e-rollout").await;
+    install_capi_crds(&t.client).await;
+    capi_lb_bench::capi::provider::install(&t.client)
+        .await
+        .unwrap();
+    t.start(t.options(&["service"]));
+    let plane = data_plane();
+    let options = Options {
+        fleet: Settings {
+            binary: plane.kube_apiserver.clone(),
+            etcd_binary: plane.etcd.clone(),
+            shutdown_delay: Duration::from_secs(1),
+            log_dir: rollout::default_log_dir(),
+        },
+        // etcd and six API servers (three, then their replacements).
+        addresses: rollout::addresses(plane.range, 7),
+        machines: 3,
+        // All three: each long-lived connection, whichever server kube-proxy sent it to, is on a
+        // server that stops (and sends GOAWAY) during the run.
+        replacements: 3,
+        clients_per_kind: 1,
+        rate: 20.0,
+        service_class: metallb().class.clone(),
+        dns: cluster().dns.expect("the harness's CoreDNS"),
+        cluster_domain: "cluster.local".into(),
+        drain_seconds: 1,
+        settle: Duration::from_secs(2),
+        step_timeout: Duration::from_secs(90),
+    };
+    let report = rollout::run(&t.client, &t.ns, &options).await.unwrap();
+    eprintln!("{}", rollout::render(&report));
+    for kind in ClientKind::ALL {
+        let tally = &report.tallies[&kind];
+        // At 20 requests/s for the whole rollout: hundreds each; a client that sent nothing proved
+        // nothing.
+        assert!(
+            tally.sent >= 100,
+            "{}: only {} requests sent",
+            kind.name(),
+            tally.sent
+        );
+    }
+    assert_eq!(
+        report.failed(),
+        0,
+        "requests failed through the rollout:\n{}",
+        rollout::render(&report)
+    );
+    assert_eq!(report.replacements.len(), 3);
+    t.finish().await;
+}
