@@ -49,6 +49,66 @@ pub enum Scenario {
     /// files beside --kubeconfig): the same change to N LoadBalancers K times with a JSON merge
     /// patch, then with server-side apply, on the metadata (an annotation) and on the status.
     WriteCost(Box<WriteCostArgs>),
+    /// Requests through a control-plane load balancer while every control-plane Machine is
+    /// replaced one at a time: real kube-apiservers (on the harness's data-plane range on lo) as
+    /// the Machines' infrastructure, Cluster API's deletions, the Service provider on MetalLB with
+    /// kube-proxy, clients with a new TLS connection per request and with one long-lived HTTP/2
+    /// connection through the published `-ext` name. Requests sent and failed per client kind,
+    /// the time each Machine took to leave. Needs root (the API servers bind addresses on lo).
+    Rollout(Box<RolloutArgs>),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct RolloutArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Control-plane Machines.
+    #[arg(long, default_value_t = 3)]
+    pub machines: usize,
+    /// Machines replaced, one at a time [default: --machines].
+    #[arg(long)]
+    pub replacements: Option<usize>,
+    /// Clients of each kind.
+    #[arg(long, default_value_t = 2)]
+    pub clients: usize,
+    /// Requests a second per client.
+    #[arg(long, default_value_t = 50.0)]
+    pub rate: f64,
+    /// The LoadBalancer's drainSeconds.
+    #[arg(long, default_value_t = 5)]
+    pub drain_seconds: i32,
+    /// The API servers' --shutdown-delay-duration, in seconds.
+    #[arg(long, default_value_t = 5)]
+    pub shutdown_delay_seconds: u64,
+    /// Seconds of load before the first replacement and after the last.
+    #[arg(long, default_value_t = 5)]
+    pub settle_seconds: u64,
+    /// Give up on a step (a Machine active, a Machine gone) after this many seconds.
+    #[arg(long, default_value_t = 120)]
+    pub step_timeout_seconds: u64,
+    /// The comparison: capi-lb kept out of the deletions (the LoadBalancer paused and its hooks
+    /// taken off each Machine before it is deleted).
+    #[arg(long)]
+    pub unmanaged: bool,
+    /// The addresses on lo the run may use (etcd's, then one per Machine) [default: the
+    /// harness's CAPI_LB_E2E_DATA_PLANE_RANGE from its 16th address].
+    #[arg(long)]
+    pub range: Option<ipnet::Ipv4Net>,
+    /// kube-apiserver [default: the harness's CAPI_LB_E2E_KUBE_APISERVER].
+    #[arg(long)]
+    pub kube_apiserver: Option<PathBuf>,
+    /// etcd [default: the harness's CAPI_LB_E2E_ETCD_BINARY].
+    #[arg(long)]
+    pub etcd: Option<PathBuf>,
+    /// The cluster's DNS server, IP:port [default: the harness's CAPI_LB_E2E_DNS].
+    #[arg(long)]
+    pub dns: Option<std::net::SocketAddr>,
+    /// MetalLB's loadBalancerClass [default: the harness's CAPI_LB_E2E_METALLB_CLASS].
+    #[arg(long)]
+    pub service_class: Option<String>,
+    /// Exit with status 3 when any request failed.
+    #[arg(long)]
+    pub fail_on_failed_requests: bool,
 }
 
 #[derive(clap::Args, Debug)]

@@ -144,8 +144,18 @@ pub(crate) async fn apply_crd(
     )))
 }
 
-/// capi-lb's CRDs, the given CRD files, and (for a separate controller identity) the RBAC.
+/// capi-lb's CRDs, the given CRD files, and (for a separate controller identity) the RBAC of the
+/// in-memory provider.
 pub(crate) async fn install(client: &Client, options: &Launch) -> Result<(), BenchError> {
+    install_for(client, options, &["inmemory"]).await
+}
+
+/// As [`install`], with the RBAC of `providers`.
+pub(crate) async fn install_for(
+    client: &Client,
+    options: &Launch,
+    providers: &[&str],
+) -> Result<(), BenchError> {
     for crd in capi_lb_api::crds() {
         apply_crd(client, &crd).await?;
     }
@@ -159,15 +169,16 @@ pub(crate) async fn install(client: &Client, options: &Launch) -> Result<(), Ben
         apply_crd(client, &crd).await?;
     }
     if options.controller_kubeconfig.is_some() {
-        // The RBAC of what the benchmark's controller runs (`--providers inmemory`, the `-ext`
+        // The RBAC of what the benchmark's controller runs (its providers, the `-ext`
         // publisher), as an install that enables it would have: the shipped rbac.yaml has no
         // in-memory part, and a controller on a clean apiserver got 403 with it.
         use capi_lb::install::rbac::{CONTROLLER_PART, Enabled};
         let enabled = Enabled {
-            providers: vec!["inmemory".into()],
+            providers: providers.iter().map(|p| p.to_string()).collect(),
             ..Enabled::all()
         };
-        let parts = vec![CONTROLLER_PART.to_string(), "inmemory".to_string()];
+        let mut parts = vec![CONTROLLER_PART.to_string()];
+        parts.extend(providers.iter().map(|p| p.to_string()));
         let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
                                "metadata": {"name": "capi-lb-system"}});
         apply(client, &namespace).await?;
@@ -188,6 +199,15 @@ pub(crate) struct Controller {
 
 impl Controller {
     pub(crate) async fn start(options: &Launch, ns: &str) -> Result<Self, BenchError> {
+        Self::start_with(options, ns, &["inmemory"]).await
+    }
+
+    /// As [`Controller::start`], running `providers`.
+    pub(crate) async fn start_with(
+        options: &Launch,
+        ns: &str,
+        providers: &[&str],
+    ) -> Result<Self, BenchError> {
         // A free port for the metrics (the controller binds it right after).
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -206,13 +226,15 @@ impl Controller {
             .controller_kubeconfig
             .as_ref()
             .unwrap_or(&options.kubeconfig);
-        let state = state_file(ns);
-        let child = tokio::process::Command::new(&options.controller)
+        let mut command = tokio::process::Command::new(&options.controller);
+        command
             .arg("run")
-            .args(["--providers", "inmemory", "--namespace", ns])
+            .args(["--providers", &providers.join(","), "--namespace", ns]);
+        if providers.contains(&"inmemory") {
             // The cloud outlives the process, as a real one would: the warm restart finds it.
-            .arg("--inmemory-state")
-            .arg(&state)
+            command.arg("--inmemory-state").arg(state_file(ns));
+        }
+        let child = command
             .args(["--metrics-bind-address", &port.to_string()])
             .args(&options.controller_args)
             .env("KUBECONFIG", kubeconfig)

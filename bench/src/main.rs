@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use capi_lb_bench::cli::{CapiArgs, Cli, ClusterArgs, ConvergeArgs, PropagationArgs, Scenario};
+use capi_lb_bench::cli::{
+    CapiArgs, Cli, ClusterArgs, ConvergeArgs, PropagationArgs, RolloutArgs, Scenario,
+};
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
@@ -27,6 +29,100 @@ async fn run(scenario: Option<Scenario>) -> ExitCode {
         Scenario::ExtPropagation(args) => bench_propagation(*args).await,
         Scenario::Capi(args) => bench_capi(*args).await,
         Scenario::WriteCost(args) => bench_write_cost(*args).await,
+        Scenario::Rollout(args) => bench_rollout(*args).await,
+    }
+}
+
+/// KEY=VALUE lines the harness wrote beside its kubeconfigs (`tests/k8s/harness.sh env`).
+fn harness_env() -> std::collections::BTreeMap<String, String> {
+    std::fs::read_to_string(harness_state().join("env"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+async fn bench_rollout(args: RolloutArgs) -> ExitCode {
+    use capi_lb_bench::rollout;
+    use std::time::Duration;
+    let Some(launch) = launch(&args.cluster) else {
+        return ExitCode::FAILURE;
+    };
+    let env = harness_env();
+    let from_env = |key: &str| {
+        env.get(key).cloned().ok_or_else(|| {
+            format!("no {key} in the harness's env ({}/env): give the flag, or start tests/k8s/harness.sh with its data plane", harness_state().display())
+        })
+    };
+    let settings = (|| -> Result<_, String> {
+        let range = match args.range {
+            Some(r) => r,
+            None => from_env("CAPI_LB_E2E_DATA_PLANE_RANGE")?
+                .parse()
+                .map_err(|e| format!("CAPI_LB_E2E_DATA_PLANE_RANGE: {e}"))?,
+        };
+        let kube_apiserver = match &args.kube_apiserver {
+            Some(p) => p.clone(),
+            None => from_env("CAPI_LB_E2E_KUBE_APISERVER")?.into(),
+        };
+        let etcd = match &args.etcd {
+            Some(p) => p.clone(),
+            None => from_env("CAPI_LB_E2E_ETCD_BINARY")?.into(),
+        };
+        let dns = match args.dns {
+            Some(d) => d,
+            None => from_env("CAPI_LB_E2E_DNS")?
+                .parse()
+                .map_err(|e| format!("CAPI_LB_E2E_DNS: {e}"))?,
+        };
+        let class = match &args.service_class {
+            Some(c) => c.clone(),
+            None => from_env("CAPI_LB_E2E_METALLB_CLASS")?,
+        };
+        Ok((range, kube_apiserver, etcd, dns, class))
+    })();
+    let (range, kube_apiserver, etcd, dns, service_class) = match settings {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("capi-lb-bench rollout: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let replacements = args.replacements.unwrap_or(args.machines);
+    let options = rollout::Options {
+        fleet: rollout::fleet::Settings {
+            binary: kube_apiserver,
+            etcd_binary: etcd,
+            shutdown_delay: Duration::from_secs(args.shutdown_delay_seconds),
+            log_dir: rollout::default_log_dir(),
+        },
+        addresses: rollout::addresses(range, 1 + args.machines + replacements),
+        machines: args.machines,
+        replacements,
+        clients_per_kind: args.clients,
+        rate: args.rate,
+        service_class,
+        dns,
+        cluster_domain: "cluster.local".into(),
+        drain_seconds: args.drain_seconds,
+        settle: Duration::from_secs(args.settle_seconds),
+        step_timeout: Duration::from_secs(args.step_timeout_seconds),
+        unmanaged: args.unmanaged,
+    };
+    match rollout::bench(&launch, &options).await {
+        Ok(report) => {
+            print!("{}", rollout::render(&report));
+            if args.fail_on_failed_requests && report.failed() > 0 {
+                eprintln!("capi-lb-bench rollout: {} requests failed", report.failed());
+                return ExitCode::from(3);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("capi-lb-bench rollout: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

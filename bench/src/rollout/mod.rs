@@ -19,7 +19,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use capi_lb_api::constants::ANNOTATION_LOAD_BALANCER_REF;
+use capi_lb_api::constants::{ANNOTATION_LOAD_BALANCER_REF, ANNOTATION_PAUSED};
 use capi_lb_api::target::TargetKeys;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -31,8 +31,11 @@ pub mod fleet;
 pub mod load;
 
 use crate::capi::provider;
-use crate::launch::{BenchError, api_err, apply};
+use crate::launch::{
+    BenchError, Controller, Launch, api_err, apply, client_of, fresh_namespace, install_for,
+};
 use fleet::{ApiServer, Etcd, Pki, Settings};
+use k8s_openapi::api::core::v1::Namespace;
 use load::{ClientKind, Endpoint, Load, Tally};
 
 /// The Cluster, its LoadBalancer and their infrastructure objects are all named this.
@@ -68,6 +71,11 @@ pub struct Options {
     pub settle: Duration,
     /// Give up on a step (a Machine active, a Machine gone) after this long.
     pub step_timeout: Duration,
+    /// The comparison without capi-lb's part in deletions: before each old Machine is deleted,
+    /// the LoadBalancer is paused and capi-lb's deletion hooks are taken off the Machine, as a
+    /// load balancer that does not follow Machine deletions (its member stays until someone
+    /// removes it).
+    pub unmanaged: bool,
 }
 
 /// One Machine replaced.
@@ -104,6 +112,8 @@ pub struct Report {
     pub replacements: Vec<Replacement>,
     /// How long the load ran.
     pub load: Duration,
+    /// Whether capi-lb was kept out of the deletions ([`Options::unmanaged`]).
+    pub unmanaged: bool,
 }
 
 impl Report {
@@ -122,9 +132,14 @@ pub fn render(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "rollout through {} ({}): {} Machines replaced one at a time, {} client(s) of each kind at {} requests/s each, load for {}",
+        "rollout through {} ({}{}): {} Machines replaced one at a time, {} client(s) of each kind at {} requests/s each, load for {}",
         r.endpoint,
         r.provider,
+        if r.unmanaged {
+            "; capi-lb kept out of the deletions: LoadBalancer paused, hooks removed"
+        } else {
+            ""
+        },
         r.replacements.len(),
         r.clients_per_kind,
         r.rate,
@@ -332,6 +347,39 @@ async fn target_state(
         .and_then(|m| m.annotations().get(&keys.state).cloned()))
 }
 
+/// Pause the LoadBalancer (Cluster API's annotation), or resume it.
+async fn pause(apis: &Apis, paused: bool) -> Result<(), BenchError> {
+    let value = if paused { json!("true") } else { Value::Null };
+    apis.load_balancers
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {ANNOTATION_PAUSED: value}}})),
+        )
+        .await
+        .map_err(api_err("pausing the LoadBalancer"))?;
+    Ok(())
+}
+
+/// [`Options::unmanaged`]: the LoadBalancer paused, then capi-lb's hooks taken off Machine `name`.
+async fn unmanage(apis: &Apis, keys: &TargetKeys, name: &str) -> Result<(), BenchError> {
+    pause(apis, true).await?;
+    // A paused LoadBalancer's reconcile that was in flight may still write once.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    apis.machines
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {
+                keys.pre_drain.as_str(): null, keys.pre_terminate.as_str(): null}}})),
+        )
+        .await
+        .map_err(api_err(format!(
+            "taking capi-lb's hooks off Machine {name}"
+        )))?;
+    Ok(())
+}
+
 /// Stop Machine `name`'s API server once Cluster API deletes its BenchMachine, then let the
 /// BenchMachine go: (time from `deleted` to the BenchMachine's deletion, SIGTERM to exit).
 async fn stop_when_deleted(
@@ -535,6 +583,9 @@ async fn rollout(
             .servers
             .remove(&old)
             .ok_or_else(|| BenchError::Setup(format!("no API server for Machine {old}")))?;
+        if options.unmanaged {
+            unmanage(apis, &keys, &old).await?;
+        }
         let deleted = Instant::now();
         apis.machines
             .delete(&old, &DeleteParams::default())
@@ -556,6 +607,9 @@ async fn rollout(
             },
         )
         .await?;
+        if options.unmanaged {
+            pause(apis, false).await?;
+        }
         replacements.push(Replacement {
             old,
             new,
@@ -578,12 +632,36 @@ async fn rollout(
         tallies,
         replacements,
         load: load_began.elapsed(),
+        unmanaged: options.unmanaged,
     };
     // The Machines go; their servers are stopped by the caller.
     for name in order {
         let _ = apis.machines.delete(&name, &DeleteParams::default()).await;
     }
     Ok(report)
+}
+
+/// The benchmark: capi-lb's CRDs and the Service provider's RBAC, the benchmark's infrastructure
+/// kinds, a fresh namespace, `capi-lb run --providers service` in it as a child process, the
+/// rollout, then the controller stopped and the namespace deleted (unless `launch.keep`).
+pub async fn bench(launch: &Launch, options: &Options) -> Result<Report, BenchError> {
+    let (client, _) = client_of(&launch.kubeconfig).await?;
+    install_for(&client, launch, &["service"]).await?;
+    provider::install(&client).await?;
+    let ns = fresh_namespace(&client, "capi-lb-bench-rollout").await?;
+    let result = match Controller::start_with(launch, &ns, &["service"]).await {
+        Ok(controller) => {
+            let result = run(&client, &ns, options).await;
+            let _ = controller.stop().await;
+            result
+        }
+        Err(e) => Err(e),
+    };
+    if !launch.keep {
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+    }
+    result
 }
 
 /// The default addresses of a run: `count` addresses of `range` from its 16th on (the harness's

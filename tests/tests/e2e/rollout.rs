@@ -45,6 +45,7 @@ async fn a_control_plane_rollout_fails_no_request_through_the_service_provider()
         drain_seconds: 1,
         settle: Duration::from_secs(2),
         step_timeout: Duration::from_secs(90),
+        unmanaged: false,
     };
     let report = rollout::run(&t.client, &t.ns, &options).await.unwrap();
     eprintln!("{}", rollout::render(&report));
