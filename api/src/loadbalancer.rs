@@ -190,6 +190,13 @@ pub struct TargetHealth {
     #[serde(default = "default_threshold")]
     #[schemars(range(min = 1, max = 10))]
     pub success_threshold: i32,
+    /// What a probe checks. `Auto` (the default): on a TCP port named `kube-apiserver`, HTTPS
+    /// `GET /readyz` (an API server that accepts connections but cannot serve, e.g. without its
+    /// etcd, fails it; its certificate must chain to the Cluster's CA, the Secret
+    /// `<clusterName>-ca`, when that exists; a 401 or 403 passes), on the other ports a TCP
+    /// connection. `TCP`: a TCP connection on every port.
+    #[serde(default, skip_serializing_if = "TargetProbe::is_auto")]
+    pub probe: TargetProbe,
 }
 
 impl Default for TargetHealth {
@@ -199,7 +206,26 @@ impl Default for TargetHealth {
             timeout_seconds: default_target_probe_timeout(),
             failure_threshold: default_threshold(),
             success_threshold: default_threshold(),
+            probe: TargetProbe::Auto,
         }
+    }
+}
+
+/// What a target's probe checks (`spec.targetHealth.probe`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TargetProbe {
+    /// HTTPS `GET /readyz` on a port named `kube-apiserver`, a TCP connection on the others.
+    #[default]
+    Auto,
+    /// A TCP connection on every port.
+    #[serde(rename = "TCP")]
+    Tcp,
+}
+
+impl TargetProbe {
+    /// The default (left out when written).
+    pub fn is_auto(&self) -> bool {
+        *self == TargetProbe::Auto
     }
 }
 

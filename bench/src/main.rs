@@ -97,7 +97,7 @@ async fn bench_rollout(args: RolloutArgs) -> ExitCode {
             shutdown_delay: Duration::from_secs(args.shutdown_delay_seconds),
             log_dir: rollout::default_log_dir(),
         },
-        addresses: rollout::addresses(range, 1 + args.machines + replacements),
+        addresses: rollout::addresses(range, 16, 1 + args.machines + replacements),
         machines: args.machines,
         replacements,
         clients_per_kind: args.clients,

@@ -19,6 +19,8 @@ use crate::launch::BenchError;
 
 /// The port every API server listens on (each on its own address).
 pub const PORT: u16 = 6443;
+/// A name every serving certificate of the fleet holds.
+pub const SERVING_NAME: &str = "kubernetes";
 
 fn pki_err(what: &str) -> impl FnOnce(rcgen::Error) -> BenchError + '_ {
     move |e| BenchError::Setup(format!("the rollout's PKI, {what}: {e}"))
@@ -58,7 +60,11 @@ impl Pki {
         )
         .map_err(pki_err("CA"))?;
 
-        let mut serving = CertificateParams::new(hostnames.to_vec()).map_err(pki_err("serving"))?;
+        // `kubernetes`, as every API server's certificate has: the name the fleet's own readiness
+        // checks use, whatever else the certificate names.
+        let mut names = vec![SERVING_NAME.to_string()];
+        names.extend(hostnames.iter().cloned());
+        let mut serving = CertificateParams::new(names).map_err(pki_err("serving"))?;
         serving
             .subject_alt_names
             .extend(addresses.iter().map(|a| SanType::IpAddress(*a)));
@@ -121,10 +127,11 @@ pub struct Settings {
     pub log_dir: PathBuf,
 }
 
-/// The etcd of a run, on `address` (client port 2379, peer port 2380), its data in the log folder.
+/// An etcd on `address` (client port 2379, peer port 2380), its data and log in the log folder.
 pub struct Etcd {
     /// Its client URL.
     pub url: String,
+    data: PathBuf,
     child: tokio::process::Child,
 }
 
@@ -135,13 +142,13 @@ impl Etcd {
         address: IpAddr,
         within: Duration,
     ) -> Result<Self, BenchError> {
-        let log = settings.log_dir.join("etcd.log");
+        let log = settings.log_dir.join(format!("etcd-{address}.log"));
         std::fs::create_dir_all(&settings.log_dir).map_err(io_err(&settings.log_dir))?;
         let out = std::fs::File::create(&log).map_err(io_err(&log))?;
         let err = out.try_clone().map_err(io_err(&log))?;
         let url = format!("http://{address}:2379");
         let peer = format!("http://{address}:2380");
-        let data = settings.log_dir.join("etcd-data");
+        let data = settings.log_dir.join(format!("etcd-data-{address}"));
         let _ = std::fs::remove_dir_all(&data);
         let mut child = tokio::process::Command::new(&settings.etcd_binary)
             .args([
@@ -182,7 +189,7 @@ impl Etcd {
             if let Ok(r) = http.get(format!("{url}/health")).send().await
                 && r.status().is_success()
             {
-                return Ok(Etcd { url, child });
+                return Ok(Etcd { url, data, child });
             }
             if began.elapsed() > within {
                 let _ = child.kill().await;
@@ -194,10 +201,10 @@ impl Etcd {
         }
     }
 
-    /// Stop it and remove its data.
-    pub async fn stop(mut self, settings: &Settings) {
+    /// Kill it and remove its data.
+    pub async fn stop(mut self) {
         let _ = self.child.kill().await;
-        let _ = std::fs::remove_dir_all(settings.log_dir.join("etcd-data"));
+        let _ = std::fs::remove_dir_all(&self.data);
     }
 }
 
@@ -273,9 +280,10 @@ impl ApiServer {
                     .map_err(|e| BenchError::Setup(format!("the rollout client: {e}")))?,
             )
             .timeout(Duration::from_secs(2))
+            .resolve(SERVING_NAME, self.socket())
             .build()
             .map_err(|e| BenchError::Setup(format!("a readiness client: {e}")))?;
-        let url = format!("https://{}/readyz", self.socket());
+        let url = format!("https://{SERVING_NAME}:{PORT}/readyz");
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(BenchError::Setup(format!(

@@ -4,9 +4,13 @@
 //! and messages.
 //!
 //! Two kinds, as the clients of a control plane behave: a new TCP and TLS connection per request
-//! (HTTP/1.1, nothing kept: a script, a health checker, `curl`), and one long-lived HTTP/2
-//! connection per client (client-go's and controllers' behaviour: every request on one connection
-//! until the server sends GOAWAY or it breaks, then a new one).
+//! (HTTP/1.1, nothing kept, no retry: a script, a health checker, `curl`), and one long-lived
+//! HTTP/2 connection per client (client-go's and controllers' behaviour: every request on one
+//! connection until the server sends GOAWAY or it breaks, then a new one; an answer 429 or 5xx
+//! with `Retry-After` is asked again after that many seconds, at most [`RETRIES`] times, as
+//! client-go and kube-rs's client do: a kube-apiserver shutting down answers a request that raced
+//! its GOAWAY `503` with `Retry-After: 1`). Retried requests are counted apart; a request fails
+//! when its last answer is not 2xx.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -54,8 +58,31 @@ pub struct Tally {
     pub sent: u64,
     /// Requests that failed.
     pub failed: u64,
+    /// Requests answered with `Retry-After` and asked again (the long-lived kind only).
+    pub retried: u64,
     /// The first failures: when (from the start of the load) and why.
     pub failures: Vec<(Duration, String)>,
+}
+
+/// How often the long-lived kind asks again after `Retry-After`.
+pub const RETRIES: u32 = 3;
+
+/// The seconds of an answer's `Retry-After` when the answer asks for a retry (429 or 5xx), at most
+/// 10.
+fn retry_after(r: &reqwest::Response) -> Option<Duration> {
+    let status = r.status().as_u16();
+    if status != 429 && status < 500 {
+        return None;
+    }
+    let seconds: u64 = r
+        .headers()
+        .get("retry-after")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds.min(10)))
 }
 
 /// Failures kept per kind, with their messages.
@@ -65,6 +92,7 @@ impl Tally {
     fn add(&mut self, other: Tally) {
         self.sent += other.sent;
         self.failed += other.failed;
+        self.retried += other.retried;
         for f in other.failures {
             if self.failures.len() < KEPT_FAILURES {
                 self.failures.push(f);
@@ -145,7 +173,20 @@ impl Load {
                             _ = tick.tick() => {}
                         }
                         tally.sent += 1;
-                        let failure = match http.get(&url).send().await {
+                        let mut answer = http.get(&url).send().await;
+                        let mut attempts = 0;
+                        while kind == ClientKind::LongLived && attempts < RETRIES {
+                            let Some(wait) = answer.as_ref().ok().and_then(retry_after) else {
+                                break;
+                            };
+                            attempts += 1;
+                            tokio::time::sleep(wait).await;
+                            answer = http.get(&url).send().await;
+                        }
+                        if attempts > 0 {
+                            tally.retried += 1;
+                        }
+                        let failure = match answer {
                             Ok(r) if r.status().is_success() => {
                                 // The body too: a response cut off is a failure.
                                 match r.bytes().await {
@@ -193,17 +234,19 @@ mod tests {
         let mut a = Tally {
             sent: 5,
             failed: 1,
+            retried: 0,
             failures: vec![(Duration::from_secs(3), "late".into())],
         };
         a.add(Tally {
             sent: 7,
             failed: 2,
+            retried: 1,
             failures: vec![
                 (Duration::from_secs(1), "early".into()),
                 (Duration::from_secs(2), "middle".into()),
             ],
         });
-        assert_eq!((a.sent, a.failed), (12, 3));
+        assert_eq!((a.sent, a.failed, a.retried), (12, 3, 1));
         let whens: Vec<_> = a.failures.iter().map(|f| f.1.as_str()).collect();
         assert_eq!(whens, ["early", "middle", "late"]);
     }

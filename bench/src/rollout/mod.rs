@@ -145,10 +145,24 @@ pub fn render(r: &Report) -> String {
         r.rate,
         secs(r.load)
     );
-    let _ = writeln!(out, "| client | requests | failed |");
-    let _ = writeln!(out, "|---|---:|---:|");
+    let _ = writeln!(
+        out,
+        "| client | requests | failed | answered Retry-After, asked again |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|");
     for (kind, t) in &r.tallies {
-        let _ = writeln!(out, "| {} | {} | {} |", kind.name(), t.sent, t.failed);
+        let retried = if *kind == ClientKind::LongLived {
+            t.retried.to_string()
+        } else {
+            "(never asks again)".into()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {retried} |",
+            kind.name(),
+            t.sent,
+            t.failed
+        );
     }
     let _ = writeln!(
         out,
@@ -469,8 +483,7 @@ pub async fn run(client: &Client, ns: &str, options: &Options) -> Result<Report,
             }
         }
     }
-    let Fleet { etcd, settings, .. } = fleet;
-    etcd.stop(&settings).await;
+    fleet.etcd.stop().await;
     result
 }
 
@@ -664,10 +677,16 @@ pub async fn bench(launch: &Launch, options: &Options) -> Result<Report, BenchEr
     result
 }
 
-/// The default addresses of a run: `count` addresses of `range` from its 16th on (the harness's
-/// node has the first).
-pub fn addresses(range: ipnet::Ipv4Net, count: usize) -> Vec<IpAddr> {
-    range.hosts().skip(15).take(count).map(IpAddr::V4).collect()
+/// `count` addresses of `range` from its `first`th host address on (the harness's node has the
+/// first; the benchmark's default is the 16th; tests running at the same time take blocks of
+/// their own).
+pub fn addresses(range: ipnet::Ipv4Net, first: usize, count: usize) -> Vec<IpAddr> {
+    range
+        .hosts()
+        .skip(first.saturating_sub(1))
+        .take(count)
+        .map(IpAddr::V4)
+        .collect()
 }
 
 /// The folder the API servers' logs and PKI go to by default.
@@ -682,12 +701,12 @@ mod tests {
 
     #[test]
     fn the_addresses_skip_the_node_and_stay_in_the_range() {
-        let a = addresses("10.199.0.0/24".parse().unwrap(), 3);
+        let a = addresses("10.199.0.0/24".parse().unwrap(), 16, 3);
         assert_eq!(
             a,
             ["10.199.0.16", "10.199.0.17", "10.199.0.18"].map(|s| s.parse::<IpAddr>().unwrap())
         );
-        assert_eq!(addresses("10.199.0.0/28".parse().unwrap(), 8).len(), 0);
+        assert_eq!(addresses("10.199.0.0/28".parse().unwrap(), 16, 8).len(), 0);
     }
 
     #[test]

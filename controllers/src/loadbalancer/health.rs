@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use capi_lb_api::loadbalancer::TargetHealth;
+use capi_lb_api::loadbalancer::{TargetHealth, TargetProbe};
 use capi_lb_api::target::TargetState;
 use kube::ResourceExt;
 
@@ -41,7 +41,12 @@ impl Pass<'_> {
                 return failing;
             }
         };
-        let ports = reachability::tcp_ports(&self.lb.spec.ports, true);
+        let mut ports = reachability::tcp_ports(&self.lb.spec.ports, true);
+        if asked.probe == TargetProbe::Tcp {
+            for port in &mut ports {
+                port.readyz = false;
+            }
+        }
         let seconds = |s: i32| Duration::from_secs(u64::try_from(s).unwrap_or(1));
         let threshold = |n: i32| u32::try_from(n).unwrap_or(1);
         let mut probed = Vec::new();
@@ -59,7 +64,13 @@ impl Pass<'_> {
                     name: self.lb.name_any(),
                     host: address,
                     ports: ports.clone(),
-                    ca_secret: None,
+                    // The Cluster's CA, as for the endpoint's probes (publish.rs).
+                    ca_secret: self
+                        .lb
+                        .spec
+                        .cluster_name
+                        .as_ref()
+                        .map(|c| format!("{c}-ca")),
                     period: seconds(asked.period_seconds),
                     timeout: seconds(asked.timeout_seconds),
                     thresholds: Some((

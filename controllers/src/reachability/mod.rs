@@ -401,6 +401,9 @@ impl Prober {
             .flat_map(|port| addresses.iter().map(|ip| SocketAddr::new(*ip, port.port)))
             .collect();
         let readyz = |at: &SocketAddr| wanted.ports.iter().any(|p| p.port == at.port() && p.readyz);
+        // A target is reached by its address, which its serving certificate need not name (a
+        // Machine's ExternalIP, say): its certificate must chain to the Cluster's CA, any name.
+        let check_name = wanted.thresholds.is_none();
         let outcomes: Vec<(SocketAddr, PortResult)> = futures::stream::iter(pairs)
             .map(|at| {
                 let ca = ca.as_deref();
@@ -408,13 +411,21 @@ impl Prober {
                 async move {
                     let outcome = tokio::time::timeout(
                         wanted.timeout,
-                        probe_port(at, &wanted.host, readyz, ca),
+                        probe_port(at, &wanted.host, readyz, ca, check_name),
                     )
                     .await
                     .unwrap_or_else(|_| {
                         Err((
                             r::ENDPOINT_UNREACHABLE,
-                            format!("no answer within {} s", wanted.timeout.as_secs()),
+                            format!(
+                                "no answer within {} s{}",
+                                wanted.timeout.as_secs(),
+                                if readyz {
+                                    " (TCP, TLS, GET /readyz)"
+                                } else {
+                                    ""
+                                }
+                            ),
                         ))
                     });
                     (at, outcome)
@@ -434,8 +445,9 @@ impl Prober {
         let checked = match (needs_ca, &wanted.ca_secret, &ca) {
             (false, _, _) => String::new(),
             (true, Some(secret), Some(_)) => format!(
-                "; certificates checked against Secret {}/{secret}",
-                wanted.namespace
+                "; certificates checked against Secret {}/{secret}{}",
+                wanted.namespace,
+                if check_name { "" } else { " (any name)" }
             ),
             (true, Some(secret), None) => format!(
                 "; certificates not checked: no CA in Secret {}/{secret} (tls.crt)",
@@ -509,8 +521,8 @@ pub fn spread(key: &str, period: Duration) -> Duration {
     period.mul_f64(0.9 + (hash % 2_000) as f64 / 10_000.0)
 }
 
-/// The TCP ports of `spec.ports` to probe: the load balancer's own ports (its endpoint; a
-/// `kube-apiserver` port gets `GET /readyz`), or the ports on the targets (`targetPort`).
+/// The TCP ports of `spec.ports` to probe: the load balancer's own ports (its endpoint), or the
+/// ports on the targets (`targetPort`); a `kube-apiserver` port gets `GET /readyz` on both.
 pub fn tcp_ports(ports: &[LoadBalancerPort], on_targets: bool) -> Vec<Port> {
     ports
         .iter()
@@ -523,7 +535,7 @@ pub fn tcp_ports(ports: &[LoadBalancerPort], on_targets: bool) -> Vec<Port> {
             };
             Some(Port {
                 port: u16::try_from(number).ok()?,
-                readyz: !on_targets && p.name == API_SERVER_PORT_NAME,
+                readyz: p.name == API_SERVER_PORT_NAME,
             })
         })
         .collect()
@@ -531,15 +543,22 @@ pub fn tcp_ports(ports: &[LoadBalancerPort], on_targets: bool) -> Vec<Port> {
 
 type PortResult = Result<String, (Reason, String)>;
 
-/// One address and port: a TCP connection, and for an API server `GET /readyz` over TLS.
-async fn probe_port(at: SocketAddr, host: &str, readyz: bool, ca: Option<&[u8]>) -> PortResult {
+/// One address and port: a TCP connection, and for an API server `GET /readyz` over TLS (with
+/// `check_name`, its certificate must name `host`).
+async fn probe_port(
+    at: SocketAddr,
+    host: &str,
+    readyz: bool,
+    ca: Option<&[u8]>,
+    check_name: bool,
+) -> PortResult {
     let stream = TcpStream::connect(at)
         .await
         .map_err(|e| (r::ENDPOINT_UNREACHABLE, format!("{e}")))?;
     if !readyz {
         return Ok("accepts connections".into());
     }
-    let config = tls_config(ca).map_err(|e| (r::CERTIFICATE_NOT_TRUSTED, e))?;
+    let config = tls_config(ca, check_name).map_err(|e| (r::CERTIFICATE_NOT_TRUSTED, e))?;
     let name = match host.parse::<std::net::IpAddr>() {
         Ok(ip) => ServerName::IpAddress(ip.into()),
         Err(_) => ServerName::try_from(host.to_string())
@@ -608,11 +627,11 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let open = listener.local_addr().unwrap();
         assert_eq!(
-            probe_port(open, "127.0.0.1", false, None).await,
+            probe_port(open, "127.0.0.1", false, None, true).await,
             Ok("accepts connections".to_string())
         );
         drop(listener);
-        let (reason, _) = probe_port(open, "127.0.0.1", false, None)
+        let (reason, _) = probe_port(open, "127.0.0.1", false, None, true)
             .await
             .unwrap_err();
         assert_eq!(reason, r::ENDPOINT_UNREACHABLE);
@@ -620,8 +639,8 @@ mod tests {
 
     #[test]
     fn a_ca_that_is_no_certificate_is_refused() {
-        assert!(tls_config(Some(b"not pem")).is_err());
-        assert!(tls_config(None).is_ok());
+        assert!(tls_config(Some(b"not pem"), true).is_err());
+        assert!(tls_config(None, true).is_ok());
     }
 
     #[test]

@@ -75,8 +75,10 @@ async fn setup(prefix: &str, machines: u8, start: bool) -> Setup {
             "clusterName": "demo",
             "ports": [{"name": "kube-apiserver", "port": 6443, "targetPort": port}],
             "drainSeconds": DRAIN,
+            // The targets are plain TCP listeners, not API servers: a TCP probe (`Auto` would
+            // ask their kube-apiserver port for GET /readyz).
             "targetHealth": {"periodSeconds": PERIOD.as_secs(), "timeoutSeconds": 1,
-                             "failureThreshold": 2, "successThreshold": 1},
+                             "failureThreshold": 2, "successThreshold": 1, "probe": "TCP"},
             "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
                                   "kind": "DNSLoadBalancer", "name": "cp"}}}))
         .await;

@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod addresses;
+mod api_server_health;
 mod ca_cache;
 mod capi;
 mod clusterctl;

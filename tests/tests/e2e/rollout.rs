@@ -32,7 +32,7 @@ async fn a_control_plane_rollout_fails_no_request_through_the_service_provider()
             log_dir: rollout::default_log_dir(),
         },
         // etcd and six API servers (three, then their replacements).
-        addresses: rollout::addresses(plane.range, 7),
+        addresses: rollout::addresses(plane.range, 16, 7),
         machines: 3,
         // All three: each long-lived connection, whichever server kube-proxy sent it to, is on a
         // server that stops (and sends GOAWAY) during the run.
