@@ -14,7 +14,6 @@
 //! the test process for the end-to-end test).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -29,6 +28,7 @@ use serde_json::{Value, json};
 pub mod dns;
 pub mod fleet;
 pub mod load;
+mod report;
 
 use crate::capi::provider;
 use crate::launch::{
@@ -36,7 +36,8 @@ use crate::launch::{
 };
 use fleet::{ApiServer, Etcd, Pki, Settings};
 use k8s_openapi::api::core::v1::Namespace;
-use load::{ClientKind, Endpoint, Load, Tally};
+use load::{Endpoint, Load};
+pub use report::{Replacement, Report, render};
 
 /// The Cluster, its LoadBalancer and their infrastructure objects are all named this.
 pub const NAME: &str = "rollout";
@@ -76,117 +77,6 @@ pub struct Options {
     /// load balancer that does not follow Machine deletions (its member stays until someone
     /// removes it).
     pub unmanaged: bool,
-}
-
-/// One Machine replaced.
-#[derive(Clone, Debug)]
-pub struct Replacement {
-    /// The Machine deleted.
-    pub old: String,
-    /// The Machine that took its place.
-    pub new: String,
-    /// From starting the new API server to its Machine `active` in the load balancer.
-    pub new_active: Duration,
-    /// From deleting the old Machine to Cluster API deleting its BenchMachine (capi-lb's hooks
-    /// released, the Machine out of the load balancer).
-    pub left: Duration,
-    /// From SIGTERM to the old API server's exit.
-    pub stopped: Duration,
-    /// From deleting the old Machine to it being gone.
-    pub gone: Duration,
-}
-
-/// What a run measured.
-#[derive(Clone, Debug)]
-pub struct Report {
-    /// The provider.
-    pub provider: String,
-    /// The published name the clients used.
-    pub endpoint: String,
-    /// Requests a second per client, clients per kind.
-    pub rate: f64,
-    pub clients_per_kind: usize,
-    /// What each kind of client saw.
-    pub tallies: BTreeMap<ClientKind, Tally>,
-    /// The replacements, in order.
-    pub replacements: Vec<Replacement>,
-    /// How long the load ran.
-    pub load: Duration,
-    /// Whether capi-lb was kept out of the deletions ([`Options::unmanaged`]).
-    pub unmanaged: bool,
-}
-
-impl Report {
-    /// Requests failed, all kinds.
-    pub fn failed(&self) -> u64 {
-        self.tallies.values().map(|t| t.failed).sum()
-    }
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
-}
-
-/// The report as the lines docs/benchmarks.md shows.
-pub fn render(r: &Report) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "rollout through {} ({}{}): {} Machines replaced one at a time, {} client(s) of each kind at {} requests/s each, load for {}",
-        r.endpoint,
-        r.provider,
-        if r.unmanaged {
-            "; capi-lb kept out of the deletions: LoadBalancer paused, hooks removed"
-        } else {
-            ""
-        },
-        r.replacements.len(),
-        r.clients_per_kind,
-        r.rate,
-        secs(r.load)
-    );
-    let _ = writeln!(
-        out,
-        "| client | requests | failed | answered Retry-After, asked again |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|");
-    for (kind, t) in &r.tallies {
-        let retried = if *kind == ClientKind::LongLived {
-            t.retried.to_string()
-        } else {
-            "(never asks again)".into()
-        };
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {retried} |",
-            kind.name(),
-            t.sent,
-            t.failed
-        );
-    }
-    let _ = writeln!(
-        out,
-        "| Machine replaced | new one active | left the load balancer | API server stopped | Machine gone |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|");
-    for x in &r.replacements {
-        let _ = writeln!(
-            out,
-            "| {} by {} | {} | {} | {} | {} |",
-            x.old,
-            x.new,
-            secs(x.new_active),
-            secs(x.left),
-            secs(x.stopped),
-            secs(x.gone)
-        );
-    }
-    for (kind, t) in &r.tallies {
-        for (at, why) in &t.failures {
-            let _ = writeln!(out, "failed ({}) at {}: {why}", kind.name(), secs(*at));
-        }
-    }
-    out
 }
 
 /// The APIs the run writes to.
