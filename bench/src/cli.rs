@@ -109,6 +109,21 @@ pub struct RolloutArgs {
     /// Exit with status 3 when any request failed.
     #[arg(long)]
     pub fail_on_failed_requests: bool,
+    /// A failover instead of a rollout: the first Machine's API server killed without warning
+    /// (SIGKILL) after the settle; how long requests fail until target health takes it out.
+    /// Turns target health on.
+    #[arg(long)]
+    pub failover: bool,
+    /// The LoadBalancer's spec.targetHealth.periodSeconds (turns target health on; with
+    /// --failover alone: 2).
+    #[arg(long)]
+    pub target_health_period_seconds: Option<i32>,
+    /// Its failureThreshold.
+    #[arg(long, default_value_t = 2)]
+    pub target_health_failure_threshold: i32,
+    /// Its probe: Auto (HTTPS GET /readyz on the API servers' port) or TCP.
+    #[arg(long, default_value = "Auto")]
+    pub target_health_probe: String,
 }
 
 #[derive(clap::Args, Debug)]

@@ -90,6 +90,31 @@ async fn bench_rollout(args: RolloutArgs) -> ExitCode {
         }
     };
     let replacements = args.replacements.unwrap_or(args.machines);
+    let period = args
+        .target_health_period_seconds
+        .or(args.failover.then_some(2));
+    let target_health = match period {
+        Some(period) => {
+            let probe = match serde_json::from_value(serde_json::json!(args.target_health_probe)) {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!(
+                        "capi-lb-bench rollout: --target-health-probe {}: {e}",
+                        args.target_health_probe
+                    );
+                    return ExitCode::FAILURE;
+                }
+            };
+            Some(capi_lb_api::loadbalancer::TargetHealth {
+                period_seconds: period,
+                timeout_seconds: (period - 1).clamp(1, 2),
+                failure_threshold: args.target_health_failure_threshold,
+                success_threshold: 2,
+                probe,
+            })
+        }
+        None => None,
+    };
     let options = rollout::Options {
         fleet: rollout::fleet::Settings {
             binary: kube_apiserver,
@@ -109,6 +134,8 @@ async fn bench_rollout(args: RolloutArgs) -> ExitCode {
         settle: Duration::from_secs(args.settle_seconds),
         step_timeout: Duration::from_secs(args.step_timeout_seconds),
         unmanaged: args.unmanaged,
+        target_health,
+        failover: args.failover,
     };
     match rollout::bench(&launch, &options).await {
         Ok(report) => {

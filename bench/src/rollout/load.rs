@@ -62,6 +62,8 @@ pub struct Tally {
     pub retried: u64,
     /// The first failures: when (from the start of the load) and why.
     pub failures: Vec<(Duration, String)>,
+    /// When the last failure was (from the start of the load).
+    pub last_failure: Option<Duration>,
 }
 
 /// How often the long-lived kind asks again after `Retry-After`.
@@ -93,6 +95,7 @@ impl Tally {
         self.sent += other.sent;
         self.failed += other.failed;
         self.retried += other.retried;
+        self.last_failure = self.last_failure.max(other.last_failure);
         for f in other.failures {
             if self.failures.len() < KEPT_FAILURES {
                 self.failures.push(f);
@@ -199,6 +202,7 @@ impl Load {
                         };
                         if let Some(why) = failure {
                             tally.failed += 1;
+                            tally.last_failure = Some(began.elapsed());
                             if tally.failures.len() < KEPT_FAILURES {
                                 tally.failures.push((began.elapsed(), why));
                             }
@@ -236,6 +240,7 @@ mod tests {
             failed: 1,
             retried: 0,
             failures: vec![(Duration::from_secs(3), "late".into())],
+            last_failure: Some(Duration::from_secs(9)),
         };
         a.add(Tally {
             sent: 7,
@@ -245,8 +250,10 @@ mod tests {
                 (Duration::from_secs(1), "early".into()),
                 (Duration::from_secs(2), "middle".into()),
             ],
+            last_failure: Some(Duration::from_secs(4)),
         });
         assert_eq!((a.sent, a.failed, a.retried), (12, 3, 1));
+        assert_eq!(a.last_failure, Some(Duration::from_secs(9)));
         let whens: Vec<_> = a.failures.iter().map(|f| f.1.as_str()).collect();
         assert_eq!(whens, ["early", "middle", "late"]);
     }

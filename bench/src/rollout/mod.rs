@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use capi_lb_api::constants::{ANNOTATION_LOAD_BALANCER_REF, ANNOTATION_PAUSED};
+use capi_lb_api::loadbalancer::TargetHealth;
 use capi_lb_api::target::TargetKeys;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -37,7 +38,7 @@ use crate::launch::{
 use fleet::{ApiServer, Etcd, Pki, Settings};
 use k8s_openapi::api::core::v1::Namespace;
 use load::{Endpoint, Load};
-pub use report::{Replacement, Report, render};
+pub use report::{Failover, Replacement, Report, render};
 
 /// The Cluster, its LoadBalancer and their infrastructure objects are all named this.
 pub const NAME: &str = "rollout";
@@ -77,6 +78,12 @@ pub struct Options {
     /// load balancer that does not follow Machine deletions (its member stays until someone
     /// removes it).
     pub unmanaged: bool,
+    /// The LoadBalancer's `spec.targetHealth` (none when `None`).
+    pub target_health: Option<TargetHealth>,
+    /// A failover instead of a rollout: after the settle, the first Machine's API server is killed
+    /// without warning (SIGKILL), and the run waits until capi-lb takes it out (target health),
+    /// then settles again. `replacements` are not made.
+    pub failover: bool,
 }
 
 /// The APIs the run writes to.
@@ -143,6 +150,7 @@ fn cluster_documents(options: &Options) -> Vec<Value> {
                "metadata": {"name": NAME},
                "spec": {"clusterName": NAME, "controlPlane": {},
                         "drainSeconds": options.drain_seconds,
+                        "targetHealth": options.target_health,
                         "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
                                               "kind": "ServiceLoadBalancer", "name": NAME}}}),
     ]
@@ -462,8 +470,43 @@ async fn rollout(
         options.rate,
     )?;
     tokio::time::sleep(options.settle).await;
+    let mut failover = None;
+    if options.failover {
+        let victim = order
+            .first()
+            .cloned()
+            .ok_or_else(|| BenchError::Setup("a failover needs a Machine (--machines)".into()))?;
+        let server = fleet
+            .servers
+            .remove(&victim)
+            .ok_or_else(|| BenchError::Setup(format!("no API server for Machine {victim}")))?;
+        let killed_at = load_began.elapsed();
+        let killed = Instant::now();
+        server.kill().await;
+        let state = until(
+            &format!("Machine {victim} taken out after its API server was killed"),
+            options.step_timeout,
+            || async {
+                Ok(target_state(apis, &keys, &victim)
+                    .await?
+                    .filter(|s| s != "active"))
+            },
+        )
+        .await?;
+        failover = Some(Failover {
+            machine: victim,
+            killed_at,
+            taken_out: killed.elapsed(),
+            state,
+        });
+    }
+    let replacements_wanted = if options.failover {
+        0
+    } else {
+        options.replacements
+    };
     let mut replacements = Vec::new();
-    for next in options.machines..options.machines + options.replacements {
+    for next in options.machines..options.machines + replacements_wanted {
         let old = order.remove(0);
         let new = format!("{NAME}-{next}");
         let began = Instant::now();
@@ -536,6 +579,7 @@ async fn rollout(
         replacements,
         load: load_began.elapsed(),
         unmanaged: options.unmanaged,
+        failover,
     };
     // The Machines go; their servers are stopped by the caller.
     for name in order {

@@ -24,6 +24,19 @@ pub struct Replacement {
     pub gone: Duration,
 }
 
+/// A failover ([`super::Options::failover`]).
+#[derive(Clone, Debug)]
+pub struct Failover {
+    /// The Machine whose API server was killed.
+    pub machine: String,
+    /// When, from the start of the load.
+    pub killed_at: Duration,
+    /// From the kill to capi-lb taking the Machine out (its state no longer `active`).
+    pub taken_out: Duration,
+    /// The state it was then (`failing`).
+    pub state: String,
+}
+
 /// What a run measured.
 #[derive(Clone, Debug)]
 pub struct Report {
@@ -42,6 +55,8 @@ pub struct Report {
     pub load: Duration,
     /// Whether capi-lb was kept out of the deletions ([`Options::unmanaged`]).
     pub unmanaged: bool,
+    /// The failover, when the run was one.
+    pub failover: Option<Failover>,
 }
 
 impl Report {
@@ -108,6 +123,32 @@ pub fn render(r: &Report) -> String {
             secs(x.stopped),
             secs(x.gone)
         );
+    }
+    if let Some(f) = &r.failover {
+        let _ = writeln!(
+            out,
+            "failover: the API server of {} killed (SIGKILL) at {}; capi-lb took the Machine out ({}) {} later",
+            f.machine,
+            secs(f.killed_at),
+            f.state,
+            secs(f.taken_out)
+        );
+        for (kind, t) in &r.tallies {
+            match t.last_failure {
+                Some(last) => {
+                    let _ = writeln!(
+                        out,
+                        "failover, {}: {} requests failed, the last {} after the kill",
+                        kind.name(),
+                        t.failed,
+                        secs(last.saturating_sub(f.killed_at))
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "failover, {}: no request failed", kind.name());
+                }
+            }
+        }
     }
     for (kind, t) in &r.tallies {
         for (at, why) in &t.failures {
