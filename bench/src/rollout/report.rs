@@ -75,7 +75,12 @@ pub fn render(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "rollout through {} ({}{}): {} Machines replaced one at a time, {} client(s) of each kind at {} requests/s each, load for {}",
+        "{} through {} ({}{}): {} Machines replaced one at a time, {} client(s) of each kind at {} requests/s each, load for {}",
+        if r.failover.is_some() {
+            "failover"
+        } else {
+            "rollout"
+        },
         r.endpoint,
         r.provider,
         if r.unmanaged {
@@ -107,22 +112,24 @@ pub fn render(r: &Report) -> String {
             t.failed
         );
     }
-    let _ = writeln!(
-        out,
-        "| Machine replaced | new one active | left the load balancer | API server stopped | Machine gone |"
-    );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|");
-    for x in &r.replacements {
+    if !r.replacements.is_empty() {
         let _ = writeln!(
             out,
-            "| {} by {} | {} | {} | {} | {} |",
-            x.old,
-            x.new,
-            secs(x.new_active),
-            secs(x.left),
-            secs(x.stopped),
-            secs(x.gone)
+            "| Machine replaced | new one active | left the load balancer | API server stopped | Machine gone |"
         );
+        let _ = writeln!(out, "|---|---:|---:|---:|---:|");
+        for x in &r.replacements {
+            let _ = writeln!(
+                out,
+                "| {} by {} | {} | {} | {} | {} |",
+                x.old,
+                x.new,
+                secs(x.new_active),
+                secs(x.left),
+                secs(x.stopped),
+                secs(x.gone)
+            );
+        }
     }
     if let Some(f) = &r.failover {
         let _ = writeln!(
