@@ -72,6 +72,13 @@ pub const ANNOTATION_TARGET_STATUS: &str = "loadbalancer.cluster.x-k8s.io/status
 /// User annotation that temporarily takes a target out of the load balancer (proposal). Its
 /// presence counts, whatever the value.
 pub const ANNOTATION_TARGET_DISABLED: &str = "loadbalancer.cluster.x-k8s.io/disabled";
+/// Cluster API's annotation on a Machine whose in-place update has started (set by the Machine's
+/// owner, e.g. KubeadmControlPlane, removed by the Machine controller when the update is done): a
+/// target with it is taken out like a disabled one.
+pub const ANNOTATION_UPDATE_IN_PROGRESS: &str =
+    "in-place-updates.internal.cluster.x-k8s.io/update-in-progress";
+/// Cluster API's Machine condition that is `True` while an in-place update is in progress.
+pub const CONDITION_UPDATING: &str = "Updating";
 /// Per-target annotation naming the LoadBalancer whose state [`ANNOTATION_TARGET_STATUS`] shows
 /// (proposal). With several LoadBalancers selecting one target, the first one holds this pair; each
 /// one's own state is under [`TARGET_STATE_PREFIX`].

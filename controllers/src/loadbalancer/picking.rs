@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 
+use capi_lb_api::constants::{ANNOTATION_UPDATE_IN_PROGRESS, CONDITION_UPDATING};
 use capi_lb_api::loadbalancer::{MachineAddressType, ReadinessGate};
 use serde_json::Value;
 
@@ -56,6 +57,24 @@ pub fn pending_gates(object: &Value, gates: &[ReadinessGate]) -> Vec<String> {
         .filter(|g| !is_true(g))
         .map(str::to_string)
         .collect()
+}
+
+/// True while `object` (a Cluster API Machine) is being updated in place: Cluster API's
+/// update-in-progress annotation is on it, or its `Updating` condition is `True`.
+pub fn updating_in_place(object: &Value) -> bool {
+    let annotated = object
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .is_some_and(|a| a.contains_key(ANNOTATION_UPDATE_IN_PROGRESS));
+    annotated
+        || CONDITION_LISTS
+            .iter()
+            .filter_map(|p| object.pointer(p)?.as_array())
+            .flatten()
+            .any(|c| {
+                c.get("type").and_then(Value::as_str) == Some(CONDITION_UPDATING)
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            })
 }
 
 #[cfg(test)]
@@ -144,5 +163,22 @@ mod tests {
             pick_address(&json!({}), &[MachineAddressType::InternalIp]),
             None
         );
+    }
+
+    #[test]
+    fn an_in_place_update_is_seen_by_its_annotation_or_its_condition() {
+        assert!(!updating_in_place(
+            &json!({"metadata": {"annotations": {}}})
+        ));
+        assert!(updating_in_place(&json!({"metadata": {"annotations": {
+            ANNOTATION_UPDATE_IN_PROGRESS: ""}}})));
+        assert!(updating_in_place(&json!({"status": {"conditions": [
+            {"type": "Updating", "status": "True"}]}})));
+        assert!(updating_in_place(
+            &json!({"status": {"v1beta2": {"conditions": [
+            {"type": "Updating", "status": "True"}]}}})
+        ));
+        assert!(!updating_in_place(&json!({"status": {"conditions": [
+            {"type": "Updating", "status": "False"}]}})));
     }
 }

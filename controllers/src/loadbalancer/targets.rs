@@ -35,7 +35,7 @@ use crate::error::{Result, is_not_found, kube_err};
 use crate::kinds::Unlisted;
 use crate::metadata::patch_annotations;
 
-use super::picking::{pending_gates, pick_address};
+use super::picking::{pending_gates, pick_address, updating_in_place};
 
 /// How many target writes one pass has in flight at a time: a LoadBalancer's few control-plane
 /// Machines are written at once, a hundred workers eight at a time.
@@ -71,7 +71,7 @@ pub fn observe(
                 return None;
             }
             let value = serde_json::to_value(&object).unwrap_or(Value::Null);
-            let observed = Observed::from_annotations(
+            let mut observed = Observed::from_annotations(
                 object.name_any(),
                 selected,
                 object.metadata.deletion_timestamp.is_some(),
@@ -80,6 +80,9 @@ pub fn observe(
                 pick_address(&value, &spec.target_address_types),
                 pending_gates(&value, &spec.readiness_gates),
             );
+            // A Machine updated in place leaves as a disabled one does (drained, its member
+            // removed, `disabling` then `disabled`) and comes back when the update is done.
+            observed.disabled |= updating_in_place(&value);
             Some(TargetObject { object, observed })
         })
         .collect();

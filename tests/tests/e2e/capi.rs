@@ -93,6 +93,65 @@ async fn cluster_with_load_balancer(t: &TestNs, drain_seconds: u32) {
     .await;
 }
 
+/// An in-place update as Cluster API marks it: the Machine's owner puts Cluster API's
+/// update-in-progress annotation on it (here the test, as KubeadmControlPlane does), and Cluster
+/// API's Machine controller sets its `Updating` condition. capi-lb drains the member and takes it
+/// out (`disabling`, then `disabled`), the other Machine serving on; the annotation removed (the
+/// update done, as the Machine controller removes it), the Machine comes back (`active`).
+#[tokio::test]
+async fn a_machine_updated_in_place_leaves_the_load_balancer_and_comes_back() {
+    use capi_lb_api::constants::ANNOTATION_UPDATE_IN_PROGRESS;
+    let mut t = TestNs::new("e2e-capi-inplace").await;
+    install_capi_crds(&t.client).await;
+    t.start(t.options(&["inmemory"]));
+    cluster_with_load_balancer(&t, 2).await;
+    provisioned_machine(&t, "cp-1", "10.0.0.11").await;
+    provisioned_machine(&t, "cp-2", "10.0.0.12").await;
+    wait_active(&t, "cp", &["cp-1", "cp-2"]).await;
+
+    let keys = TargetKeys::new(&t.ns, "cp");
+    let machines = t.api::<Machine>();
+    merge(
+        &machines,
+        "cp-1",
+        json!({"metadata": {"annotations": {ANNOTATION_UPDATE_IN_PROGRESS: ""}}}),
+    )
+    .await;
+    let state = |m: &Machine| m.annotations().get(&keys.state).cloned();
+    wait_for(
+        &machines,
+        "cp-1",
+        "cp-1 disabled for its in-place update",
+        |m| m.is_some_and(|m| state(m).as_deref() == Some("disabled")),
+    )
+    .await;
+    assert_eq!(members(&t, "cp").await.len(), 1, "cp-2 alone serves");
+    wait_for(
+        &machines,
+        "cp-1",
+        "Cluster API's Updating condition True",
+        |m| {
+            m.and_then(|m| m.status.as_ref())
+                .and_then(|s| s.rest.get("conditions")?.as_array().cloned())
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Updating" && c["status"] == "True")
+                })
+        },
+    )
+    .await;
+
+    merge(
+        &machines,
+        "cp-1",
+        json!({"metadata": {"annotations": {ANNOTATION_UPDATE_IN_PROGRESS: null}}}),
+    )
+    .await;
+    wait_active(&t, "cp", &["cp-1", "cp-2"]).await;
+    assert_eq!(members(&t, "cp").await.len(), 2);
+    t.finish().await;
+}
+
 /// A user deletes a Machine: Cluster API's Machine controller stops at capi-lb's pre-terminate
 /// hook (the Machine has no nodeRef, so Cluster API skips pre-drain and drain; pre-terminate is
 /// the hook that protects the member) and neither deletes the infrastructure nor lets the Machine
