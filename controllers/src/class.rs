@@ -275,12 +275,17 @@ pub fn members(binding: &Binding) -> Vec<DesiredMember> {
 }
 
 /// What to write into the Service's `status.loadBalancer.ingress`: the IPs, or the hostnames when
-/// the provider has no IP.
-pub fn ingress(addresses: &[LoadBalancerAddress]) -> Value {
+/// the provider has no IP. Each IP says its `ipMode` (KEP-1860): `Proxy` where the provider's load
+/// balancer proxies connections (`proxied`), so that kube-proxy sends in-cluster clients of that IP
+/// to the load balancer (its health checks and allowed source ranges apply to them too) instead of
+/// straight to the endpoints; `VIP` otherwise, which is also what the apiserver fills in when it is
+/// left out (so leaving it out would make the written ingress differ from the stored one forever).
+pub fn ingress(addresses: &[LoadBalancerAddress], proxied: bool) -> Value {
+    let mode = if proxied { "Proxy" } else { "VIP" };
     let ips: Vec<Value> = addresses
         .iter()
         .filter(|a| a.type_ == AddressType::Ip)
-        .map(|a| json!({"ip": a.address}))
+        .map(|a| json!({"ip": a.address, "ipMode": mode}))
         .collect();
     if !ips.is_empty() {
         return Value::Array(ips);
@@ -293,19 +298,21 @@ pub fn ingress(addresses: &[LoadBalancerAddress]) -> Value {
     )
 }
 
-/// Write the provider's addresses into the bound Service's ingress (and the stable name into its
-/// DNS-name annotation), each only when it differs. Returns what changed.
+/// Write the provider's addresses into the bound Service's ingress (`proxied`: see [`ingress`])
+/// and the stable name into its DNS-name annotation, each only when it differs. Returns what
+/// changed.
 pub async fn write_back(
     client: &kube::Client,
     binding: &Binding,
     addresses: &[LoadBalancerAddress],
+    proxied: bool,
     stable_host: Option<&str>,
 ) -> Result<Vec<String>> {
     let namespace = binding.service.namespace().unwrap_or_default();
     let name = binding.service.name_any();
     let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
     let mut changes = Vec::new();
-    let wanted = ingress(addresses);
+    let wanted = ingress(addresses, proxied);
     let current = serde_json::to_value(&binding.service.status)
         .ok()
         .and_then(|s| s.pointer("/loadBalancer/ingress").cloned())
@@ -454,7 +461,18 @@ mod tests {
             LoadBalancerAddress::hostname("lb.example.com"),
             LoadBalancerAddress::ip("198.51.100.7"),
         ];
-        assert_eq!(ingress(&both), json!([{"ip": "198.51.100.7"}]));
-        assert_eq!(ingress(&both[..1]), json!([{"hostname": "lb.example.com"}]));
+        assert_eq!(
+            ingress(&both, false),
+            json!([{"ip": "198.51.100.7", "ipMode": "VIP"}])
+        );
+        assert_eq!(
+            ingress(&both, true),
+            json!([{"ip": "198.51.100.7", "ipMode": "Proxy"}])
+        );
+        // A hostname has no ipMode (the apiserver refuses one without an IP).
+        assert_eq!(
+            ingress(&both[..1], true),
+            json!([{"hostname": "lb.example.com"}])
+        );
     }
 }

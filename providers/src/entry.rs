@@ -132,6 +132,11 @@ pub struct Entry {
     /// The provider checks its members' health itself (Octavia's health monitor), so capi-lb's
     /// target probes (`spec.targetHealth`) do not apply.
     pub checks_members: bool,
+    /// The load balancer proxies connections (Octavia's amphorae end them and open their own to
+    /// the members) rather than forwarding packets to a virtual IP: a Service of capi-lb's class
+    /// on it gets `ipMode: Proxy` on its ingress, so kube-proxy does not send in-cluster clients
+    /// of that IP straight to the endpoints, past the load balancer (KEP-1860).
+    pub proxies: bool,
     /// Kinds the provider creates through the Kubernetes API besides Services (which `run` always
     /// maps back by their tags).
     pub owned_kinds: &'static [OwnedKind],

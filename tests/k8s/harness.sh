@@ -178,7 +178,10 @@ DNS_READY_PORT="${CAPI_LB_K8S_DNS_READY_PORT:-10181}"
 METALLB_PORT="${CAPI_LB_K8S_METALLB_PORT:-17472}" # its metrics (MetalLB has no flag for the host)
 METALLB_NAMESPACE="metallb-system"
 METALLB_CLASS="metallb.io/harness"
-METALLB_POOL="198.51.100.0/28"
+# The top of 198.51.100.0/24 (RFC 5737): the tests' own pools and hand-written ingress addresses take
+# its first addresses, and kube-proxy forwards every LoadBalancer Service's ingress IP, so MetalLB's
+# must never be one of theirs (two Services on one IP and port: kube-proxy sends it to one of them).
+METALLB_POOL="198.51.100.240/28"
 BIND_PORT="${CAPI_LB_K8S_BIND_PORT:-10055}"                 # named, UDP and TCP
 EXTERNAL_DNS_PORT="${CAPI_LB_K8S_EXTERNAL_DNS_PORT:-17979}" # ExternalDNS's /healthz and /metrics
 CAPI_WEBHOOK_PORT="${CAPI_LB_K8S_CAPI_WEBHOOK_PORT:-19443}"         # Cluster API's webhooks (all interfaces: no host flag)

@@ -105,7 +105,7 @@ pub(super) async fn cleanup(
     }
     // A Service this LoadBalancer realised no longer has a load balancer behind it.
     if let Some(binding) = class::binding(&ctx.client, lb).await? {
-        class::write_back(&ctx.client, &binding, &[], None).await?;
+        class::write_back(&ctx.client, &binding, &[], false, None).await?;
     }
     let changes = publication::withdraw_lb(ctx, lb).await?;
     if !changes.is_empty() {

@@ -425,10 +425,17 @@ impl Reconciliation<'_> {
             return Ok(());
         }
         let host = publication.endpoint.as_ref().map(|e| e.host.clone());
+        let infra = &self.lb.spec.infrastructure_ref;
+        let proxied = self
+            .ctx
+            .providers
+            .get(&infra.api_group, &infra.kind)
+            .is_some_and(|p| p.entry.proxies);
         let changes = class::write_back(
             &self.ctx.client,
             binding,
             &publication.publishable,
+            proxied,
             host.as_deref(),
         )
         .await?;

@@ -51,6 +51,7 @@ pub const ENTRY: Entry = Entry {
     build: |dependencies| Arc::new(DnsProvider::new(dependencies.client.clone())),
     // Nothing probes the targets but capi-lb: its target probes decide the records.
     checks_members: false,
+    proxies: false,
     owned_kinds: &[],
     calls: &[
         (INFRASTRUCTURE_GROUP, "dnsloadbalancers", &["get", "patch"]),

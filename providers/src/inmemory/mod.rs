@@ -54,6 +54,7 @@ pub const ENTRY: Entry = Entry {
         )))
     },
     checks_members: false,
+    proxies: false,
     owned_kinds: &[],
     calls: &[
         (

@@ -84,6 +84,7 @@ pub const ENTRY: Entry = Entry {
         )
     },
     checks_members: false,
+    proxies: false,
     owned_kinds: &[OwnedKind {
         group: "kube-dc.com",
         version: "v1",

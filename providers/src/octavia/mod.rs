@@ -104,6 +104,7 @@ pub const ENTRY: Entry = Entry {
         })
     },
     checks_members: true,
+    proxies: true,
     owned_kinds: &[],
     calls: &[
         (

@@ -69,6 +69,7 @@ pub const ENTRY: Entry = Entry {
     // MetalLB, kube-vip and kube-proxy do not probe the endpoints of a Service without a selector:
     // their readiness is what capi-lb writes, so capi-lb's own target probes apply.
     checks_members: false,
+    proxies: false,
     owned_kinds: &[],
     calls: &[
         (

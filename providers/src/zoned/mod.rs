@@ -53,6 +53,7 @@ pub const ENTRY: Entry = Entry {
     // Each zone's LoadBalancer checks its own members (its provider's health monitor, or its
     // own target probes): the parent does not probe them again.
     checks_members: true,
+    proxies: false,
     owned_kinds: &[OwnedKind {
         group: GROUP,
         version: VERSION,

@@ -26,6 +26,7 @@ mod helm;
 mod image;
 mod inmemory_api;
 mod install;
+mod ip_mode;
 mod isolation;
 mod kubedc_network;
 mod loadbalancer;

@@ -1342,8 +1342,20 @@ async fn the_kamaji_octavia_flavor_realises_kamajis_service_with_a_floating_ip()
         .unwrap()
         .status
         .unwrap();
-    // Kamaji gets an IP (it rejects hostname-only ingress): the floating IP.
+    // Kamaji gets an IP (it rejects hostname-only ingress): the floating IP, with ipMode Proxy
+    // (Octavia's amphorae proxy: kube-proxy must not send in-cluster clients past them).
     assert_eq!(ingress, vec![status.floating_ip.clone().unwrap()]);
+    let modes: Vec<Option<String>> = service(&world, "tenant")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.load_balancer)
+        .and_then(|l| l.ingress)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| i.ip_mode)
+        .collect();
+    assert_eq!(modes, vec![Some("Proxy".to_string())]);
     let mut members = members(&h, &status);
     members.sort();
     assert_eq!(
