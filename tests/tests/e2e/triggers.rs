@@ -1387,6 +1387,9 @@ async fn a_converged_namespace_is_not_written_while_idle() {
     }
     let seen = futures::future::join_all(watches).await;
     let mut writes = Vec::new();
+    // Cluster API's manager is not under test: its own status updates (a condition of the
+    // Cluster's remote connection probe, which it revisits on its own schedule) are not counted.
+    let mut by_capi = std::collections::BTreeSet::new();
     for (kind, events) in seen {
         for event in events {
             let (what, obj) = match event {
@@ -1397,6 +1400,10 @@ async fn a_converged_namespace_is_not_written_while_idle() {
                 WatchEvent::Error(e) => panic!("watching {kind}: {e:?}"),
             };
             let name = obj.name_any();
+            if last_writer(&obj).starts_with("cluster-api-manager ") {
+                by_capi.insert((kind.clone(), name.clone()));
+                continue;
+            }
             let mut changed = Vec::new();
             match recorded.get(&(kind.clone(), name.clone())) {
                 Some(old) => differences(
@@ -1421,7 +1428,7 @@ async fn a_converged_namespace_is_not_written_while_idle() {
         .map(|(k, o)| (k.clone(), o.resource_version().unwrap_or_default()))
         .collect();
     for (k, rv) in &after {
-        if before.get(k) != Some(rv) {
+        if before.get(k) != Some(rv) && !by_capi.contains(k) {
             writes.push(format!(
                 "{} {}: resourceVersion {:?} -> {rv}",
                 k.0,
