@@ -103,6 +103,10 @@ pub struct RolloutArgs {
     /// The cluster's DNS server, IP:port [default: the harness's CAPI_LB_E2E_DNS].
     #[arg(long)]
     pub dns: Option<std::net::SocketAddr>,
+    /// The provider: service (MetalLB and kube-proxy) or dns (ExternalDNS into BIND, the zone and
+    /// server from the harness's CAPI_LB_E2E_DNS_ZONE and CAPI_LB_E2E_BIND).
+    #[arg(long, default_value = "service")]
+    pub provider: String,
     /// MetalLB's loadBalancerClass [default: the harness's CAPI_LB_E2E_METALLB_CLASS].
     #[arg(long)]
     pub service_class: Option<String>,

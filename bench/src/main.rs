@@ -76,13 +76,24 @@ async fn bench_rollout(args: RolloutArgs) -> ExitCode {
                 .parse()
                 .map_err(|e| format!("CAPI_LB_E2E_DNS: {e}"))?,
         };
-        let class = match &args.service_class {
-            Some(c) => c.clone(),
-            None => from_env("CAPI_LB_E2E_METALLB_CLASS")?,
+        let provider = match args.provider.as_str() {
+            "service" => rollout::Provider::Service {
+                class: match &args.service_class {
+                    Some(c) => c.clone(),
+                    None => from_env("CAPI_LB_E2E_METALLB_CLASS")?,
+                },
+            },
+            "dns" => rollout::Provider::Dns {
+                zone: from_env("CAPI_LB_E2E_DNS_ZONE")?,
+                server: from_env("CAPI_LB_E2E_BIND")?
+                    .parse()
+                    .map_err(|e| format!("CAPI_LB_E2E_BIND: {e}"))?,
+            },
+            other => return Err(format!("--provider {other}: service or dns")),
         };
-        Ok((range, kube_apiserver, etcd, dns, class))
+        Ok((range, kube_apiserver, etcd, dns, provider))
     })();
-    let (range, kube_apiserver, etcd, dns, service_class) = match settings {
+    let (range, kube_apiserver, etcd, dns, provider) = match settings {
         Ok(s) => s,
         Err(e) => {
             eprintln!("capi-lb-bench rollout: {e}");
@@ -127,7 +138,7 @@ async fn bench_rollout(args: RolloutArgs) -> ExitCode {
         replacements,
         clients_per_kind: args.clients,
         rate: args.rate,
-        service_class,
+        provider,
         dns,
         cluster_domain: "cluster.local".into(),
         drain_seconds: args.drain_seconds,

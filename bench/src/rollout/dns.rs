@@ -10,7 +10,8 @@ use hickory_proto::rr::{Name, RData, RecordType};
 
 use crate::launch::BenchError;
 
-/// The IPv4 addresses `server` answers for `name` (sorted; empty for no such name).
+/// The IPv4 addresses `server` answers for `name`, in its order (a client tries the first first;
+/// empty for no such name).
 pub async fn lookup_a(server: SocketAddr, name: &str) -> Result<Vec<Ipv4Addr>, BenchError> {
     let setup = |e: String| BenchError::Setup(format!("resolving {name} at {server}: {e}"));
     let mut query = Message::query();
@@ -45,7 +46,7 @@ pub async fn lookup_a(server: SocketAddr, name: &str) -> Result<Vec<Ipv4Addr>, B
         if answer.metadata.id != query.metadata.id {
             continue;
         }
-        let mut out: Vec<Ipv4Addr> = answer
+        let out: Vec<Ipv4Addr> = answer
             .answers
             .iter()
             .filter_map(|r| match &r.data {
@@ -53,7 +54,6 @@ pub async fn lookup_a(server: SocketAddr, name: &str) -> Result<Vec<Ipv4Addr>, B
                 _ => None,
             })
             .collect();
-        out.sort();
         return Ok(out);
     }
     Err(setup("no answer after 5 tries".into()))

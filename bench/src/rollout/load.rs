@@ -42,13 +42,47 @@ impl ClientKind {
 }
 
 /// Where the clients send their requests: the endpoint's name (the TLS server name, which the
-/// serving certificate holds) and the address it resolved to.
+/// serving certificate holds), its port, and how the name is resolved.
 #[derive(Clone, Debug)]
 pub struct Endpoint {
     /// The published name.
     pub host: String,
-    /// What it resolved to.
-    pub address: SocketAddr,
+    /// The port.
+    pub port: u16,
+    /// How the clients resolve it.
+    pub resolution: Resolution,
+}
+
+/// How a client resolves the endpoint's name.
+#[derive(Clone, Copy, Debug)]
+pub enum Resolution {
+    /// Resolved once, before the load (a load balancer's fixed address).
+    Fixed(std::net::IpAddr),
+    /// Asked of this DNS server at every new connection (no cache: a client that follows the
+    /// records as soon as they change).
+    Dns(SocketAddr),
+}
+
+/// A resolver asking one DNS server, for [`Resolution::Dns`].
+struct AskServer(SocketAddr);
+
+impl reqwest::dns::Resolve for AskServer {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let server = self.0;
+        let name = name.as_str().to_string();
+        Box::pin(async move {
+            let ips = super::dns::lookup_a(server, &name)
+                .await
+                .map_err(|e| Box::new(e) as Box<dyn std::error::Error + Send + Sync>)?;
+            let addrs: reqwest::dns::Addrs = Box::new(
+                ips.into_iter()
+                    .map(|ip| SocketAddr::new(std::net::IpAddr::V4(ip), 0))
+                    .collect::<Vec<_>>()
+                    .into_iter(),
+            );
+            Ok(addrs)
+        })
+    }
 }
 
 /// What one kind of client saw.
@@ -132,9 +166,14 @@ fn client(kind: ClientKind, endpoint: &Endpoint, pki: &Pki) -> Result<reqwest::C
     let builder = reqwest::Client::builder()
         .tls_certs_only([ca])
         .identity(identity)
-        .resolve(&endpoint.host, endpoint.address)
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(10));
+    let builder = match endpoint.resolution {
+        Resolution::Fixed(ip) => {
+            builder.resolve(&endpoint.host, SocketAddr::new(ip, endpoint.port))
+        }
+        Resolution::Dns(server) => builder.dns_resolver(AskServer(server)),
+    };
     let builder = match kind {
         ClientKind::NewConnection => builder.http1_only().pool_max_idle_per_host(0),
         ClientKind::LongLived => builder.http2_prior_knowledge(),
@@ -156,8 +195,7 @@ impl Load {
         let began = Instant::now();
         let url = format!(
             "https://{}:{}/api/v1/namespaces/default",
-            endpoint.host,
-            endpoint.address.port()
+            endpoint.host, endpoint.port
         );
         let period = Duration::from_secs_f64(1.0 / rate.max(0.1));
         let mut tasks = Vec::new();

@@ -37,7 +37,7 @@ use crate::launch::{
 };
 use fleet::{ApiServer, Etcd, Pki, Settings};
 use k8s_openapi::api::core::v1::Namespace;
-use load::{Endpoint, Load};
+use load::{Endpoint, Load, Resolution};
 pub use report::{Failover, Replacement, Report, render};
 
 /// The Cluster, its LoadBalancer and their infrastructure objects are all named this.
@@ -61,8 +61,8 @@ pub struct Options {
     pub clients_per_kind: usize,
     /// Requests a second per client.
     pub rate: f64,
-    /// MetalLB's `loadBalancerClass`.
-    pub service_class: String,
+    /// The provider of the load balancer.
+    pub provider: Provider,
     /// The cluster's DNS server (CoreDNS), which the clients resolve the published name with.
     pub dns: SocketAddr,
     /// The cluster's domain.
@@ -85,6 +85,47 @@ pub struct Options {
     /// then settles again. `replacements` are not made.
     pub failover: bool,
 }
+
+/// The load balancer's provider and where its clients find it.
+#[derive(Clone, Debug)]
+pub enum Provider {
+    /// The Service provider on this `loadBalancerClass` (MetalLB's), forwarded by kube-proxy; the
+    /// clients resolve the `-ext` name through the cluster's DNS server once.
+    Service {
+        /// The class.
+        class: String,
+    },
+    /// The DNS provider: a name in `zone` whose records are the active targets, published
+    /// through ExternalDNS to the authoritative `server` (BIND on the harness), which the clients
+    /// ask at every new connection.
+    Dns {
+        /// The zone.
+        zone: String,
+        /// Its authoritative server.
+        server: SocketAddr,
+    },
+}
+
+impl Provider {
+    /// The name `capi-lb run --providers` knows it by.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Provider::Service { .. } => "service",
+            Provider::Dns { .. } => "dns",
+        }
+    }
+
+    /// Its infrastructure kind.
+    fn kind(&self) -> &'static str {
+        match self {
+            Provider::Service { .. } => "ServiceLoadBalancer",
+            Provider::Dns { .. } => "DNSLoadBalancer",
+        }
+    }
+}
+
+/// TTL of the DNS provider's records.
+const DNS_TTL: i64 = 5;
 
 /// The APIs the run writes to.
 struct Apis {
@@ -132,8 +173,15 @@ impl Apis {
     }
 }
 
-/// The objects of the Cluster and its load balancer (before any Machine).
-fn cluster_documents(options: &Options) -> Vec<Value> {
+/// The objects of the Cluster and its load balancer (before any Machine); `host` is the DNS
+/// provider's name.
+fn cluster_documents(options: &Options, host: &str) -> Vec<Value> {
+    let infra = match &options.provider {
+        Provider::Service { class } => json!({"loadBalancerClass": class,
+                                              "allocateLoadBalancerNodePorts": false}),
+        Provider::Dns { .. } => json!({"hostname": host, "ttlSeconds": DNS_TTL}),
+    };
+    let kind = options.provider.kind();
     vec![
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": BOOTSTRAP_SECRET},
                "stringData": {"value": "#!/bin/sh\n# capi-lb-bench rollout: no bootstrap runs\n"}}),
@@ -143,16 +191,14 @@ fn cluster_documents(options: &Options) -> Vec<Value> {
                                               "kind": provider::CLUSTER_KIND, "name": NAME}}}),
         provider::object(provider::CLUSTER_KIND, NAME, json!({})),
         json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
-               "kind": "ServiceLoadBalancer", "metadata": {"name": NAME},
-               "spec": {"loadBalancerClass": options.service_class,
-                        "allocateLoadBalancerNodePorts": false}}),
+               "kind": kind, "metadata": {"name": NAME}, "spec": infra}),
         json!({"apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
                "metadata": {"name": NAME},
                "spec": {"clusterName": NAME, "controlPlane": {},
                         "drainSeconds": options.drain_seconds,
                         "targetHealth": options.target_health,
                         "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                              "kind": "ServiceLoadBalancer", "name": NAME}}}),
+                                              "kind": kind, "name": NAME}}}),
     ]
 }
 
@@ -336,7 +382,10 @@ async fn stop_when_deleted(
 /// infrastructure kinds ([`provider::install`]) and a controller running the Service provider).
 pub async fn run(client: &Client, ns: &str, options: &Options) -> Result<Report, BenchError> {
     let apis = Apis::new(client, ns);
-    let ext = format!("{NAME}-ext.{ns}.svc.{}", options.cluster_domain);
+    let ext = match &options.provider {
+        Provider::Service { .. } => format!("{NAME}-ext.{ns}.svc.{}", options.cluster_domain),
+        Provider::Dns { zone, .. } => format!("{NAME}.{ns}.{zone}"),
+    };
     let mut dir = options.fleet.log_dir.clone();
     dir.push(ns);
     let settings = Settings {
@@ -395,7 +444,7 @@ async fn rollout(
     let ext = ext.to_string();
     let keys = TargetKeys::new(ns, NAME);
 
-    for doc in cluster_documents(options) {
+    for doc in cluster_documents(options, &ext) {
         apis.create(doc).await?;
     }
     apis.bench_clusters
@@ -426,40 +475,63 @@ async fn rollout(
         )
         .await?;
     }
-    let lb_address: IpAddr = until(
-        "the LoadBalancer's address",
-        options.step_timeout,
-        || async {
-            let lb = apis
-                .load_balancers
-                .get_opt(NAME)
-                .await
-                .map_err(api_err("reading the LoadBalancer"))?;
-            Ok(lb
-                .and_then(|lb| {
-                    lb.data["status"]["addresses"][0]["address"]
-                        .as_str()
-                        .map(str::to_string)
-                })
-                .and_then(|a| a.parse().ok()))
-        },
-    )
-    .await?;
-    let resolved = until(
-        &format!("{ext} resolves to {lb_address}"),
-        options.step_timeout,
-        || async {
-            let ips = dns::lookup_a(options.dns, &ext).await?;
-            Ok(ips
-                .first()
-                .map(|ip| IpAddr::V4(*ip))
-                .filter(|ip| *ip == lb_address))
-        },
-    )
-    .await?;
-    let endpoint = Endpoint {
-        host: ext.clone(),
-        address: SocketAddr::new(resolved, fleet::PORT),
+    let endpoint = match &options.provider {
+        Provider::Service { .. } => {
+            let lb_address: IpAddr = until(
+                "the LoadBalancer's address",
+                options.step_timeout,
+                || async {
+                    let lb = apis
+                        .load_balancers
+                        .get_opt(NAME)
+                        .await
+                        .map_err(api_err("reading the LoadBalancer"))?;
+                    Ok(lb
+                        .and_then(|lb| {
+                            lb.data["status"]["addresses"][0]["address"]
+                                .as_str()
+                                .map(str::to_string)
+                        })
+                        .and_then(|a| a.parse().ok()))
+                },
+            )
+            .await?;
+            let resolved = until(
+                &format!("{ext} resolves to {lb_address}"),
+                options.step_timeout,
+                || async {
+                    let ips = dns::lookup_a(options.dns, &ext).await?;
+                    Ok(ips
+                        .first()
+                        .map(|ip| IpAddr::V4(*ip))
+                        .filter(|ip| *ip == lb_address))
+                },
+            )
+            .await?;
+            Endpoint {
+                host: ext.clone(),
+                port: fleet::PORT,
+                resolution: Resolution::Fixed(resolved),
+            }
+        }
+        Provider::Dns { server, .. } => {
+            // Every Machine a record, as the authoritative server answers.
+            let want = order.len();
+            until(
+                &format!("{ext} answers {want} records at {server}"),
+                options.step_timeout,
+                || async {
+                    let ips = dns::lookup_a(*server, &ext).await?;
+                    Ok((ips.len() == want).then_some(()))
+                },
+            )
+            .await?;
+            Endpoint {
+                host: ext.clone(),
+                port: fleet::PORT,
+                resolution: Resolution::Dns(*server),
+            }
+        }
     };
 
     let load_began = Instant::now();
@@ -568,10 +640,14 @@ async fn rollout(
     tokio::time::sleep(options.settle).await;
     let tallies = load.finish().await;
     let report = Report {
-        provider: format!(
-            "Service provider, MetalLB class {}, kube-proxy nftables",
-            options.service_class
-        ),
+        provider: match &options.provider {
+            Provider::Service { class } => {
+                format!("Service provider, MetalLB class {class}, kube-proxy nftables")
+            }
+            Provider::Dns { server, .. } => format!(
+                "DNS provider, ExternalDNS into BIND at {server}, TTL {DNS_TTL} s, clients resolving at every new connection"
+            ),
+        },
         endpoint: ext,
         rate: options.rate,
         clients_per_kind: options.clients_per_kind,
@@ -593,10 +669,11 @@ async fn rollout(
 /// rollout, then the controller stopped and the namespace deleted (unless `launch.keep`).
 pub async fn bench(launch: &Launch, options: &Options) -> Result<Report, BenchError> {
     let (client, _) = client_of(&launch.kubeconfig).await?;
-    install_for(&client, launch, &["service"]).await?;
+    let providers = [options.provider.name()];
+    install_for(&client, launch, &providers).await?;
     provider::install(&client).await?;
     let ns = fresh_namespace(&client, "capi-lb-bench-rollout").await?;
-    let result = match Controller::start_with(launch, &ns, &["service"]).await {
+    let result = match Controller::start_with(launch, &ns, &providers).await {
         Ok(controller) => {
             let result = run(&client, &ns, options).await;
             let _ = controller.stop().await;

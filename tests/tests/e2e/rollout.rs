@@ -40,7 +40,9 @@ async fn a_control_plane_rollout_fails_no_request_through_the_service_provider()
         replacements: 3,
         clients_per_kind: 1,
         rate: 20.0,
-        service_class: metallb().class.clone(),
+        provider: rollout::Provider::Service {
+            class: metallb().class.clone(),
+        },
         dns: cluster().dns.expect("the harness's CoreDNS"),
         cluster_domain: "cluster.local".into(),
         drain_seconds: 1,
