@@ -675,7 +675,10 @@ async fn hanging_workload_clusters_and_slow_probe_targets_slow_only_their_tenant
             // The shared apiserver, loaded by the stalled tenants' tests and others, may drop a
             // connection: asked again at the next round.
             let Ok(lb) = api.get(name).await else {
-                assert!(Instant::now() < deadline, "{name}: no answer from the apiserver");
+                assert!(
+                    Instant::now() < deadline,
+                    "{name}: no answer from the apiserver"
+                );
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             };
