@@ -18,7 +18,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use capi_lb_api::constants::{ANNOTATION_LOAD_BALANCER_REF, ANNOTATION_PAUSED};
+use capi_lb_api::constants::ANNOTATION_PAUSED;
 use capi_lb_api::loadbalancer::TargetHealth;
 use capi_lb_api::target::TargetKeys;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 pub mod dns;
 pub mod fleet;
 pub mod load;
+mod objects;
 mod report;
 
 use crate::capi::provider;
@@ -38,6 +39,8 @@ use crate::launch::{
 use fleet::{ApiServer, Etcd, Pki, Settings};
 use k8s_openapi::api::core::v1::Namespace;
 use load::{Endpoint, Load, Resolution};
+pub use objects::Provider;
+use objects::{DNS_TTL, cluster_documents, machine_documents};
 pub use report::{Failover, Replacement, Report, render};
 
 /// The Cluster, its LoadBalancer and their infrastructure objects are all named this.
@@ -86,47 +89,6 @@ pub struct Options {
     pub failover: bool,
 }
 
-/// The load balancer's provider and where its clients find it.
-#[derive(Clone, Debug)]
-pub enum Provider {
-    /// The Service provider on this `loadBalancerClass` (MetalLB's), forwarded by kube-proxy; the
-    /// clients resolve the `-ext` name through the cluster's DNS server once.
-    Service {
-        /// The class.
-        class: String,
-    },
-    /// The DNS provider: a name in `zone` whose records are the active targets, published
-    /// through ExternalDNS to the authoritative `server` (BIND on the harness), which the clients
-    /// ask at every new connection.
-    Dns {
-        /// The zone.
-        zone: String,
-        /// Its authoritative server.
-        server: SocketAddr,
-    },
-}
-
-impl Provider {
-    /// The name `capi-lb run --providers` knows it by.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Provider::Service { .. } => "service",
-            Provider::Dns { .. } => "dns",
-        }
-    }
-
-    /// Its infrastructure kind.
-    fn kind(&self) -> &'static str {
-        match self {
-            Provider::Service { .. } => "ServiceLoadBalancer",
-            Provider::Dns { .. } => "DNSLoadBalancer",
-        }
-    }
-}
-
-/// TTL of the DNS provider's records.
-const DNS_TTL: i64 = 5;
-
 /// The APIs the run writes to.
 struct Apis {
     machines: Api<DynamicObject>,
@@ -171,56 +133,6 @@ impl Apis {
         doc["metadata"]["namespace"] = json!(self.ns);
         apply(&self.client, &doc).await
     }
-}
-
-/// The objects of the Cluster and its load balancer (before any Machine); `host` is the DNS
-/// provider's name.
-fn cluster_documents(options: &Options, host: &str) -> Vec<Value> {
-    let infra = match &options.provider {
-        Provider::Service { class } => json!({"loadBalancerClass": class,
-                                              "allocateLoadBalancerNodePorts": false}),
-        Provider::Dns { .. } => json!({"hostname": host, "ttlSeconds": DNS_TTL}),
-    };
-    let kind = options.provider.kind();
-    vec![
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": BOOTSTRAP_SECRET},
-               "stringData": {"value": "#!/bin/sh\n# capi-lb-bench rollout: no bootstrap runs\n"}}),
-        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-               "metadata": {"name": NAME, "annotations": {ANNOTATION_LOAD_BALANCER_REF: NAME}},
-               "spec": {"infrastructureRef": {"apiGroup": provider::GROUP,
-                                              "kind": provider::CLUSTER_KIND, "name": NAME}}}),
-        provider::object(provider::CLUSTER_KIND, NAME, json!({})),
-        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
-               "kind": kind, "metadata": {"name": NAME}, "spec": infra}),
-        json!({"apiVersion": "loadbalancer.cluster.x-k8s.io/v1alpha1", "kind": "LoadBalancer",
-               "metadata": {"name": NAME},
-               "spec": {"clusterName": NAME, "controlPlane": {},
-                        "drainSeconds": options.drain_seconds,
-                        "targetHealth": options.target_health,
-                        "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                              "kind": kind, "name": NAME}}}),
-    ]
-}
-
-/// Machine `name` and its BenchMachine (with the benchmark's finalizer and `address`).
-fn machine_documents(name: &str, address: IpAddr) -> Vec<Value> {
-    let mut bench = provider::object(
-        provider::MACHINE_KIND,
-        name,
-        json!({provider::ADDRESS_ANNOTATION: address.to_string()}),
-    );
-    bench["metadata"]["finalizers"] = json!([FINALIZER]);
-    vec![
-        bench,
-        json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-               "metadata": {"name": name, "labels": {
-                   "cluster.x-k8s.io/cluster-name": NAME,
-                   "cluster.x-k8s.io/control-plane": ""}},
-               "spec": {"clusterName": NAME,
-                        "bootstrap": {"dataSecretName": BOOTSTRAP_SECRET},
-                        "infrastructureRef": {"apiGroup": provider::GROUP,
-                                              "kind": provider::MACHINE_KIND, "name": name}}}),
-    ]
 }
 
 /// Poll `check` every 100 ms until it gives a value, or fail naming `what` after `within`.

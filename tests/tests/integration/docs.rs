@@ -26,6 +26,7 @@ use clap::{CommandFactory, Parser};
 /// these.
 const OTHER_TOOLS: &[(&str, &str)] = &[
     ("cargo test", "--test-threads"),
+    ("kube-apiserver", "--shutdown-delay-duration"),
     ("clusterctl", "--config"),
     ("clusterctl", "--control-plane-machine-count"),
     ("clusterctl", "--flavor"),

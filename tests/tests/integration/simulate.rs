@@ -401,7 +401,7 @@ async fn every_example_simulates_and_shows_what_it_says() {
                     .unwrap_or_else(|| panic!("Kamaji's Service not printed: {}", sim.output));
                 assert_eq!(
                     service["status"]["loadBalancer"]["ingress"],
-                    json!([{"ip": "203.0.113.1"}])
+                    json!([{"ip": "203.0.113.1", "ipMode": "VIP"}])
                 );
                 assert_eq!(
                     service["metadata"]["annotations"]["loadbalancer.cluster.x-k8s.io/external-endpoint-dns-name"],
