@@ -64,13 +64,7 @@ impl Pass<'_> {
                     name: self.lb.name_any(),
                     host: address,
                     ports: ports.clone(),
-                    // The Cluster's CA, as for the endpoint's probes (publish.rs).
-                    ca_secret: self
-                        .lb
-                        .spec
-                        .cluster_name
-                        .as_ref()
-                        .map(|c| format!("{c}-ca")),
+                    ca_secret: reachability::cluster_ca_secret(self.lb.spec.cluster_name.as_ref()),
                     period: seconds(asked.period_seconds),
                     timeout: seconds(asked.timeout_seconds),
                     thresholds: Some((

@@ -314,12 +314,9 @@ impl Reconciliation<'_> {
                         name: self.lb.name_any(),
                         host: endpoint.host.clone(),
                         ports,
-                        ca_secret: self
-                            .lb
-                            .spec
-                            .cluster_name
-                            .as_ref()
-                            .map(|c| format!("{c}-ca")),
+                        ca_secret: reachability::cluster_ca_secret(
+                            self.lb.spec.cluster_name.as_ref(),
+                        ),
                         period: Duration::from_secs(
                             u64::try_from(asked.period_seconds).unwrap_or(30),
                         ),

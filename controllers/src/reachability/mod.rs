@@ -79,6 +79,13 @@ pub struct Wanted {
     pub thresholds: Option<(u32, u32)>,
 }
 
+/// The Secret with the Cluster's CA (`<clusterName>-ca`, in the LoadBalancer's namespace) that the
+/// probes of a LoadBalancer with `spec.clusterName` check `GET /readyz` certificates against: its
+/// endpoint's and its targets' alike.
+pub fn cluster_ca_secret(cluster_name: Option<&String>) -> Option<String> {
+    cluster_name.map(|c| format!("{c}-ca"))
+}
+
 /// What the last probe found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finding {
