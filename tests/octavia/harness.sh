@@ -2,6 +2,8 @@
 # The real OpenStack Octavia API and Keystone on 127.0.0.1, for the Octavia provider's tests.
 #
 #   tests/octavia/harness.sh install   # Debian packages + two Python venvs (pinned), idempotent
+#   tests/octavia/harness.sh packages  # the Debian packages alone (apt; CI installs them before its
+#                                      # other apt users start, then the venvs in the background)
 #   tests/octavia/harness.sh start     # MariaDB, RabbitMQ, Keystone (:5000), octavia-api (:9876), octavia-worker,
 #                                      # and a Neutron floating IP simulator (:9696, neutron_floatingips.py)
 #   tests/octavia/harness.sh stop
@@ -21,7 +23,7 @@ OC="$PREFIX/octavia/bin"
 
 log() { printf '[octavia-harness] %s\n' "$*" >&2; }
 
-install() {
+packages() {
   if ! command -v mariadbd >/dev/null 2>&1 || ! command -v rabbitmq-server >/dev/null 2>&1 \
      || ! command -v curl >/dev/null 2>&1 || ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
     log "installing mariadb-server, rabbitmq-server, python3-venv"
@@ -29,6 +31,10 @@ install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       mariadb-server mariadb-client rabbitmq-server openssl curl python3-venv >/dev/null
   fi
+}
+
+install() {
+  packages
   if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
     log "Octavia 19 needs Python 3.11 or newer; $(python3 --version) found"
     return 1
@@ -342,7 +348,8 @@ stop() {
 
 case "${1:-}" in
   install) install ;;
+  packages) packages ;;
   start) start ;;
   stop) stop ;;
-  *) echo "usage: $0 install|start|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 install|packages|start|stop" >&2; exit 2 ;;
 esac

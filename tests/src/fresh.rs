@@ -24,11 +24,16 @@ fn resolve() -> Result<Fresh, String> {
     let env = match harness(&["fresh", "env"]) {
         Ok(env) => env,
         Err(_) => {
+            // What every instance shares, then this instance's own Kubernetes (the oldest
+            // supported): `fresh install` waits for a build under way (CI runs one beside the
+            // tests, .ci/run) and returns at once when it is installed.
             harness(&["install"])?;
+            harness(&["fresh", "install"])?;
             harness(&["fresh", "start"]).map_err(|e| {
                 format!(
                     "{e}: the clusterctl tests need an apiserver where Cluster API alone is \
-                     installed; run `tests/k8s/harness.sh install && tests/k8s/harness.sh fresh start`"
+                     installed; run `tests/k8s/harness.sh install && tests/k8s/harness.sh fresh \
+                     install && tests/k8s/harness.sh fresh start`"
                 )
             })?
         }
