@@ -7,6 +7,10 @@
 //! request; one long-lived HTTP/2 connection) send requests through the published name
 //! `rollout-ext.<ns>.svc.cluster.local`, resolved through CoreDNS. Not one request may fail.
 //!
+//! The same rollout through the DNS provider: the name in BIND through the harness's ExternalDNS (TTL
+//! 5 s), the clients asking BIND at every new connection; the long-lived connections are not
+//! re-resolved (they end with their server's GOAWAY and connect again through the name).
+//!
 //! The same rollout with capi-lb kept out of the deletions (`capi-lb-bench rollout --unmanaged`:
 //! the LoadBalancer paused and its hooks taken off each Machine before it is deleted) had 508 of
 //! 7,471 new-connection requests refused (docs/benchmarks.md): this test can fail.
@@ -14,16 +18,17 @@
 use std::time::Duration;
 
 use capi_lb_bench::rollout::{self, Options, fleet::Settings, load::ClientKind};
-use capi_lb_tests::k8s::{TestNs, cluster, data_plane, install_capi_crds, metallb};
+use capi_lb_tests::k8s::{TestNs, cluster, data_plane, external_dns, install_capi_crds, metallb};
 
-#[tokio::test]
-async fn a_control_plane_rollout_fails_no_request_through_the_service_provider() {
-    let mut t = TestNs::new("e2e-rollout").await;
+/// Replace all three Machines through `provider`'s load balancer (the run's lo addresses from
+/// `first`, seven of them: etcd and six API servers) and require that not one request failed.
+async fn rollout_fails_no_request(prefix: &str, provider: rollout::Provider, first: usize) {
+    let mut t = TestNs::new(prefix).await;
     install_capi_crds(&t.client).await;
     capi_lb_bench::capi::provider::install(&t.client)
         .await
         .unwrap();
-    t.start(t.options(&["service"]));
+    t.start(t.options(&[provider.name()]));
     let plane = data_plane();
     let options = Options {
         fleet: Settings {
@@ -33,16 +38,14 @@ async fn a_control_plane_rollout_fails_no_request_through_the_service_provider()
             log_dir: rollout::default_log_dir(),
         },
         // etcd and six API servers (three, then their replacements).
-        addresses: rollout::addresses(plane.range, 16, 7),
+        addresses: rollout::addresses(plane.range, first, 7),
         machines: 3,
-        // All three: each long-lived connection, whichever server kube-proxy sent it to, is on a
-        // server that stops (and sends GOAWAY) during the run.
+        // All three: each long-lived connection, whichever server it went to, is on a server that
+        // stops (and sends GOAWAY) during the run.
         replacements: 3,
         clients_per_kind: 1,
         rate: 20.0,
-        provider: rollout::Provider::Service {
-            class: metallb().class.clone(),
-        },
+        provider,
         dns: cluster().dns.expect("the harness's CoreDNS"),
         cluster_domain: "cluster.local".into(),
         drain_seconds: 1,
@@ -73,4 +76,22 @@ async fn a_control_plane_rollout_fails_no_request_through_the_service_provider()
     );
     assert_eq!(report.replacements.len(), 3);
     t.finish().await;
+}
+
+#[tokio::test]
+async fn a_control_plane_rollout_fails_no_request_through_the_service_provider() {
+    let provider = rollout::Provider::Service {
+        class: metallb().class.clone(),
+    };
+    rollout_fails_no_request("e2e-rollout", provider, 16).await;
+}
+
+#[tokio::test]
+async fn a_control_plane_rollout_fails_no_request_through_the_dns_provider() {
+    let dns = external_dns();
+    let provider = rollout::Provider::Dns {
+        zone: dns.zone.clone(),
+        server: dns.server,
+    };
+    rollout_fails_no_request("e2e-rollout-dns", provider, 48).await;
 }
