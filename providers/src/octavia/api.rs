@@ -21,7 +21,7 @@ use serde_json::Value;
 
 pub use super::credentials::CredentialsRef;
 use super::credentials::cloud_config;
-pub use super::http::Reply;
+pub use super::http::{Body, Reply};
 use super::http::{NoAnswer, Transport};
 use super::keystone;
 use super::reason;
@@ -258,7 +258,7 @@ async fn authenticate(
     else {
         let fault = Reply {
             status: answer.status,
-            body: document,
+            body: Body(answer.body.clone()),
         }
         .fault();
         return Err(auth_failure(cloud, answer.status, &fault));
@@ -339,8 +339,9 @@ async fn connect(
             None,
         )
         .await?;
-    session.octavia = keystone::service_base(&reply.body, &root, "v2");
-    session.version = ApiVersion::from_document(&reply.body).ok_or_else(|| {
+    let document = reply.body.value();
+    session.octavia = keystone::service_base(&document, &root, "v2");
+    session.version = ApiVersion::from_document(&document).ok_or_else(|| {
         Stop::Error(ProviderError::transient(format!(
             "cloud {}: the Octavia version document lists no v2 version (HTTP {})",
             session.cloud, reply.status
@@ -482,6 +483,7 @@ impl Session {
                     self.exchange(None, "network.version.get", Method::GET, root.clone(), None)
                         .await?
                         .body
+                        .value()
                 };
                 Ok(keystone::service_base(&document, &root, "v2.0"))
             })
@@ -560,7 +562,7 @@ impl Session {
             }
             return Ok(Reply {
                 status: answer.status,
-                body: answer.json(),
+                body: Body(answer.body),
             });
         }
     }
@@ -572,7 +574,7 @@ impl Session {
         observer: Option<&dyn ApiObserver>,
         operation: &str,
         request: Request,
-    ) -> Result<Value, Stop> {
+    ) -> Result<Body, Stop> {
         let reply = self.send(observer, operation, request).await?;
         if reply.ok() {
             return Ok(reply.body);
@@ -588,7 +590,7 @@ impl Session {
         observer: Option<&dyn ApiObserver>,
         operation: &str,
         request: Request,
-    ) -> Result<Option<Value>, Stop> {
+    ) -> Result<Option<Body>, Stop> {
         let reply = self.send(observer, operation, request).await?;
         if reply.status == 404 {
             return Ok(None);
@@ -607,7 +609,7 @@ impl Session {
             self.cloud, reply.status
         );
         let lower = fault.to_lowercase();
-        match reply.neutron_error() {
+        match reply.neutron_error().as_deref() {
             Some("ExternalNetworkNotFound" | "NetworkNotFound") => {
                 return wait(reason::FLOATING_NETWORK_NOT_FOUND, what);
             }

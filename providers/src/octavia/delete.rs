@@ -9,7 +9,7 @@ use jiff::Timestamp;
 
 use super::OctaviaProvider;
 use super::api::{Request, Session};
-use super::documents::{LbRecord, decode};
+use super::documents::LbRecord;
 use super::naming::owned;
 use super::reason;
 use super::relook;
@@ -96,12 +96,12 @@ impl OctaviaProvider {
                 )
                 .await?;
             if reply.ok()
-                && let Some(record) = reply.body.get("loadbalancer").cloned()
+                && let Some(record) = reply
+                    .body
+                    .field::<LbRecord>("loadbalancer", "loadbalancer.get")?
+                && owned(&record, identity, infra.uid.as_deref())
             {
-                let record: LbRecord = decode(record, "loadbalancer.get")?;
-                if owned(&record, identity, infra.uid.as_deref()) {
-                    found.push(record);
-                }
+                found.push(record);
             }
         }
         Ok(found)

@@ -1,12 +1,8 @@
 //! What Octavia and Neutron return, as the provider reads it: the status tree of a load balancer,
-//! load balancer records, floating IPs and pool members (serde documents of the wire format), and
-//! [`decode`] to read one out of an answer.
+//! load balancer records, floating IPs and pool members (serde documents of the wire format, the
+//! fields capi-lb reads; an answer is parsed straight into them, `super::http::Body`).
 
 use serde::Deserialize;
-use serde_json::Value;
-
-use super::stop::Stop;
-use crate::error::ProviderError;
 
 /// `GET /v2/lbaas/loadbalancers/{id}/status`.
 #[derive(Clone, Debug, Deserialize)]
@@ -129,13 +125,4 @@ pub struct PoolMember {
 
 fn one() -> i32 {
     1
-}
-
-/// Read a document out of an answer to `what`; one that does not fit is a transient error.
-pub(super) fn decode<T: for<'de> Deserialize<'de>>(value: Value, what: &str) -> Result<T, Stop> {
-    serde_json::from_value(value).map_err(|e| {
-        Stop::Error(ProviderError::transient(format!(
-            "unexpected Octavia answer to {what}: {e}"
-        )))
-    })
 }

@@ -5,12 +5,12 @@
 use std::time::{Duration, Instant};
 
 use capi_lb_api::octavia::FloatingIp as WantedFloatingIp;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::OctaviaProvider;
 use super::api::{Request, Session};
 use super::call::Call;
-use super::documents::{FloatingIp, LbRecord, decode};
+use super::documents::{FloatingIp, LbRecord};
 use super::naming::{description, fip_owned, fip_tags, fip_uid_tag};
 use super::reason;
 use super::settings::Infra;
@@ -48,10 +48,9 @@ impl OctaviaProvider {
         let body = session
             .require(self.observer(), "floatingip.list", request)
             .await?;
-        decode(
-            body.get("floatingips").cloned().unwrap_or(json!([])),
-            "floatingip.list",
-        )
+        Ok(body
+            .field("floatingips", "floatingip.list")?
+            .unwrap_or_default())
     }
 
     /// Point floating IP `id` at `port` (`None`: disassociate; one already gone counts as that).
@@ -107,10 +106,7 @@ impl OctaviaProvider {
                     Request::get(format!("lbaas/loadbalancers/{key}")),
                 )
                 .await?;
-            let record: LbRecord = decode(
-                body.get("loadbalancer").cloned().unwrap_or(Value::Null),
-                "loadbalancer.get",
-            )?;
+            let record: LbRecord = body.required("loadbalancer", "loadbalancer.get")?;
             call.status.vip_port_id = record.vip_port_id;
             return Ok(Progress::pending("reading the VIP port", call.relook()));
         };
@@ -293,10 +289,7 @@ impl OctaviaProvider {
                 .network(),
             )
             .await?;
-        let fip: FloatingIp = decode(
-            body.get("floatingip").cloned().unwrap_or(Value::Null),
-            "floatingip.create",
-        )?;
+        let fip: FloatingIp = body.required("floatingip", "floatingip.create")?;
         call.changes.push(format!(
             "allocated floating IP {} from network {network} for the VIP",
             fip.floating_ip_address
@@ -383,10 +376,7 @@ impl OctaviaProvider {
         let Some(body) = found else {
             return Ok(None);
         };
-        let fip: FloatingIp = decode(
-            body.get("floatingip").cloned().unwrap_or(json!({})),
-            "floatingip.get",
-        )?;
+        let fip: FloatingIp = body.required("floatingip", "floatingip.get")?;
         Ok(Some(fip_owned(
             &fip.tags,
             fip.description.as_deref(),

@@ -1,19 +1,168 @@
 //! The HTTP side of the Octavia provider: every request to Keystone, Octavia and Neutron goes
 //! through the bounded client of [`crate::untrusted::http`] (the cloud is a tenant's choice), with
 //! the limits [`crate::untrusted::OPENSTACK`]; an answer as the provider reads it is a [`Reply`].
+//!
+//! An answer's body stays bytes (within the byte cap and the value budget) until a reader asks
+//! for the document it expects: Octavia's and Neutron's objects are parsed straight into the
+//! typed documents of [`super::documents`] ([`Body::field`], [`Body::decode`]), the fields capi-lb
+//! does not read skipped by the parser (never built into a value tree), and an error answer into
+//! the few text fields it quotes ([`Reply::fault`]). Only the version documents and Keystone's
+//! token, read through [`Body::value`], become a JSON value first (the token is then cut to what
+//! the provider keeps, `keystone::kept`).
 
+use std::marker::PhantomData;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
+use super::stop::Stop;
+use crate::error::ProviderError;
 pub use crate::untrusted::Refused as NoAnswer;
 pub use crate::untrusted::http::Transport;
 
-/// An answer as the provider reads it: its status and its JSON body.
+/// An answer as the provider reads it: its status and its body.
 #[derive(Clone, Debug)]
 pub struct Reply {
     /// HTTP status.
     pub status: u16,
-    /// Parsed JSON body (`Null` when empty or not JSON).
-    pub body: Value,
+    /// The body, not parsed yet.
+    pub body: Body,
+}
+
+/// An answer's body, as received (within the byte cap and the value budget).
+#[derive(Clone, Debug, Default)]
+pub struct Body(pub Bytes);
+
+impl Body {
+    /// The body as a JSON value (`Null` when empty or not JSON): for the version documents and
+    /// Keystone's token only.
+    pub fn value(&self) -> Value {
+        serde_json::from_slice(&self.0).unwrap_or(Value::Null)
+    }
+
+    /// The whole body as a `T` (unknown fields skipped while parsing); one that does not fit is a
+    /// transient error naming `what`.
+    pub fn decode<T: DeserializeOwned>(&self, what: &str) -> Result<T, Stop> {
+        serde_json::from_slice(&self.0).map_err(|e| unexpected(what, &e.to_string()))
+    }
+
+    /// Field `key` of the body's top-level object as a `T`, every other field skipped while
+    /// parsing (`None`: no such field, or a body that is not a JSON object); a field that does
+    /// not fit is a transient error naming `what`.
+    pub fn field<T: DeserializeOwned>(&self, key: &str, what: &str) -> Result<Option<T>, Stop> {
+        if self.0.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Ok(None);
+        }
+        let mut deserializer = serde_json::Deserializer::from_slice(&self.0);
+        deserializer
+            .deserialize_map(Field::<T>(key, PhantomData))
+            .map_err(|e| unexpected(what, &e.to_string()))
+    }
+
+    /// [`Body::field`] that must be there.
+    pub fn required<T: DeserializeOwned>(&self, key: &str, what: &str) -> Result<T, Stop> {
+        self.field(key, what)?
+            .ok_or_else(|| unexpected(what, &format!("no `{key}`")))
+    }
+}
+
+fn unexpected(what: &str, why: &str) -> Stop {
+    Stop::Error(ProviderError::transient(format!(
+        "unexpected Octavia answer to {what}: {why}"
+    )))
+}
+
+/// The visitor of [`Body::field`]: one field kept, the others skipped.
+struct Field<'k, T>(&'k str, PhantomData<T>);
+
+impl<'de, T: DeserializeOwned> Visitor<'de> for Field<'_, T> {
+    type Value = Option<T>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "an object with `{}`", self.0)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<T>, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == self.0 && found.is_none() {
+                found = Some(map.next_value::<T>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// What an error answer says, as far as capi-lb quotes it: Octavia's `faultstring`, a
+/// `description` or `message`, Neutron's `NeutronError`. A field of another type is skipped.
+#[derive(Debug, Default, Deserialize)]
+struct Fault {
+    #[serde(default)]
+    faultstring: Text,
+    #[serde(default)]
+    description: Text,
+    #[serde(default)]
+    message: Text,
+    #[serde(default, rename = "NeutronError")]
+    neutron: Option<NeutronError>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct NeutronError {
+    #[serde(default, rename = "type")]
+    type_: Text,
+    #[serde(default)]
+    message: Text,
+}
+
+/// A string field, or nothing when the answer put anything else there (skipped while parsing).
+#[derive(Debug, Default)]
+struct Text(Option<String>);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Text, E> {
+                Ok(Text(Some(s.to_string())))
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_none<E: serde::de::Error>(self) -> Result<Text, E> {
+                Ok(Text(None))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Text, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Text, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Text(None))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
 }
 
 impl Reply {
@@ -22,29 +171,99 @@ impl Reply {
         (200..300).contains(&self.status)
     }
 
+    fn fault_document(&self) -> Fault {
+        self.body.decode("an error").unwrap_or_default()
+    }
+
     /// The error text (Octavia's `faultstring`, Neutron's `NeutronError.message`, ...).
     pub fn fault(&self) -> String {
-        ["faultstring", "description", "message"]
-            .iter()
-            .find_map(|k| self.body.get(k).and_then(Value::as_str))
-            .or_else(|| {
-                self.body
-                    .pointer("/NeutronError/message")
-                    .and_then(Value::as_str)
-            })
-            .map(quoted)
+        let fault = self.fault_document();
+        [fault.faultstring, fault.description, fault.message]
+            .into_iter()
+            .find_map(|t| t.0)
+            .or_else(|| fault.neutron.and_then(|n| n.message.0))
+            .map(|t| quoted(&t))
             .unwrap_or_else(|| format!("HTTP {}", self.status))
     }
 
     /// Neutron's error type (`IpAddressGenerationFailure`, `ExternalNetworkNotFound`, ...).
-    pub fn neutron_error(&self) -> Option<&str> {
-        self.body
-            .pointer("/NeutronError/type")
-            .and_then(Value::as_str)
+    pub fn neutron_error(&self) -> Option<String> {
+        self.fault_document().neutron.and_then(|n| n.type_.0)
     }
 }
 
 /// The fault text of an answer, as capi-lb quotes it (at most [`crate::untrusted::QUOTE_MAX`]).
 fn quoted(text: &str) -> String {
     crate::untrusted::quote(text)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn body(text: &str) -> Body {
+        Body(Bytes::from(text.to_string()))
+    }
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    struct Record {
+        id: String,
+    }
+
+    #[test]
+    fn a_field_is_parsed_and_the_others_skipped() {
+        let b = body(
+            r#"{"junk": [1, {"a": [2, 3]}], "loadbalancer": {"id": "x", "more": [4]}, "z": "y"}"#,
+        );
+        let r: Option<Record> = b.field("loadbalancer", "get").unwrap();
+        assert_eq!(r, Some(Record { id: "x".into() }));
+        assert_eq!(b.field::<Record>("nope", "get").unwrap(), None);
+        assert!(b.required::<Record>("nope", "get").is_err());
+        // Not an object, or empty: nothing there.
+        assert_eq!(
+            body("").field::<Record>("loadbalancer", "get").unwrap(),
+            None
+        );
+        assert_eq!(
+            body("[1]").field::<Record>("loadbalancer", "get").unwrap(),
+            None
+        );
+        assert_eq!(
+            body("<html>")
+                .field::<Record>("loadbalancer", "get")
+                .unwrap(),
+            None
+        );
+        // The field of the wrong shape is an error.
+        assert!(
+            body(r#"{"loadbalancer": 7}"#)
+                .field::<Record>("loadbalancer", "get")
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn faults_are_read_whatever_else_the_answer_holds() {
+        let reply = |status, text: &str| Reply {
+            status,
+            body: body(text),
+        };
+        assert_eq!(
+            reply(409, r#"{"faultstring": "busy", "debuginfo": null}"#).fault(),
+            "busy"
+        );
+        assert_eq!(
+            reply(400, r#"{"message": {"nested": 1}, "description": "bad"}"#).fault(),
+            "bad"
+        );
+        let neutron = reply(
+            409,
+            r#"{"NeutronError": {"type": "IpAddressInUse", "message": "in use", "detail": ""}}"#,
+        );
+        assert_eq!(neutron.fault(), "in use");
+        assert_eq!(neutron.neutron_error().as_deref(), Some("IpAddressInUse"));
+        assert_eq!(reply(503, "<html>").fault(), "HTTP 503");
+        assert_eq!(reply(500, r#"{"faultstring": 5}"#).fault(), "HTTP 500");
+    }
 }

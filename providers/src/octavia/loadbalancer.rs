@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::OctaviaProvider;
 use super::api::{ApiVersion, Request, Session};
 use super::call::Call;
-use super::documents::{LbRecord, Tree, decode};
+use super::documents::{LbRecord, Tree};
 use super::members::{member_bodies, plan};
 use super::naming::{description, lb_name, owned, uid_tag};
 use super::reason;
@@ -36,10 +36,9 @@ impl OctaviaProvider {
         let body = session
             .require(self.observer(), "loadbalancer.list", request)
             .await?;
-        let list: Vec<LbRecord> = decode(
-            body.get("loadbalancers").cloned().unwrap_or(json!([])),
-            "loadbalancer.list",
-        )?;
+        let list: Vec<LbRecord> = body
+            .field("loadbalancers", "loadbalancer.list")?
+            .unwrap_or_default();
         let mut owned: Vec<LbRecord> = list
             .into_iter()
             .filter(|r| owned(r, identity, infra_uid) && r.provisioning_status != "DELETED")
@@ -118,10 +117,7 @@ impl OctaviaProvider {
         else {
             return Ok(true);
         };
-        let record: LbRecord = decode(
-            body.get("loadbalancer").cloned().unwrap_or(Value::Null),
-            "loadbalancer.get",
-        )?;
+        let record: LbRecord = body.required("loadbalancer", "loadbalancer.get")?;
         if owned(&record, call.identity, call.infra.uid.as_deref()) {
             self.mark_verified(call, id);
             return Ok(true);
@@ -225,10 +221,7 @@ impl OctaviaProvider {
             }
             sent => sent?,
         };
-        let record: LbRecord = decode(
-            body.get("loadbalancer").cloned().unwrap_or(Value::Null),
-            "loadbalancer.create",
-        )?;
+        let record: LbRecord = body.required("loadbalancer", "loadbalancer.create")?;
         call.created = true;
         self.mark_verified(call, &record.id);
         // The members as Octavia took them, per pool: what `converge_members` would otherwise read

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::OctaviaProvider;
 use super::api::{ApiVersion, Request, Session};
 use super::call::Call;
-use super::documents::{LbRecord, PoolMember, TreePool, decode};
+use super::documents::{LbRecord, PoolMember, TreePool};
 use super::naming::child_name;
 use super::reason;
 use super::stop::Stop;
@@ -59,10 +59,8 @@ impl OctaviaProvider {
                 Request::get(format!("lbaas/pools/{}/members", pool.id)),
             )
             .await?;
-        let mut members: Vec<PoolMember> = decode(
-            body.get("members").cloned().unwrap_or(json!([])),
-            "member.list",
-        )?;
+        let mut members: Vec<PoolMember> =
+            body.field("members", "member.list")?.unwrap_or_default();
         members.sort();
         self.remember_members(&pool.id, members.clone());
         Ok(members)

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::OctaviaProvider;
 use super::api::{Request, Session};
-use super::documents::{Tree, TreeDocument, decode};
+use super::documents::{Tree, TreeDocument};
 use super::stop::Stop;
 
 /// How long the status tree read by `ensure` serves `converge_members` of the same reconcile.
@@ -45,7 +45,8 @@ impl OctaviaProvider {
             self.forget_tree(id);
             return Ok(None);
         };
-        let tree = decode::<TreeDocument>(body, "loadbalancer.status")?
+        let tree = body
+            .decode::<TreeDocument>("loadbalancer.status")?
             .statuses
             .loadbalancer;
         if let Ok(mut trees) = self.trees.lock() {
