@@ -113,6 +113,10 @@ pub struct RolloutArgs {
     /// Exit with status 3 when any request failed.
     #[arg(long)]
     pub fail_on_failed_requests: bool,
+    /// A stopped or killed API server's host vanishes too: its address drops every packet (an
+    /// nftables table of the run's), as a deleted VM's does, instead of refusing connections.
+    #[arg(long)]
+    pub black_hole: bool,
     /// A failover instead of a rollout: the first Machine's API server killed without warning
     /// (SIGKILL) after the settle; how long requests fail until target health takes it out.
     /// Turns target health on.

@@ -147,6 +147,7 @@ async fn bench_rollout(args: RolloutArgs) -> ExitCode {
         unmanaged: args.unmanaged,
         target_health,
         failover: args.failover,
+        black_hole: args.black_hole,
     };
     match rollout::bench(&launch, &options).await {
         Ok(report) => {

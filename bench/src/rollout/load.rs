@@ -98,7 +98,15 @@ pub struct Tally {
     pub failures: Vec<(Duration, String)>,
     /// When the last failure was (from the start of the load).
     pub last_failure: Option<Duration>,
+    /// Requests answered, but after more than [`SLOW`] (e.g. a connection attempt to a vanished
+    /// host that timed out before the client tried the name's next address).
+    pub slow: u64,
+    /// The longest a request that did not fail took.
+    pub slowest: Duration,
 }
+
+/// A request answered after longer than this is counted as slow.
+pub const SLOW: Duration = Duration::from_secs(1);
 
 /// How often the long-lived kind asks again after `Retry-After`.
 pub const RETRIES: u32 = 3;
@@ -130,6 +138,8 @@ impl Tally {
         self.failed += other.failed;
         self.retried += other.retried;
         self.last_failure = self.last_failure.max(other.last_failure);
+        self.slow += other.slow;
+        self.slowest = self.slowest.max(other.slowest);
         for f in other.failures {
             if self.failures.len() < KEPT_FAILURES {
                 self.failures.push(f);
@@ -214,6 +224,7 @@ impl Load {
                             _ = tick.tick() => {}
                         }
                         tally.sent += 1;
+                        let asked = Instant::now();
                         let mut answer = http.get(&url).send().await;
                         let mut attempts = 0;
                         while kind == ClientKind::LongLived && attempts < RETRIES {
@@ -238,6 +249,13 @@ impl Load {
                             Ok(r) => Some(format!("HTTP {}", r.status())),
                             Err(e) => Some(chain(&e)),
                         };
+                        let took = asked.elapsed();
+                        if failure.is_none() {
+                            tally.slowest = tally.slowest.max(took);
+                            if took > SLOW {
+                                tally.slow += 1;
+                            }
+                        }
                         if let Some(why) = failure {
                             tally.failed += 1;
                             tally.last_failure = Some(began.elapsed());
@@ -279,6 +297,8 @@ mod tests {
             retried: 0,
             failures: vec![(Duration::from_secs(3), "late".into())],
             last_failure: Some(Duration::from_secs(9)),
+            slow: 1,
+            slowest: Duration::from_millis(1500),
         };
         a.add(Tally {
             sent: 7,
@@ -289,9 +309,12 @@ mod tests {
                 (Duration::from_secs(2), "middle".into()),
             ],
             last_failure: Some(Duration::from_secs(4)),
+            slow: 2,
+            slowest: Duration::from_millis(900),
         });
         assert_eq!((a.sent, a.failed, a.retried), (12, 3, 1));
         assert_eq!(a.last_failure, Some(Duration::from_secs(9)));
+        assert_eq!((a.slow, a.slowest), (3, Duration::from_millis(1500)));
         let whens: Vec<_> = a.failures.iter().map(|f| f.1.as_str()).collect();
         assert_eq!(whens, ["early", "middle", "late"]);
     }

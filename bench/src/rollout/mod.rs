@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 
 pub mod dns;
 pub mod fleet;
+mod host;
 pub mod load;
 mod objects;
 mod report;
@@ -87,6 +88,9 @@ pub struct Options {
     /// without warning (SIGKILL), and the run waits until capi-lb takes it out (target health),
     /// then settles again. `replacements` are not made.
     pub failover: bool,
+    /// A stopped (or killed) API server's host vanishes too: its address drops every packet from
+    /// then on, as a deleted VM's does, instead of refusing connections ([`host`]).
+    pub black_hole: bool,
 }
 
 /// The APIs the run writes to.
@@ -160,6 +164,15 @@ struct Fleet {
     settings: Settings,
     servers: BTreeMap<String, ApiServer>,
     free: std::vec::IntoIter<IpAddr>,
+    /// With `black_hole`: where vanished hosts' addresses go.
+    gone: Option<host::BlackHole>,
+}
+
+impl Fleet {
+    /// Machine `address`'s host is gone (with `black_hole`; nothing otherwise).
+    fn vanish(&self, address: IpAddr) -> Result<(), BenchError> {
+        self.gone.as_ref().map_or(Ok(()), |g| g.vanish(address))
+    }
 }
 
 impl Fleet {
@@ -320,7 +333,11 @@ pub async fn run(client: &Client, ns: &str, options: &Options) -> Result<Report,
         settings,
         servers: BTreeMap::new(),
         free,
+        gone: None,
     };
+    if options.black_hole {
+        fleet.gone = Some(host::BlackHole::create(ns)?);
+    }
     let result = rollout(&apis, options, &mut fleet, &ext).await;
     // Whatever happened: the servers stop (dropping one kills it), the BenchMachines lose the
     // benchmark's finalizer (so the namespace can go), etcd stops and its data goes.
@@ -466,7 +483,9 @@ async fn rollout(
             .ok_or_else(|| BenchError::Setup(format!("no API server for Machine {victim}")))?;
         let killed_at = load_began.elapsed();
         let killed = Instant::now();
+        let address = server.address;
         server.kill().await;
+        fleet.vanish(address)?;
         let state = until(
             &format!("Machine {victim} taken out after its API server was killed"),
             options.step_timeout,
@@ -521,8 +540,10 @@ async fn rollout(
             .delete(&old, &DeleteParams::default())
             .await
             .map_err(api_err(format!("deleting Machine {old}")))?;
+        let address = server.address;
         let (left, stopped) =
             stop_when_deleted(apis, server, &old, deleted, options.step_timeout).await?;
+        fleet.vanish(address)?;
         until(
             &format!("Machine {old} gone"),
             options.step_timeout,
@@ -567,6 +588,7 @@ async fn rollout(
         replacements,
         load: load_began.elapsed(),
         unmanaged: options.unmanaged,
+        black_hole: options.black_hole,
         failover,
     };
     // The Machines go; their servers are stopped by the caller.
@@ -596,6 +618,13 @@ pub async fn bench(launch: &Launch, options: &Options) -> Result<Report, BenchEr
     if !launch.keep {
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+        // Objects being deleted get no new finalizer (Cluster API adds its own to live ones).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline && namespaces.get_opt(&ns).await.is_ok_and(|n| n.is_some())
+        {
+            objects::release_finalizers(&client, &ns).await;
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
     result
 }

@@ -4,6 +4,9 @@
 use std::net::{IpAddr, SocketAddr};
 
 use capi_lb_api::constants::ANNOTATION_LOAD_BALANCER_REF;
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use super::{BOOTSTRAP_SECRET, FINALIZER, NAME, Options};
@@ -98,4 +101,37 @@ pub(super) fn machine_documents(name: &str, address: IpAddr) -> Vec<Value> {
                         "infrastructureRef": {"apiGroup": provider::GROUP,
                                               "kind": provider::MACHINE_KIND, "name": name}}}),
     ]
+}
+
+/// Take every finalizer off the run's objects (Cluster API's, capi-lb's, the bench provider's),
+/// whose controllers no longer run: the namespace would otherwise stay terminating, and the
+/// namespace controller's retries cost the shared apiserver CPU (90 such namespaces held it at
+/// half a core, 2026-11-29). Nothing outside the apiserver is left behind: the API servers are
+/// stopped with the run, and the providers' objects are owned by the LoadBalancer's.
+pub(super) async fn release_finalizers(client: &Client, ns: &str) {
+    let gvk = |g: &str, v: &str, k: &str| ApiResource::from_gvk(&GroupVersionKind::gvk(g, v, k));
+    let mut resources = vec![
+        gvk("cluster.x-k8s.io", "v1beta2", "Machine"),
+        gvk("cluster.x-k8s.io", "v1beta2", "Cluster"),
+        provider::resource(provider::MACHINE_KIND),
+        provider::resource(provider::CLUSTER_KIND),
+        ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
+    ];
+    resources.extend(capi_lb_api::kinds::all().iter().map(|k| (k.resource)()));
+    let none = json!({"metadata": {"finalizers": null}});
+    for resource in &resources {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, resource);
+        let Ok(list) = api.list_metadata(&Default::default()).await else {
+            continue;
+        };
+        for object in list.items.iter().filter(|o| !o.finalizers().is_empty()) {
+            let _ = api
+                .patch(
+                    &object.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&none),
+                )
+                .await;
+        }
+    }
 }

@@ -55,6 +55,8 @@ pub struct Report {
     pub load: Duration,
     /// Whether capi-lb was kept out of the deletions ([`Options::unmanaged`]).
     pub unmanaged: bool,
+    /// Whether a stopped server's host vanished ([`Options::black_hole`]).
+    pub black_hole: bool,
     /// The failover, when the run was one.
     pub failover: Option<Failover>,
 }
@@ -83,10 +85,13 @@ pub fn render(r: &Report) -> String {
         },
         r.endpoint,
         r.provider,
-        if r.unmanaged {
-            "; capi-lb kept out of the deletions: LoadBalancer paused, hooks removed"
-        } else {
-            ""
+        match (r.unmanaged, r.black_hole) {
+            (false, false) => "",
+            (true, false) =>
+                "; capi-lb kept out of the deletions: LoadBalancer paused, hooks removed",
+            (false, true) => "; a stopped server's host vanishes (its address drops packets)",
+            (true, true) =>
+                "; capi-lb kept out of the deletions: LoadBalancer paused, hooks removed; a stopped server's host vanishes (its address drops packets)",
         },
         r.replacements.len(),
         r.clients_per_kind,
@@ -95,9 +100,9 @@ pub fn render(r: &Report) -> String {
     );
     let _ = writeln!(
         out,
-        "| client | requests | failed | answered Retry-After, asked again |"
+        "| client | requests | failed | answered Retry-After, asked again | answered after over 1 s | slowest answered |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
     for (kind, t) in &r.tallies {
         let retried = if *kind == ClientKind::LongLived {
             t.retried.to_string()
@@ -106,10 +111,12 @@ pub fn render(r: &Report) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {retried} |",
+            "| {} | {} | {} | {retried} | {} | {} |",
             kind.name(),
             t.sent,
-            t.failed
+            t.failed,
+            t.slow,
+            secs(t.slowest)
         );
     }
     if !r.replacements.is_empty() {
