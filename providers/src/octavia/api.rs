@@ -251,7 +251,6 @@ async fn authenticate(
         });
     }
     let answer = answer.map_err(|why| no_answer(cloud, "Keystone token request", why))?;
-    let document = answer.json();
     let Some(value) = answer
         .subject_token
         .filter(|_| (200..300).contains(&answer.status))
@@ -263,15 +262,17 @@ async fn authenticate(
         .fault();
         return Err(auth_failure(cloud, answer.status, &fault));
     };
-    let expires = document
-        .pointer("/token/expires_at")
-        .and_then(Value::as_str)
-        .and_then(|t| t.parse().ok());
+    // A document of another shape reads as an empty one: the catalog then has no endpoint, which
+    // the session reports with its reason.
+    let document: keystone::TokenDocument = Body(answer.body.clone())
+        .decode("token.create")
+        .unwrap_or_default();
+    let expires = document.expires_at().and_then(|t| t.parse().ok());
     Ok(Token {
         value: value.into(),
         expires,
         // Only what the provider reads of it is kept for the session's life.
-        document: Arc::new(keystone::kept(&document)),
+        document: Arc::new(document.kept()),
     })
 }
 

@@ -6,9 +6,9 @@
 //! for the document it expects: Octavia's and Neutron's objects are parsed straight into the
 //! typed documents of [`super::documents`] ([`Body::field`], [`Body::decode`]), the fields capi-lb
 //! does not read skipped by the parser (never built into a value tree), and an error answer into
-//! the few text fields it quotes ([`Reply::fault`]). Only the version documents and Keystone's
-//! token, read through [`Body::value`], become a JSON value first (the token is then cut to what
-//! the provider keeps, `keystone::kept`).
+//! the few text fields it quotes ([`Reply::fault`]), Keystone's token into its expiry and its
+//! catalog's endpoints (`keystone::TokenDocument`). Only the version documents, read through
+//! [`Body::value`], become a JSON value first.
 
 use std::marker::PhantomData;
 
@@ -120,8 +120,8 @@ struct NeutronError {
 }
 
 /// A string field, or nothing when the answer put anything else there (skipped while parsing).
-#[derive(Debug, Default)]
-struct Text(Option<String>);
+#[derive(Clone, Debug, Default)]
+pub(super) struct Text(pub(super) Option<String>);
 
 impl<'de> Deserialize<'de> for Text {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

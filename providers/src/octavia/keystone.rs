@@ -9,7 +9,10 @@
 use openstack_sdk::config::CloudConfig;
 use reqwest::Url;
 use secrecy::ExposeSecret;
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
+
+use super::http::Text;
 
 /// The `auth_type`s capi-lb authenticates with, as a `clouds.yaml` may spell them.
 const PASSWORD: &[&str] = &["password", "v3password"];
@@ -216,51 +219,97 @@ const KEPT_SERVICES: &[&str] = &["load-balancer", "network"];
 /// The most services of one type, and endpoints of one service, kept of a catalog.
 const KEPT_ENTRIES: usize = 16;
 
-/// What a session keeps of a token document: its expiry and the catalog's `load-balancer` and
-/// `network` endpoints (interface, region, URL), at most [`KEPT_ENTRIES`] of each; a large public
-/// cloud's catalog is about 100 KB, this a few KiB.
-pub fn kept(token: &Value) -> Value {
-    let keep_endpoint = |ep: &Value| {
-        let mut kept = serde_json::Map::new();
-        for key in ["interface", "region", "region_id", "url"] {
-            if let Some(text) = ep
-                .get(key)
-                .and_then(Value::as_str)
+/// Keystone's token document as the provider reads it, parsed straight from the answer: its expiry
+/// and, of each catalog service, its type and its endpoints' interface, region and URL; every
+/// other field is skipped by the parser (a string field holding anything else is read as absent).
+#[derive(Debug, Default, Deserialize)]
+pub struct TokenDocument {
+    #[serde(default)]
+    token: TokenBody,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct TokenBody {
+    #[serde(default)]
+    expires_at: Text,
+    #[serde(default)]
+    catalog: Vec<CatalogService>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CatalogService {
+    #[serde(default, rename = "type")]
+    type_: Text,
+    #[serde(default)]
+    endpoints: Vec<CatalogEndpoint>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CatalogEndpoint {
+    #[serde(default)]
+    interface: Text,
+    #[serde(default)]
+    region: Text,
+    #[serde(default)]
+    region_id: Text,
+    #[serde(default)]
+    url: Text,
+}
+
+impl TokenDocument {
+    /// When Keystone says the token expires (RFC 3339), if it said.
+    pub fn expires_at(&self) -> Option<&str> {
+        self.token.expires_at.0.as_deref()
+    }
+
+    /// What a session keeps of it, as [`endpoint`] reads it: the expiry and the catalog's
+    /// `load-balancer` and `network` endpoints (interface, region, URL), at most [`KEPT_ENTRIES`]
+    /// of each; a large public cloud's catalog is about 100 KB, this a few KiB.
+    pub fn kept(&self) -> Value {
+        let text = |t: &Text| {
+            t.0.as_deref()
                 .filter(|t| t.len() <= 2048)
-            {
-                kept.insert(key.to_string(), Value::String(text.to_string()));
-            }
-        }
-        Value::Object(kept)
-    };
-    let catalog: Vec<Value> = token
-        .pointer("/token/catalog")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter(|service| {
-            service
-                .get("type")
-                .and_then(Value::as_str)
-                .is_some_and(|t| KEPT_SERVICES.contains(&t))
-        })
-        .take(KEPT_ENTRIES * KEPT_SERVICES.len())
-        .map(|service| {
-            let endpoints: Vec<Value> = service
-                .get("endpoints")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .take(KEPT_ENTRIES)
-                .map(keep_endpoint)
-                .collect();
-            serde_json::json!({"type": service.get("type"), "endpoints": endpoints})
-        })
-        .collect();
-    serde_json::json!({"token": {
-        "expires_at": token.pointer("/token/expires_at"),
-        "catalog": catalog,
-    }})
+                .map(|t| Value::String(t.to_string()))
+        };
+        let catalog: Vec<Value> = self
+            .token
+            .catalog
+            .iter()
+            .filter(|s| {
+                s.type_
+                    .0
+                    .as_deref()
+                    .is_some_and(|t| KEPT_SERVICES.contains(&t))
+            })
+            .take(KEPT_ENTRIES * KEPT_SERVICES.len())
+            .map(|service| {
+                let endpoints: Vec<Value> = service
+                    .endpoints
+                    .iter()
+                    .take(KEPT_ENTRIES)
+                    .map(|ep| {
+                        let mut kept = Map::new();
+                        for (key, value) in [
+                            ("interface", &ep.interface),
+                            ("region", &ep.region),
+                            ("region_id", &ep.region_id),
+                            ("url", &ep.url),
+                        ] {
+                            if let Some(v) = text(value) {
+                                kept.insert(key.to_string(), v);
+                            }
+                        }
+                        Value::Object(kept)
+                    })
+                    .collect();
+                json!({"type": service.type_.0, "endpoints": endpoints})
+            })
+            .collect();
+        json!({"token": {
+            "expires_at": self.token.expires_at.0,
+            "catalog": catalog,
+        }})
+    }
 }
 
 /// Whether `url`'s last path segment is a version of the `major` one (`v2`, `v2.0`, ...).
@@ -432,6 +481,38 @@ mod tests {
         );
         assert_eq!(url(None, Some("r3")), None);
         assert_eq!(endpoint(&token, "network", None, None), None);
+    }
+
+    #[test]
+    fn a_token_document_is_read_into_what_the_session_keeps() {
+        let answer = br#"{"token": {"expires_at": "2026-11-29T20:00:00Z", "user": {"id": "u"},
+            "roles": [{"name": "member"}], "catalog": [
+            {"type": "compute", "endpoints": [{"interface": "public", "url": "http://nova"}]},
+            {"type": "load-balancer", "id": "x", "endpoints": [
+                {"interface": "public", "region_id": "r1", "url": "http://r1:9876", "id": "e1"},
+                {"interface": "public", "region": 7, "url": ["not", "text"]}]},
+            {"type": "network", "endpoints": [{"interface": "public", "url": "http://n:9696"}]}]}}"#;
+        let document: TokenDocument = serde_json::from_slice(answer).expect("token");
+        assert_eq!(document.expires_at(), Some("2026-11-29T20:00:00Z"));
+        let kept = document.kept();
+        assert_eq!(
+            kept,
+            json!({"token": {"expires_at": "2026-11-29T20:00:00Z", "catalog": [
+                {"type": "load-balancer", "endpoints": [
+                    {"interface": "public", "region_id": "r1", "url": "http://r1:9876"},
+                    {"interface": "public"}]},
+                {"type": "network", "endpoints": [{"interface": "public", "url": "http://n:9696"}]}]}})
+        );
+        assert_eq!(
+            endpoint(&kept, "load-balancer", None, Some("r1")).map(|u| u.to_string()),
+            Some("http://r1:9876/".into())
+        );
+        // Another shape altogether reads as nothing.
+        let odd: TokenDocument =
+            serde_json::from_slice(br#"{"token": {"catalog": "none", "expires_at": 5}}"#)
+                .unwrap_or_default();
+        assert_eq!(odd.expires_at(), None);
+        assert_eq!(endpoint(&odd.kept(), "network", None, None), None);
     }
 
     #[test]
