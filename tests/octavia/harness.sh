@@ -114,7 +114,8 @@ EOF
     --bootstrap-admin-url http://127.0.0.1:5000/v3/ --bootstrap-internal-url http://127.0.0.1:5000/v3/ \
     --bootstrap-public-url http://127.0.0.1:5000/v3/ --bootstrap-region-id RegionOne >/dev/null
   log "starting Keystone on 127.0.0.1:5000"
-  (cd "$STATE/keystone" && "$KS/gunicorn" --bind 127.0.0.1:5000 --workers 2 \
+  # exec: no shell stays behind holding the caller's stdout (a test's output pipe waited on it).
+  (cd "$STATE/keystone" && exec "$KS/gunicorn" --bind 127.0.0.1:5000 --workers 2 \
      --control-socket "$STATE/keystone/gunicorn.ctl" --pid "$STATE/keystone.pid" \
      keystone_wsgi:application >"$STATE/keystone.log" 2>&1 &)
   wait_for http://127.0.0.1:5000/v3 60
@@ -281,7 +282,7 @@ from octavia.api import app
 application = app.setup_app(argv=sys.argv)
 EOF
   log "starting octavia-api on 127.0.0.1:9876"
-  (cd "$STATE/octavia" && "$OC/gunicorn" --name octavia-api --bind 127.0.0.1:9876 --workers 3 \
+  (cd "$STATE/octavia" && exec "$OC/gunicorn" --name octavia-api --bind 127.0.0.1:9876 --workers 3 \
      --timeout 120 --pid "$STATE/octavia-api.pid" --access-logfile "$STATE/octavia-api-access.log" \
      octavia_api_wsgi:application >>"$STATE/octavia-api.log" 2>&1 &)
   wait_for http://127.0.0.1:9876/ 90
