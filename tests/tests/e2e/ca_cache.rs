@@ -44,7 +44,10 @@ fn wanted(namespace: &str, name: &str, at: std::net::SocketAddr, ca: Option<Stri
 // The churn below writes CA_CACHE_MAX + 64 Secrets of 64 KiB into the shared apiserver: a bound
 // raised far beyond this would fill its etcd (a million of them took 10 GiB and the apiserver with
 // it, 2026-11-29) before the test could say anything.
-const _: () = assert!(CA_CACHE_MAX <= 4096, "ca_cache.rs: CA_CACHE_MAX too large to churn");
+const _: () = assert!(
+    CA_CACHE_MAX <= 4096,
+    "ca_cache.rs: CA_CACHE_MAX too large to churn"
+);
 
 #[tokio::test]
 async fn a_tenant_cycling_cluster_cas_keeps_the_cache_bounded() {
