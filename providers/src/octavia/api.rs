@@ -259,7 +259,8 @@ async fn authenticate(
             status: answer.status,
             body: Body(answer.body.clone()),
         }
-        .fault();
+        .error()
+        .text;
         return Err(auth_failure(cloud, answer.status, &fault));
     };
     // A document of another shape reads as an empty one: the catalog then has no endpoint, which
@@ -604,13 +605,14 @@ impl Session {
 
     /// What a non-2xx answer means for the provider.
     pub fn failure(&self, operation: &str, reply: &Reply) -> Stop {
-        let fault = reply.fault();
+        let error = reply.error();
+        let fault = error.text;
         let what = format!(
             "cloud {}: Octavia {operation}: HTTP {}: {fault}",
             self.cloud, reply.status
         );
         let lower = fault.to_lowercase();
-        match reply.neutron_error().as_deref() {
+        match error.neutron_type.as_deref() {
             Some("ExternalNetworkNotFound" | "NetworkNotFound") => {
                 return wait(reason::FLOATING_NETWORK_NOT_FOUND, what);
             }

@@ -6,7 +6,7 @@
 //! for the document it expects: Octavia's and Neutron's objects are parsed straight into the
 //! typed documents of [`super::documents`] ([`Body::field`], [`Body::decode`]), the fields capi-lb
 //! does not read skipped by the parser (never built into a value tree), and an error answer into
-//! the few text fields it quotes ([`Reply::fault`]), Keystone's token into its expiry and its
+//! the few text fields it quotes ([`Reply::error`]), Keystone's token into its expiry and its
 //! catalog's endpoints (`keystone::TokenDocument`). Only the version documents, read through
 //! [`Body::value`], become a JSON value first.
 
@@ -171,25 +171,31 @@ impl Reply {
         (200..300).contains(&self.status)
     }
 
-    fn fault_document(&self) -> Fault {
-        self.body.decode("an error").unwrap_or_default()
-    }
-
-    /// The error text (Octavia's `faultstring`, Neutron's `NeutronError.message`, ...).
-    pub fn fault(&self) -> String {
-        let fault = self.fault_document();
-        [fault.faultstring, fault.description, fault.message]
+    /// What an error answer says, read once: its text (Octavia's `faultstring`, Neutron's
+    /// `NeutronError.message`, ...; `HTTP <status>` when it says none) and Neutron's error type
+    /// (`IpAddressGenerationFailure`, `ExternalNetworkNotFound`, ...).
+    pub fn error(&self) -> ErrorAnswer {
+        let fault: Fault = self.body.decode("an error").unwrap_or_default();
+        let (neutron_text, neutron_type) = fault
+            .neutron
+            .map_or((None, None), |n| (n.message.0, n.type_.0));
+        let text = [fault.faultstring, fault.description, fault.message]
             .into_iter()
             .find_map(|t| t.0)
-            .or_else(|| fault.neutron.and_then(|n| n.message.0))
+            .or(neutron_text)
             .map(|t| quoted(&t))
-            .unwrap_or_else(|| format!("HTTP {}", self.status))
+            .unwrap_or_else(|| format!("HTTP {}", self.status));
+        ErrorAnswer { text, neutron_type }
     }
+}
 
-    /// Neutron's error type (`IpAddressGenerationFailure`, `ExternalNetworkNotFound`, ...).
-    pub fn neutron_error(&self) -> Option<String> {
-        self.fault_document().neutron.and_then(|n| n.type_.0)
-    }
+/// What an error answer says ([`Reply::error`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ErrorAnswer {
+    /// Its text, quoted.
+    pub text: String,
+    /// Neutron's error type.
+    pub neutron_type: Option<String>,
 }
 
 /// The fault text of an answer, as capi-lb quotes it (at most [`crate::untrusted::QUOTE_MAX`]).
@@ -245,25 +251,32 @@ mod tests {
 
     #[test]
     fn faults_are_read_whatever_else_the_answer_holds() {
-        let reply = |status, text: &str| Reply {
-            status,
-            body: body(text),
+        let text = |status, body_text: &str| {
+            Reply {
+                status,
+                body: body(body_text),
+            }
+            .error()
+            .text
         };
         assert_eq!(
-            reply(409, r#"{"faultstring": "busy", "debuginfo": null}"#).fault(),
+            text(409, r#"{"faultstring": "busy", "debuginfo": null}"#),
             "busy"
         );
         assert_eq!(
-            reply(400, r#"{"message": {"nested": 1}, "description": "bad"}"#).fault(),
+            text(400, r#"{"message": {"nested": 1}, "description": "bad"}"#),
             "bad"
         );
-        let neutron = reply(
-            409,
-            r#"{"NeutronError": {"type": "IpAddressInUse", "message": "in use", "detail": ""}}"#,
-        );
-        assert_eq!(neutron.fault(), "in use");
-        assert_eq!(neutron.neutron_error().as_deref(), Some("IpAddressInUse"));
-        assert_eq!(reply(503, "<html>").fault(), "HTTP 503");
-        assert_eq!(reply(500, r#"{"faultstring": 5}"#).fault(), "HTTP 500");
+        let neutron = Reply {
+            status: 409,
+            body: body(
+                r#"{"NeutronError": {"type": "IpAddressInUse", "message": "in use", "detail": ""}}"#,
+            ),
+        }
+        .error();
+        assert_eq!(neutron.text, "in use");
+        assert_eq!(neutron.neutron_type.as_deref(), Some("IpAddressInUse"));
+        assert_eq!(text(503, "<html>"), "HTTP 503");
+        assert_eq!(text(500, r#"{"faultstring": 5}"#), "HTTP 500");
     }
 }
