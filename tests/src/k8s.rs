@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 use capi_lb::run::{RunOptions, run_with_client};
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::core::{DynamicObject, GroupVersionKind};
 use kube::discovery::Scope;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -1377,7 +1377,7 @@ impl TestNs {
         }
         // The providers' objects (and what the LoadBalancers left) go while the controllers still
         // run their clean-up; whatever still carries one of capi-lb's finalizers after that loses
-        // it, so that no namespace stays terminating: 90 such namespaces, left by tests and
+        // it (`capi-lb uninstall --namespace`), so that no namespace stays terminating: 90 such namespaces, left by tests and
         // benchmarks, kept the namespace controller deleting in a loop and the shared apiserver
         // at half a core (2026-11-29).
         if !self.controllers.is_empty() {
@@ -1386,7 +1386,7 @@ impl TestNs {
         for handle in std::mem::take(&mut self.controllers) {
             handle.stop().await;
         }
-        release_capi_lb_finalizers(&self.client, &self.ns).await;
+        uninstall_from(&self.client, &self.ns).await;
         self.let_capi_objects_go().await;
         let refused = self.refusals.list();
         self.finished = true;
@@ -1434,41 +1434,26 @@ pub(crate) async fn delete_capi_lb_objects(client: &Client, ns: &str, patience: 
     }
 }
 
-/// Remove capi-lb's finalizers (`loadbalancer.cluster.x-k8s.io/...`) from whatever in `ns` still
-/// has them: its own kinds and Services (of its class, or its providers'). Only once no controller
-/// runs: nothing else would ever remove them.
-pub(crate) async fn release_capi_lb_finalizers(client: &Client, ns: &str) {
-    let mut apis: Vec<Api<DynamicObject>> = capi_lb_api::kinds::all()
-        .iter()
-        .map(|k| Api::namespaced_with(client.clone(), ns, &(k.resource)()))
-        .collect();
-    apis.push(Api::namespaced_with(
-        client.clone(),
-        ns,
-        &ApiResource::erase::<Service>(&()),
-    ));
-    for api in &apis {
-        let Ok(list) = api.list_metadata(&Default::default()).await else {
-            continue;
-        };
-        for object in list.items {
-            let finalizers = object.finalizers();
-            let kept: Vec<&String> = finalizers
-                .iter()
-                .filter(|f| !f.starts_with("loadbalancer.cluster.x-k8s.io"))
-                .collect();
-            if kept.len() == finalizers.len() {
-                continue;
+/// Let go of what capi-lb's controller left in `ns` once it no longer runs, as an operator would
+/// (`capi-lb uninstall --namespace`): its finalizers, its Machines' hooks and annotations.
+/// Nothing else would ever remove them, and a namespace holding them stays terminating.
+pub(crate) async fn uninstall_from(client: &Client, ns: &str) {
+    let options = capi_lb::install::uninstall::Options {
+        dry_run: false,
+        force: true,
+        lease: (ns.to_string(), "capi-lb-leader".into()),
+        namespace: Some(ns.to_string()),
+    };
+    // Its patches are made at the resourceVersion it read: an object the garbage collector marked
+    // meanwhile (a LoadBalancer's infrastructure object, once the LoadBalancer went) is a conflict,
+    // which the next run picks up, as for an operator.
+    for attempt in 1..=3 {
+        match capi_lb::install::uninstall::uninstall(client.clone(), &options).await {
+            Ok(_) => return,
+            Err(e) if attempt == 3 => {
+                eprintln!("capi-lb uninstall --namespace {ns} at the end of the test: {e}");
             }
-            let patch = json!({"metadata": {"finalizers": kept,
-                "resourceVersion": object.resource_version()}});
-            let _ = api
-                .patch(
-                    &object.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await;
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
         }
     }
 }

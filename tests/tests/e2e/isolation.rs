@@ -701,20 +701,9 @@ async fn hanging_workload_clusters_and_slow_probe_targets_slow_only_their_tenant
         println!("{name}: {message}");
     }
     bystander.finish().await;
-    // The controller that held the stalled tenants' LoadBalancers is gone: let them go as an
-    // operator would (`capi-lb uninstall --namespace`), or their finalizers keep the namespaces
-    // Terminating for good (16 of them did, loading the shared apiserver for the tests after).
-    for (t, _, _) in &stalled {
-        let options = capi_lb::install::uninstall::Options {
-            dry_run: false,
-            force: true,
-            lease: (t.ns.clone(), "capi-lb-leader".into()),
-            namespace: Some(t.ns.clone()),
-        };
-        capi_lb::install::uninstall::uninstall(t.client.clone(), &options)
-            .await
-            .unwrap_or_else(|e| panic!("{}: {e}", t.ns));
-    }
+    // The controller that held the stalled tenants' LoadBalancers is gone: `finish` lets them go
+    // as an operator would (`capi-lb uninstall --namespace`), or their finalizers would keep the
+    // namespaces Terminating for good (16 of them did, loading the shared apiserver).
     for (t, _, _) in stalled {
         t.finish().await;
     }
