@@ -43,6 +43,29 @@ impl Drop for BlackHole {
     }
 }
 
+/// Take `addresses` out of every run's table of vanished hosts, before a run starts servers on
+/// them: a run that was killed (its table never dropped) would otherwise black-hole the next run's
+/// servers on the same addresses. Best effort: nothing to do without nftables or such tables, and
+/// concurrent runs use other addresses.
+pub fn revive(addresses: &[IpAddr]) {
+    let Ok(out) = Command::new("nft").args(["list", "tables"]).output() else {
+        return;
+    };
+    let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let tables = listed
+        .lines()
+        .filter_map(|l| l.strip_prefix("table inet "))
+        .filter(|t| t.starts_with("capi-lb-bench-"));
+    for table in tables {
+        for address in addresses {
+            // An address that is not in the set is an error, and nothing to do.
+            let _ = nft(&format!(
+                "delete element inet {table} gone {{ {address} }}\n"
+            ));
+        }
+    }
+}
+
 /// Run `nft -f -` with `script`.
 fn nft(script: &str) -> Result<(), BenchError> {
     let fail = |why: String| {

@@ -326,6 +326,7 @@ pub async fn run(client: &Client, ns: &str, options: &Options) -> Result<Report,
         std::slice::from_ref(&ext),
         &options.addresses,
     )?;
+    host::revive(&options.addresses);
     let etcd = Etcd::start(&settings, etcd_address, options.step_timeout).await?;
     let mut fleet = Fleet {
         etcd,
