@@ -26,6 +26,7 @@ use super::http::{NoAnswer, Transport};
 use super::keystone;
 use super::reason;
 use super::stop::{Stop, wait};
+use super::versions::{self, Listed};
 use crate::error::ProviderError;
 use crate::observe::{ApiCall, ApiObserver};
 
@@ -41,19 +42,9 @@ impl ApiVersion {
     /// Load balancer `availability_zone`.
     pub const AVAILABILITY_ZONES: ApiVersion = ApiVersion(2, 14);
 
-    /// The highest `v2.N` of an Octavia version document.
-    pub fn from_document(document: &Value) -> Option<Self> {
-        document
-            .get("versions")?
-            .as_array()?
-            .iter()
-            .filter_map(|v| v.get("id")?.as_str())
-            .filter_map(|id| {
-                let (major, minor) = id.strip_prefix('v')?.split_once('.')?;
-                Some(ApiVersion(major.parse().ok()?, minor.parse().ok()?))
-            })
-            .filter(|v| v.0 == 2)
-            .max()
+    /// The highest `v2.N` of Octavia's version document (the highest v2 it lists).
+    pub fn of(listed: &Listed) -> Option<Self> {
+        listed.highest_minor.map(|minor| ApiVersion(2, minor))
     }
 }
 
@@ -325,7 +316,7 @@ async fn connect(
         token: Mutex::new(token),
         interface,
         region,
-        octavia: keystone::service_base(&Value::Null, &root, "v2"),
+        octavia: keystone::service_base(None, &root, "v2"),
         network: tokio::sync::OnceCell::new(),
         cloud,
         version: ApiVersion(2, 0),
@@ -341,9 +332,9 @@ async fn connect(
             None,
         )
         .await?;
-    let document = reply.body.value();
-    session.octavia = keystone::service_base(&document, &root, "v2");
-    session.version = ApiVersion::from_document(&document).ok_or_else(|| {
+    let listed = versions::highest(&reply.body.0, "v2");
+    session.octavia = keystone::service_base(listed.as_ref(), &root, "v2");
+    session.version = listed.as_ref().and_then(ApiVersion::of).ok_or_else(|| {
         Stop::Error(ProviderError::transient(format!(
             "cloud {}: the Octavia version document lists no v2 version (HTTP {})",
             session.cloud, reply.status
@@ -479,15 +470,15 @@ impl Session {
                     ));
                 };
                 // A catalog URL that names v2.0 is the base: no version document is needed.
-                let document = if keystone::names_version(&root, "v2.0") {
-                    Value::Null
+                let listed = if keystone::names_version(&root, "v2.0") {
+                    None
                 } else {
-                    self.exchange(None, "network.version.get", Method::GET, root.clone(), None)
-                        .await?
-                        .body
-                        .value()
+                    let reply = self
+                        .exchange(None, "network.version.get", Method::GET, root.clone(), None)
+                        .await?;
+                    versions::highest(&reply.body.0, "v2.0")
                 };
-                Ok(keystone::service_base(&document, &root, "v2.0"))
+                Ok(keystone::service_base(listed.as_ref(), &root, "v2.0"))
             })
             .await
     }
@@ -640,7 +631,6 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     /// A session (never connected) whose token expires `expires` seconds from now.
     fn session_expiring_in(expires: Option<i64>) -> Session {
@@ -683,9 +673,15 @@ mod tests {
     #[test]
     fn version_document_gives_the_highest_v2() {
         let doc =
-            json!({"versions": [{"id": "v2.0"}, {"id": "v2.30"}, {"id": "v2.4"}, {"id": "v1.9"}]});
-        assert_eq!(ApiVersion::from_document(&doc), Some(ApiVersion(2, 30)));
-        assert_eq!(ApiVersion::from_document(&json!({})), None);
+            br#"{"versions": [{"id": "v2.0"}, {"id": "v2.30"}, {"id": "v2.4"}, {"id": "v1.9"}]}"#;
+        let of = |doc: &[u8]| {
+            versions::highest(doc, "v2")
+                .as_ref()
+                .and_then(ApiVersion::of)
+        };
+        assert_eq!(of(doc), Some(ApiVersion(2, 30)));
+        assert_eq!(of(b"{}"), None);
+        assert_eq!(of(br#"{"versions": [{"id": "v2"}]}"#), None, "no v2.N");
         assert!(
             ApiVersion(2, 4) < ApiVersion::TAGS && ApiVersion(2, 30) > ApiVersion::ALLOWED_CIDRS
         );

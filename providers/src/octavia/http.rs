@@ -7,15 +7,15 @@
 //! typed documents of [`super::documents`] ([`Body::field`], [`Body::decode`]), the fields capi-lb
 //! does not read skipped by the parser (never built into a value tree), and an error answer into
 //! the few text fields it quotes ([`Reply::error`]), Keystone's token into its expiry and its
-//! catalog's endpoints (`keystone::TokenDocument`). Only the version documents, read through
-//! [`Body::value`], become a JSON value first.
+//! catalog's endpoints (`keystone::TokenDocument`), a version document into the one version capi-lb
+//! uses (`versions::highest`, which visits its entries one at a time). No answer becomes a JSON
+//! value tree.
 
 use std::marker::PhantomData;
 
 use bytes::Bytes;
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, Deserializer, IgnoredAny, MapAccess, Visitor};
-use serde_json::Value;
 
 use super::stop::Stop;
 use crate::error::ProviderError;
@@ -36,12 +36,6 @@ pub struct Reply {
 pub struct Body(pub Bytes);
 
 impl Body {
-    /// The body as a JSON value (`Null` when empty or not JSON): for the version documents and
-    /// Keystone's token only.
-    pub fn value(&self) -> Value {
-        serde_json::from_slice(&self.0).unwrap_or(Value::Null)
-    }
-
     /// The whole body as a `T` (unknown fields skipped while parsing); one that does not fit is a
     /// transient error naming `what`.
     pub fn decode<T: DeserializeOwned>(&self, what: &str) -> Result<T, Stop> {

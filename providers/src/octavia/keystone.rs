@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::http::Text;
+use super::versions::Listed;
 
 /// The `auth_type`s capi-lb authenticates with, as a `clouds.yaml` may spell them.
 const PASSWORD: &[&str] = &["password", "v3password"];
@@ -339,55 +340,21 @@ pub fn document_url(catalog: &Url, major: &str) -> Url {
 
 /// The base URL of version `major` (`v2`, `v2.0`) of a service whose catalog URL is `catalog`:
 /// the catalog URL itself when it names that version; else the `self` link of the highest listed
-/// version of that major in its version `document`, or `catalog/<id>`, or `catalog/<major>`.
-pub fn service_base(document: &Value, catalog: &Url, major: &str) -> Url {
+/// version of that major in its version document (`listed`), or `catalog/<id>`, or
+/// `catalog/<major>`.
+pub fn service_base(listed: Option<&Listed>, catalog: &Url, major: &str) -> Url {
     if names_version(catalog, major) {
         return with_slash(catalog.clone());
     }
-    version_base(document, catalog, major)
-        .unwrap_or_else(|| with_slash(with_segment(catalog, major)))
-}
-
-/// The base URL of version `major` from a version document (at `root`): the `self` link of the
-/// highest listed version of that major, or `root/<id>`.
-fn version_base(document: &Value, root: &Url, major: &str) -> Option<Url> {
-    let versions = document.get("versions")?;
-    let versions = versions
-        .as_array()
-        .or_else(|| versions.get("values")?.as_array())?;
-    let chosen = versions
-        .iter()
-        .filter(|v| {
-            v.get("id")
-                .and_then(Value::as_str)
-                .is_some_and(|id| id == major || id.starts_with(&format!("{major}.")))
-        })
-        .max_by_key(|v| minor(v.get("id").and_then(Value::as_str).unwrap_or_default()))?;
-    let link = chosen
-        .get("links")
-        .and_then(Value::as_array)
-        .and_then(|links| {
-            links
-                .iter()
-                .find(|l| l.get("rel").and_then(Value::as_str) == Some("self"))
-        })
-        .and_then(|l| l.get("href")?.as_str())
-        .and_then(|href| Url::parse(href).ok());
-    let base = match link {
-        Some(url) => url,
-        None => {
-            let id = chosen.get("id")?.as_str()?;
-            with_segment(root, id)
-        }
+    let base = match listed {
+        Some(listed) => listed
+            .href
+            .as_deref()
+            .and_then(|href| Url::parse(href).ok())
+            .unwrap_or_else(|| with_segment(catalog, &listed.id)),
+        None => with_segment(catalog, major),
     };
-    Some(with_slash(base))
-}
-
-/// The minor number of a version id (`v2.30` -> 30).
-fn minor(id: &str) -> u32 {
-    id.split_once('.')
-        .and_then(|(_, m)| m.parse().ok())
-        .unwrap_or(0)
+    with_slash(base)
 }
 
 /// `url` with `segment` appended to its path.
@@ -410,6 +377,7 @@ fn with_slash(mut url: Url) -> Url {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::octavia::versions::highest;
 
     fn config(yaml: &str) -> CloudConfig {
         let file: openstack_sdk::config::ConfigFile =
@@ -518,19 +486,20 @@ mod tests {
     #[test]
     fn the_version_document_gives_the_base_of_the_highest_minor() {
         let root = Url::parse("http://o:9876").expect("url");
-        let doc = json!({"versions": [
+        let doc = br#"{"versions": [
             {"id": "v2.0", "links": [{"rel": "self", "href": "http://o:9876/v2"}]},
             {"id": "v2.30", "links": [{"rel": "self", "href": "http://o:9876/v2"}]},
-            {"id": "v1", "links": []}]});
-        assert_eq!(
-            version_base(&doc, &root, "v2").map(String::from),
-            Some("http://o:9876/v2/".into())
-        );
-        let neutron = json!({"versions": [{"id": "v2.0", "status": "CURRENT"}]});
-        assert_eq!(
-            version_base(&neutron, &root, "v2.0").map(String::from),
-            Some("http://o:9876/v2.0/".into())
-        );
+            {"id": "v1", "links": []}]}"#;
+        let base = |doc: &[u8], major| {
+            service_base(highest(doc, major).as_ref(), &root, major).to_string()
+        };
+        assert_eq!(base(doc, "v2"), "http://o:9876/v2/");
+        let neutron = br#"{"versions": [{"id": "v2.0", "status": "CURRENT"}]}"#;
+        assert_eq!(base(neutron, "v2.0"), "http://o:9876/v2.0/");
+        // A self link that is not a URL: the id under the root; no document: the major.
+        let odd = br#"{"versions": [{"id": "v2.1", "links": [{"rel": "self", "href": "::"}]}]}"#;
+        assert_eq!(base(odd, "v2"), "http://o:9876/v2.1/");
+        assert_eq!(base(b"", "v2"), "http://o:9876/v2/");
         assert!(names_version(
             &Url::parse("http://o/v2.0/").expect("url"),
             "v2.0"
@@ -546,13 +515,13 @@ mod tests {
             "http://o/load-balancer/"
         );
         assert_eq!(
-            service_base(&Value::Null, &named, "v2").as_str(),
+            service_base(None, &named, "v2").as_str(),
             "http://o/load-balancer/v2/"
         );
         let root = Url::parse("http://o:9696").expect("url");
         assert_eq!(document_url(&root, "v2.0"), root);
         assert_eq!(
-            service_base(&Value::Null, &root, "v2.0").as_str(),
+            service_base(None, &root, "v2.0").as_str(),
             "http://o:9696/v2.0/"
         );
     }

@@ -54,6 +54,7 @@ mod relook;
 mod settings;
 mod stop;
 mod tree;
+pub mod versions;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
