@@ -185,11 +185,18 @@ ca_bundle() {
   CA_BUNDLE="$dir/ca-certificates.crt"
 }
 
-# The release binary's path, after building it.
+# The release binary's path, after building it. CAPI_LB_IMAGE_TARGET_DIR, when set, is the target
+# directory of this build (cargo's --target-dir): .ci/run builds the image in one of its own while the
+# tests run, since cargo holds a lock on a whole target directory for a build, and `cargo test` in the
+# workspace's would wait for the release build to end.
 release_binary() {
   local target
-  target="$(cd "$REPO" && cargo metadata --format-version 1 --no-deps --locked |
-    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+  if [ -n "${CAPI_LB_IMAGE_TARGET_DIR:-}" ]; then
+    target="$CAPI_LB_IMAGE_TARGET_DIR"
+  else
+    target="$(cd "$REPO" && cargo metadata --format-version 1 --no-deps --locked |
+      sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+  fi
   [ -n "$target" ] || die "cargo metadata gave no target directory"
   local start=$SECONDS
   log "cargo build --release --locked -p capi-lb (target directory $target)"
@@ -206,7 +213,7 @@ release_binary() {
           CARGO_TARGET_TMPDIR | CARGO_CFG_* | OUT_DIR) unset "$v" ;;
       esac
     done
-    cargo build --release --locked -p capi-lb
+    cargo build --release --locked -p capi-lb --target-dir "$target"
   ) >&2
   log "release build: $((SECONDS - start)) s"
   printf '%s\n' "$target/release/capi-lb"

@@ -46,7 +46,10 @@ fn a_version_document_of_four_mib_is_read_holding_a_few_kib() {
             highest_minor: Some(i - 1),
         })
     );
-    eprintln!("reading a {} byte version document held {held} bytes at most", document.len());
+    eprintln!(
+        "reading a {} byte version document held {held} bytes at most",
+        document.len()
+    );
     assert!(held < 16 << 10, "reading the document held {held} bytes");
 
     // The same document as a value tree, for scale: what the parser avoids.
