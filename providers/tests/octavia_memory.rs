@@ -1,10 +1,12 @@
-//! How much reading an Octavia version document of the byte cap's size holds: the parser visits its
-//! entries one at a time (`octavia::versions`), where a JSON value tree of the same document holds
-//! many times its size. Measured with dhat's heap statistics (the only test of this binary, so no
-//! other test's allocations are counted).
+//! How much reading OpenStack answers of the byte cap's size holds: a version document
+//! (`octavia::versions`) and Keystone's token (`octavia::keystone::TokenDocument`) are visited one
+//! entry at a time, where a JSON value tree of the same answer holds many times its size. Measured
+//! with dhat's heap statistics (dhat's profiler is one per process, so the answers are measured in
+//! one test, the only one of this binary: no other test's allocations are counted).
 
 #![allow(clippy::unwrap_used)]
 
+use capi_lb_providers::octavia::keystone::TokenDocument;
 use capi_lb_providers::octavia::versions::{Listed, highest};
 
 #[global_allocator]
@@ -21,8 +23,26 @@ fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
 }
 
 #[test]
-fn a_version_document_of_four_mib_is_read_holding_a_few_kib() {
+fn answers_of_four_mib_are_read_holding_what_is_kept() {
     let _profiler = dhat::Profiler::builder().testing().build();
+    // dhat's peak is over the whole run: the parsers are measured first, each answer in a buffer of
+    // the same size, the value trees (tens of MiB) after.
+    let document = a_version_document_of_four_mib_is_read_holding_a_few_kib();
+    let token = a_token_of_four_mib_is_read_holding_the_kept_catalog();
+
+    // The same answers as value trees, for scale: what the parsers avoid.
+    for (what, answer) in [("version document", document), ("token", token)] {
+        let (tree, tree_held) = peak_of(|| serde_json::from_slice::<serde_json::Value>(&answer));
+        assert!(tree.unwrap().is_object());
+        eprintln!("the {what} as a value tree held {tree_held} bytes");
+        assert!(
+            tree_held > 16 << 20,
+            "a value tree of the {what} held {tree_held} bytes"
+        );
+    }
+}
+
+fn a_version_document_of_four_mib_is_read_holding_a_few_kib() -> Vec<u8> {
     // 4 MiB (the answer's byte cap, untrusted::OPENSTACK) of entries with unread fields, in a buffer
     // of its final size from the start (no peak left behind by its growth).
     let mut body = String::with_capacity(5 << 20);
@@ -51,15 +71,45 @@ fn a_version_document_of_four_mib_is_read_holding_a_few_kib() {
         document.len()
     );
     assert!(held < 16 << 10, "reading the document held {held} bytes");
+    document
+}
 
-    // The same document as a value tree, for scale: what the parser avoids.
-    let (tree, tree_held) = peak_of(|| serde_json::from_slice::<serde_json::Value>(&document));
-    assert!(tree.unwrap().is_object());
-    eprintln!("as a value tree it held {tree_held} bytes");
+fn a_token_of_four_mib_is_read_holding_the_kept_catalog() -> Vec<u8> {
+    // A catalog of many services, the kept kinds among them, each with many endpoints.
+    let mut body = String::with_capacity(5 << 20);
+    body.push_str(r#"{"token": {"expires_at": "2026-11-30T00:00:00Z", "catalog": ["#);
+    let mut services = 0;
+    while body.len() < 4 << 20 {
+        body.push_str(r#"{"type": ""#);
+        body.push_str(["network", "compute", "load-balancer"][services % 3]);
+        body.push_str(r#"", "endpoints": ["#);
+        for _ in 0..200 {
+            body.push_str(r#"{"interface": "public", "url": "http://x"}, {}, "#);
+        }
+        body.push_str("{}]},");
+        services += 1;
+    }
+    body.push_str("{}]}}");
+    let answer = body.into_bytes();
+
+    let (document, held) = peak_of(|| serde_json::from_slice::<TokenDocument>(&answer));
+    let document = document.unwrap();
+    assert_eq!(document.expires_at(), Some("2026-11-30T00:00:00Z"));
+    let kept = document.kept();
+    let catalog = kept["token"]["catalog"].as_array().unwrap();
+    assert_eq!(catalog.len(), 32, "{services} services");
     assert!(
-        tree_held > 16 << 20,
-        "a value tree of the document held {tree_held} bytes"
+        catalog
+            .iter()
+            .all(|s| s["endpoints"].as_array().unwrap().len() == 16)
     );
+    eprintln!(
+        "reading a {} byte token with {services} services held {held} bytes at most",
+        answer.len()
+    );
+    // 32 services of 16 endpoints with four short texts each: about 100 KiB.
+    assert!(held < 256 << 10, "reading the token held {held} bytes");
+    answer
 }
 
 /// `n` in decimal (a short string: the largest allocation while the document is built).

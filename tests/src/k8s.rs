@@ -1377,9 +1377,9 @@ impl TestNs {
         }
         // The providers' objects (and what the LoadBalancers left) go while the controllers still
         // run their clean-up; whatever still carries one of capi-lb's finalizers after that loses
-        // it (`capi-lb uninstall --namespace`), so that no namespace stays terminating: 90 such namespaces, left by tests and
-        // benchmarks, kept the namespace controller deleting in a loop and the shared apiserver
-        // at half a core (2026-11-29).
+        // it (`capi-lb uninstall --namespace`), so that no namespace stays terminating: 90 such
+        // namespaces, left by tests and benchmarks, kept the namespace controller deleting in a
+        // loop and the shared apiserver at half a core (2026-11-29).
         if !self.controllers.is_empty() {
             delete_capi_lb_objects(&self.client, &self.ns, Duration::from_secs(30)).await;
         }

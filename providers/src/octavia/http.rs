@@ -17,6 +17,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, Deserializer, IgnoredAny, MapAccess, Visitor};
 
+use super::lenient::Text;
 use super::stop::Stop;
 use crate::error::ProviderError;
 pub use crate::untrusted::Refused as NoAnswer;
@@ -111,52 +112,6 @@ struct NeutronError {
     type_: Text,
     #[serde(default)]
     message: Text,
-}
-
-/// A string field, or nothing when the answer put anything else there (skipped while parsing).
-#[derive(Clone, Debug, Default)]
-pub(super) struct Text(pub(super) Option<String>);
-
-impl<'de> Deserialize<'de> for Text {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Text;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Text, E> {
-                Ok(Text(Some(s.to_string())))
-            }
-            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_unit<E: serde::de::Error>(self) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_none<E: serde::de::Error>(self) -> Result<Text, E> {
-                Ok(Text(None))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Text, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Text(None))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Text, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Text(None))
-            }
-        }
-        deserializer.deserialize_any(V)
-    }
 }
 
 impl Reply {

@@ -12,7 +12,7 @@ use secrecy::ExposeSecret;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::http::Text;
+use super::lenient::{Keep, List, Text};
 use super::versions::Listed;
 
 /// The `auth_type`s capi-lb authenticates with, as a `clouds.yaml` may spell them.
@@ -221,8 +221,11 @@ const KEPT_SERVICES: &[&str] = &["load-balancer", "network"];
 const KEPT_ENTRIES: usize = 16;
 
 /// Keystone's token document as the provider reads it, parsed straight from the answer: its expiry
-/// and, of each catalog service, its type and its endpoints' interface, region and URL; every
-/// other field is skipped by the parser (a string field holding anything else is read as absent).
+/// and, of the catalog's `load-balancer` and `network` services, the first [`KEPT_ENTRIES`] times
+/// two, each with its first [`KEPT_ENTRIES`] endpoints (interface, region, URL). The parser visits
+/// the services and endpoints one at a time and skips every other one and every other field, so a
+/// catalog of any size (within the byte cap) costs what is kept; a field of another type reads as
+/// absent.
 #[derive(Debug, Default, Deserialize)]
 pub struct TokenDocument {
     #[serde(default)]
@@ -234,18 +237,27 @@ struct TokenBody {
     #[serde(default)]
     expires_at: Text,
     #[serde(default)]
-    catalog: Vec<CatalogService>,
+    catalog: List<CatalogService, { KEPT_ENTRIES * KEPT_SERVICES.len() }>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 struct CatalogService {
     #[serde(default, rename = "type")]
     type_: Text,
     #[serde(default)]
-    endpoints: Vec<CatalogEndpoint>,
+    endpoints: List<CatalogEndpoint, KEPT_ENTRIES>,
 }
 
-#[derive(Debug, Deserialize)]
+impl Keep for CatalogService {
+    fn keep(&self) -> bool {
+        self.type_
+            .0
+            .as_deref()
+            .is_some_and(|t| KEPT_SERVICES.contains(&t))
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
 struct CatalogEndpoint {
     #[serde(default)]
     interface: Text,
@@ -257,15 +269,16 @@ struct CatalogEndpoint {
     url: Text,
 }
 
+impl Keep for CatalogEndpoint {}
+
 impl TokenDocument {
     /// When Keystone says the token expires (RFC 3339), if it said.
     pub fn expires_at(&self) -> Option<&str> {
         self.token.expires_at.0.as_deref()
     }
 
-    /// What a session keeps of it, as [`endpoint`] reads it: the expiry and the catalog's
-    /// `load-balancer` and `network` endpoints (interface, region, URL), at most [`KEPT_ENTRIES`]
-    /// of each; a large public cloud's catalog is about 100 KB, this a few KiB.
+    /// What a session keeps of it, as [`endpoint`] reads it (a large public cloud's catalog is
+    /// about 100 KB, this a few KiB; texts over 2 KiB are dropped).
     pub fn kept(&self) -> Value {
         let text = |t: &Text| {
             t.0.as_deref()
@@ -275,19 +288,13 @@ impl TokenDocument {
         let catalog: Vec<Value> = self
             .token
             .catalog
+            .0
             .iter()
-            .filter(|s| {
-                s.type_
-                    .0
-                    .as_deref()
-                    .is_some_and(|t| KEPT_SERVICES.contains(&t))
-            })
-            .take(KEPT_ENTRIES * KEPT_SERVICES.len())
             .map(|service| {
                 let endpoints: Vec<Value> = service
                     .endpoints
+                    .0
                     .iter()
-                    .take(KEPT_ENTRIES)
                     .map(|ep| {
                         let mut kept = Map::new();
                         for (key, value) in [

@@ -11,10 +11,9 @@
 use std::fmt;
 
 use serde::Deserialize;
-use serde::de::value::MapAccessDeserializer;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::http::Text;
+use super::lenient::{Lenient, Text, other_scalars_are, skip_map, skip_seq};
 
 /// The highest listed version of a major.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,10 +30,13 @@ pub struct Listed {
 /// or it is not a version document).
 pub fn highest(body: &[u8], major: &str) -> Option<Listed> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
-    deserializer
-        .deserialize_any(Document { major })
-        .ok()
-        .flatten()
+    Level {
+        major,
+        step: Step::Document,
+    }
+    .deserialize(&mut deserializer)
+    .ok()
+    .flatten()
 }
 
 /// The minor number of a version id (`v2.30` -> 30; 0 without one).
@@ -44,57 +46,64 @@ fn minor(id: &str) -> u32 {
         .unwrap_or(0)
 }
 
-/// The values other than the one a visitor reads: skipped, read as "nothing".
-macro_rules! other_values_are_nothing {
-    ($nothing:expr) => {
-        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Ok($nothing)
-        }
-        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
-            Ok($nothing)
-        }
-        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
-            Ok($nothing)
-        }
-        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
-            Ok($nothing)
-        }
-        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
-            Ok($nothing)
-        }
-        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-            Ok($nothing)
-        }
-        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-            Ok($nothing)
-        }
-    };
+/// Where the parser is in the document: the document itself (an object whose `versions` leads
+/// on), its `versions` (the list, or Keystone's object whose `values` is the list), or that
+/// `values` (the list). Every other field is skipped, and anything else lists nothing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Document,
+    Versions,
+    Values,
 }
 
-/// The whole document: its `versions`, every other field skipped.
-struct Document<'m> {
+#[derive(Clone, Copy)]
+struct Level<'m> {
     major: &'m str,
+    step: Step,
 }
 
-impl<'de> Visitor<'de> for Document<'_> {
+impl<'de> DeserializeSeed<'de> for Level<'_> {
+    type Value = Option<Listed>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Level<'_> {
     type Value = Option<Listed>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a version document")
     }
 
-    other_values_are_nothing!(None);
+    other_scalars_are!(None);
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
         Ok(None)
     }
 
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        match self.step {
+            Step::Document => skip_seq(seq).map(|()| None),
+            Step::Versions | Step::Values => highest_of(seq, self.major),
+        }
+    }
+
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (wanted, next) = match self.step {
+            Step::Document => ("versions", Step::Versions),
+            Step::Versions => ("values", Step::Values),
+            Step::Values => return skip_map(map).map(|()| None),
+        };
+        let next = Level {
+            major: self.major,
+            step: next,
+        };
         let mut found = None;
         while let Some(key) = map.next_key::<Key>()? {
-            if key.0 == Some(Field::Versions) && found.is_none() {
-                found = Some(map.next_value_seed(Versions { major: self.major })?);
+            if key.0 == Some(wanted) && found.is_none() {
+                found = Some(map.next_value_seed(next)?);
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
@@ -103,23 +112,41 @@ impl<'de> Visitor<'de> for Document<'_> {
     }
 }
 
-impl<'de> DeserializeSeed<'de> for Document<'_> {
-    type Value = Option<Listed>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(self)
+/// The entries, one at a time: the best so far kept (on a tie the later one, as
+/// `Iterator::max_by_key` chooses).
+fn highest_of<'de, A: SeqAccess<'de>>(mut seq: A, major: &str) -> Result<Option<Listed>, A::Error> {
+    let dotted = format!("{major}.");
+    let mut best: Option<(u32, Listed)> = None;
+    let mut highest_minor = None;
+    while let Some(entry) = seq.next_element::<Lenient<Entry>>()? {
+        let Some(entry) = entry.0 else { continue };
+        let Some(id) = entry.id.0 else { continue };
+        if id != major && !id.starts_with(&dotted) {
+            continue;
+        }
+        let versioned = id.strip_prefix(&dotted).and_then(|m| m.parse::<u32>().ok());
+        highest_minor = highest_minor.max(versioned);
+        let rank = minor(&id);
+        if best.as_ref().is_none_or(|(b, _)| rank >= *b) {
+            let href = entry.links.0;
+            best = Some((
+                rank,
+                Listed {
+                    id,
+                    href,
+                    highest_minor: None,
+                },
+            ));
+        }
     }
+    Ok(best.map(|(_, listed)| Listed {
+        highest_minor,
+        ..listed
+    }))
 }
 
-/// The keys the parser reads (every other key is not kept).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Field {
-    Versions,
-    Values,
-}
-
-/// A map key: one the parser reads, or another (its text not kept).
-struct Key(Option<Field>);
+/// A map key: one of the few the parser looks for, or another (its text not kept).
+struct Key(Option<&'static str>);
 
 impl<'de> Deserialize<'de> for Key {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -130,113 +157,15 @@ impl<'de> Deserialize<'de> for Key {
                 f.write_str("a key")
             }
             fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Key, E> {
-                Ok(Key(match s {
-                    "versions" => Some(Field::Versions),
-                    "values" => Some(Field::Values),
-                    _ => None,
-                }))
+                Ok(Key(["versions", "values"].into_iter().find(|k| *k == s)))
             }
         }
         deserializer.deserialize_str(V)
     }
 }
 
-/// `versions`: the list, or Keystone's object holding it in `values`.
-struct Versions<'m> {
-    major: &'m str,
-}
-
-impl<'de> DeserializeSeed<'de> for Versions<'_> {
-    type Value = Option<Listed>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Versions<'_> {
-    type Value = Option<Listed>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list of versions")
-    }
-
-    other_values_are_nothing!(None);
-
-    /// The entries, one at a time: the best so far kept (on a tie the later one, as
-    /// `Iterator::max_by_key` chooses).
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let dotted = format!("{}.", self.major);
-        let mut best: Option<(u32, Listed)> = None;
-        let mut highest_minor = None;
-        while let Some(entry) = seq.next_element::<Lenient<Entry>>()? {
-            let Some(id) = entry.0.id.0 else { continue };
-            let versioned = id.strip_prefix(&dotted).and_then(|m| m.parse::<u32>().ok());
-            if id != self.major && !id.starts_with(&dotted) {
-                continue;
-            }
-            if versioned.is_some() {
-                highest_minor = highest_minor.max(versioned);
-            }
-            let rank = minor(&id);
-            if best.as_ref().is_none_or(|(b, _)| rank >= *b) {
-                let href = entry.0.links.0;
-                best = Some((
-                    rank,
-                    Listed {
-                        id,
-                        href,
-                        highest_minor: None,
-                    },
-                ));
-            }
-        }
-        Ok(best.map(|(_, listed)| Listed {
-            highest_minor,
-            ..listed
-        }))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut found = None;
-        while let Some(key) = map.next_key::<Key>()? {
-            if key.0 == Some(Field::Values) && found.is_none() {
-                found = Some(map.next_value_seed(Versions { major: self.major })?);
-            } else {
-                map.next_value::<IgnoredAny>()?;
-            }
-        }
-        Ok(found.flatten())
-    }
-}
-
-/// An object read as `T` (fields it does not name skipped while parsing), or `T::default()` when
-/// the document put anything else there (skipped).
-struct Lenient<T>(T);
-
-impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for Lenient<T> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Deserialize<'de> + Default> Visitor<'de> for V<T> {
-            type Value = Lenient<T>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any value")
-            }
-            other_values_are_nothing!(Lenient(T::default()));
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Lenient(T::default()))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map)).map(Lenient)
-            }
-        }
-        deserializer.deserialize_any(V(std::marker::PhantomData))
-    }
-}
-
 /// One listed version, as far as it is read.
-#[derive(Default, Deserialize)]
+#[derive(Deserialize)]
 struct Entry {
     #[serde(default)]
     id: Text,
@@ -248,7 +177,7 @@ struct Entry {
 #[derive(Default)]
 struct SelfLink(Option<String>);
 
-#[derive(Default, Deserialize)]
+#[derive(Deserialize)]
 struct Link {
     #[serde(default)]
     rel: Text,
@@ -264,19 +193,24 @@ impl<'de> Deserialize<'de> for SelfLink {
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a list of links")
             }
-            other_values_are_nothing!(SelfLink(None));
+            other_scalars_are!(SelfLink(None));
+            fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<SelfLink, E> {
+                Ok(SelfLink(None))
+            }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<SelfLink, A::Error> {
                 let mut chosen = None;
                 while let Some(link) = seq.next_element::<Lenient<Link>>()? {
-                    if chosen.is_none() && link.0.rel.0.as_deref() == Some("self") {
-                        chosen = Some(link.0.href.0);
+                    if let Some(link) = link.0
+                        && chosen.is_none()
+                        && link.rel.0.as_deref() == Some("self")
+                    {
+                        chosen = Some(link.href.0);
                     }
                 }
                 Ok(SelfLink(chosen.flatten()))
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<SelfLink, A::Error> {
-                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(SelfLink(None))
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<SelfLink, A::Error> {
+                skip_map(map).map(|()| SelfLink(None))
             }
         }
         deserializer.deserialize_any(V)
@@ -330,6 +264,7 @@ mod tests {
             b"{}",
             br#"{"versions": 5}"#,
             br#"{"versions": {"other": []}}"#,
+            br#"{"versions": {"values": {"values": [{"id": "v2.1"}]}}}"#,
             br#"{"versions": [{"id": "v2.1"}"#,
         ] {
             assert_eq!(

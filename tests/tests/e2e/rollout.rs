@@ -71,6 +71,23 @@ async fn namespace(prefix: &str, provider: &rollout::Provider) -> TestNs {
     t
 }
 
+/// Run the benchmark in `t`'s namespace, print its report, and require that each kind of client
+/// sent at least `sent` requests (a client that sent nothing proved nothing).
+async fn run(t: &TestNs, options: &Options, sent: u64) -> rollout::Report {
+    let report = rollout::run(&t.client, &t.ns, options).await.unwrap();
+    eprintln!("{}", rollout::render(&report));
+    for kind in ClientKind::ALL {
+        let tally = &report.tallies[&kind];
+        assert!(
+            tally.sent >= sent,
+            "{}: only {} requests sent",
+            kind.name(),
+            tally.sent
+        );
+    }
+    report
+}
+
 /// Replace all three Machines through `provider`'s load balancer (the run's lo addresses from
 /// `first`, seven of them: etcd and six API servers) and require that not one request failed.
 async fn rollout_fails_no_request(prefix: &str, provider: rollout::Provider, first: usize) {
@@ -85,19 +102,8 @@ async fn rollout_fails_no_request(prefix: &str, provider: rollout::Provider, fir
         black_hole,
         ..options(provider, first, 3, 3)
     };
-    let report = rollout::run(&t.client, &t.ns, &options).await.unwrap();
-    eprintln!("{}", rollout::render(&report));
-    for kind in ClientKind::ALL {
-        let tally = &report.tallies[&kind];
-        // At 20 requests/s for the whole rollout: hundreds each; a client that sent nothing proved
-        // nothing.
-        assert!(
-            tally.sent >= 100,
-            "{}: only {} requests sent",
-            kind.name(),
-            tally.sent
-        );
-    }
+    // At 20 requests/s for the whole rollout: hundreds each.
+    let report = run(&t, &options, 100).await;
     assert_eq!(
         report.failed(),
         0,
@@ -133,8 +139,7 @@ async fn a_killed_api_server_is_taken_out_by_target_health_within_its_period_tim
         step_timeout: Duration::from_secs(30),
         ..options(provider, 64, 3, 0)
     };
-    let report = rollout::run(&t.client, &t.ns, &options).await.unwrap();
-    eprintln!("{}", rollout::render(&report));
+    let report = run(&t, &options, 50).await;
     let failover = report.failover.as_ref().expect("a failover run");
     // Two failed probes, up to one period before the first (where the period stood at the kill),
     // one probe's timeout, and slack for a loaded CI machine and the status write.
@@ -149,12 +154,6 @@ async fn a_killed_api_server_is_taken_out_by_target_health_within_its_period_tim
     // second or two of that (kube-proxy follows the EndpointSlice write).
     for kind in ClientKind::ALL {
         let tally = &report.tallies[&kind];
-        assert!(
-            tally.sent >= 50,
-            "{}: only {} sent",
-            kind.name(),
-            tally.sent
-        );
         if let Some(last) = tally.last_failure {
             let after_kill = last.saturating_sub(failover.killed_at);
             assert!(
